@@ -1,0 +1,1 @@
+"""The I/O layer: asyncio server, connections, dispatch, data plane, config and CLI."""

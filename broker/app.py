@@ -1,0 +1,109 @@
+"""The broker process: owns the config, the topic registry, the flusher and the listening socket,
+and maps each API key to its handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+from protocol.apis import ApiKey
+
+from .cluster_api import ClusterApi
+from .config import Config
+from .connection import Connection, Handler
+from .data_api import DataApi
+from .flusher import Flusher
+from .topics import INTERNAL_TOPICS, LogSettings, TopicStore
+
+log = logging.getLogger("kcoord.broker")
+
+
+def _read_cluster_id(data_dir: Path, node_id: int) -> str:
+    """The cluster id kept in ``meta.properties`` (Kafka's file), created on first start."""
+    path = data_dir / "meta.properties"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "cluster.id" and value.strip():
+                return value.strip()
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
+    tmp.replace(path)
+    return cluster_id
+
+
+class Broker:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.connections: set[Connection] = set()
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.cluster_id = _read_cluster_id(config.data_dir, config["node.id"])
+        fsync = config["log.flush.interval.messages"] == 1
+        self.topics = TopicStore(
+            config.data_dir,
+            LogSettings(config["log.segment.bytes"], config["log.index.interval.bytes"], fsync),
+        )
+        self.flusher = Flusher(enabled=fsync, on_flushed=self.topics.notify_appended)
+        self.cluster = ClusterApi(self)
+        self.data = DataApi(self)
+        self.handlers: dict[int, Handler] = {
+            ApiKey.API_VERSIONS: self.cluster.api_versions,
+            ApiKey.METADATA: self.cluster.metadata,
+            ApiKey.CREATE_TOPICS: self.cluster.create_topics,
+            ApiKey.DELETE_TOPICS: self.cluster.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.cluster.create_partitions,
+            ApiKey.PRODUCE: self.data.produce,
+            ApiKey.FETCH: self.data.fetch,
+            ApiKey.LIST_OFFSETS: self.data.list_offsets,
+        }
+        self._server: asyncio.Server | None = None
+
+    def metrics_request(self, api_key: int) -> None:
+        """Hook for request metrics (counted by the metrics layer when it is attached)."""
+
+    async def start(self) -> None:
+        self.topics.load(skip=INTERNAL_TOPICS)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self),
+            self.config.host,
+            self.config.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        host, port = self.config.advertised
+        log.info(
+            "kcoord serving on %s:%d (advertised %s:%d), data in %s, cluster %s",
+            self.config.host,
+            self.config.port,
+            host,
+            port,
+            self.config.data_dir,
+            self.cluster_id,
+        )
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None
+        sock = self._server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.topics.close()
+        log.info("kcoord stopped")
+
+    def handler_for(self, api_key: int) -> Any:
+        return self.handlers.get(api_key)

@@ -1,0 +1,198 @@
+"""The one configuration object: every setting's name, type, default and where its value came from.
+
+Values are layered: built-in defaults ← an optional TOML file (``--config``) ← environment
+variables ``KCOORD_<NAME>`` (upper case, dots as underscores) ← ``--set NAME=VALUE`` flags.
+Setting names are Apache Kafka's wherever Kafka has the setting. An unknown name or a value of the
+wrong type stops start-up with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting that does not exist or whose value is not acceptable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    type: type
+    default: Any
+    doc: str
+    minimum: int | None = None
+
+
+_INT_MAX = 2**31 - 1
+
+SETTINGS: dict[str, Setting] = {
+    s.name: s
+    for s in [
+        Setting("node.id", int, 0, "This broker's node id (also the controller id).", 0),
+        Setting(
+            "advertised.listeners",
+            str,
+            "",
+            "host:port (or PLAINTEXT://host:port) clients are told to connect to; empty means the"
+            " serve address.",
+        ),
+        Setting("auto.create.topics.enable", bool, True, "Create unknown topics on Metadata/Produce."),
+        Setting("num.partitions", int, 1, "Partitions of an auto-created topic.", 1),
+        Setting("default.replication.factor", int, 1, "Replication factor (a single node: 1).", 1),
+        Setting("log.segment.bytes", int, 1 << 30, "Roll a segment past this size.", 1024),
+        Setting("log.index.interval.bytes", int, 4096, "Bytes of log between index entries.", 1),
+        Setting(
+            "log.flush.interval.messages",
+            int,
+            1,
+            "1 (default): fsync before acknowledging a write. Larger: leave flushing to the OS.",
+            1,
+        ),
+        Setting("message.max.bytes", int, 1048588, "Largest record batch a Produce may carry.", 0),
+        Setting("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", 1),
+        Setting("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", 1),
+        Setting(
+            "offsets.topic.segment.bytes", int, 104857600, "Segment size of __consumer_offsets.", 1024
+        ),
+        Setting(
+            "group.initial.rebalance.delay.ms",
+            int,
+            3000,
+            "Delay of the first rebalance of an empty group.",
+            0,
+        ),
+        Setting("group.min.session.timeout.ms", int, 6000, "Smallest session timeout accepted.", 0),
+        Setting(
+            "group.max.session.timeout.ms", int, 1800000, "Largest session timeout accepted.", 0
+        ),
+        Setting("group.max.size", int, _INT_MAX, "Most members a classic group may have.", 1),
+        Setting("offsets.retention.minutes", int, 10080, "How long committed offsets are kept.", 1),
+        Setting(
+            "offsets.retention.check.interval.ms",
+            int,
+            600000,
+            "How often expired offsets are looked for.",
+            1,
+        ),
+        Setting("offset.metadata.max.bytes", int, 4096, "Longest offset commit metadata.", 0),
+    ]
+}
+
+
+def _parse(setting: Setting, raw: Any) -> Any:
+    t = setting.type
+    try:
+        if t is bool:
+            if isinstance(raw, bool):
+                value: Any = raw
+            elif isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+                value = raw.strip().lower() == "true"
+            else:
+                raise ValueError
+        elif t is int:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = int(raw)
+        else:
+            value = str(raw)
+    except (TypeError, ValueError):
+        kind = "true or false" if t is bool else ("an integer" if t is int else "a string")
+        raise ConfigError(f"setting {setting.name!r}: {raw!r} is not {kind}") from None
+    if setting.minimum is not None and isinstance(value, int) and value < setting.minimum:
+        raise ConfigError(f"setting {setting.name!r}: {value} is below the minimum {setting.minimum}")
+    return value
+
+
+class Config:
+    """Effective configuration; ``config["group.max.size"]`` reads a value."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 9092, data_dir: Path | str = "data"):
+        self.host = host
+        self.port = port
+        self.data_dir = Path(data_dir)
+        self._values: dict[str, Any] = {n: s.default for n, s in SETTINGS.items()}
+        self._sources: dict[str, str] = {n: "default" for n in SETTINGS}
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def source(self, name: str) -> str:
+        return self._sources[name]
+
+    def set(self, name: str, raw: Any, source: str) -> None:
+        setting = SETTINGS.get(name)
+        if setting is None:
+            raise ConfigError(f"unknown setting {name!r} (from {source})")
+        self._values[name] = _parse(setting, raw)
+        self._sources[name] = source
+
+    def items(self) -> list[tuple[str, Any, str]]:
+        return [(n, self._values[n], self._sources[n]) for n in sorted(SETTINGS)]
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """The host and port to put in Metadata and FindCoordinator answers."""
+        raw = self._values["advertised.listeners"].strip()
+        if not raw:
+            return self.host, self.port
+        first = raw.split(",")[0].strip()
+        if "://" in first:
+            first = first.split("://", 1)[1]
+        host, _, port = first.rpartition(":")
+        try:
+            return host.strip("[]") or self.host, int(port)
+        except ValueError:
+            raise ConfigError(
+                f"setting 'advertised.listeners': {raw!r} is not host:port"
+            ) from None
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        data_dir: Path | str = "data",
+        config_file: Path | str | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: list[str] | None = None,
+    ) -> Config:
+        cfg = cls(host, port, data_dir)
+        if config_file is not None:
+            try:
+                with open(config_file, "rb") as f:
+                    table = tomllib.load(f)
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                raise ConfigError(f"cannot read config file {config_file}: {e}") from None
+            for name, raw in _flatten(table).items():
+                cfg.set(name, raw, f"file {config_file}")
+        env = os.environ if environ is None else environ
+        by_env = {"KCOORD_" + n.upper().replace(".", "_"): n for n in SETTINGS}
+        for key, raw in env.items():
+            if key in by_env:
+                cfg.set(by_env[key], raw, f"env {key}")
+        for item in overrides or []:
+            name, sep, raw = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
+            cfg.set(name.strip(), raw, "--set")
+        cfg.advertised  # noqa: B018 - validates advertised.listeners early
+        return cfg
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML allows ``group.max.size = 5`` (nested tables) or ``"group.max.size" = 5``: accept both."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out

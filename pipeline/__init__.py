@@ -1,0 +1,1 @@
+"""PySpark jobs over the logs (offsets, lag, rebalance history)."""

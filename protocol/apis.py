@@ -1,0 +1,69 @@
+"""The API version table: which APIs and versions kcoord implements, and their header versions.
+
+Only what is implemented and tested is advertised. Produce is advertised from v0 because
+librdkafka decides on feature support (compression among them) from the advertised range; v0–v2
+requests are answered with UNSUPPORTED_VERSION, as Apache Kafka 4 does.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from functools import cache
+
+from kio.index import UnknownEntity, load_request_schema
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_GROUPS = 42
+    CREATE_PARTITIONS = 37
+    OFFSET_DELETE = 47
+    CONSUMER_GROUP_HEARTBEAT = 68
+
+
+# api key -> (min version, max version) advertised in ApiVersions.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (0, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+}
+
+# Versions we advertise but cannot decode with kio; the broker answers them by hand.
+LEGACY_PRODUCE_MAX = 2
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    bounds = SUPPORTED.get(api_key)
+    return bounds is not None and bounds[0] <= version <= bounds[1]
+
+
+@cache
+def is_flexible(api_key: int, version: int) -> bool:
+    """Whether this API version uses flexible (tagged-field) encoding and header v2/v1."""
+    try:
+        schema = load_request_schema(api_key, version)
+    except (UnknownEntity, KeyError, ImportError, ValueError):
+        return False
+    except Exception:
+        return False
+    return bool(schema.__flexible__)

@@ -1,0 +1,74 @@
+"""Request decoding and response encoding through kio, cached per (API, version).
+
+kio generates a dataclass per message version; loading the schema and building its reader or
+writer is costly, so both are cached. The broker hands a whole frame here and gets back a kio
+request object; responses are kio objects of the negotiated version, framed with their header.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from .headers import response_header
+
+_SIZE = struct.Struct(">i")
+
+
+class DecodeError(ValueError):
+    """A request body that does not parse as the schema of its API version."""
+
+
+@cache
+def _reader(api_key: int, version: int) -> Callable[[bytes, int], tuple[Any, int]]:
+    return entity_reader(load_request_schema(api_key, version))  # type: ignore[return-value]
+
+
+@cache
+def request_type(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_type(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _writer(cls: type) -> Callable[[io.BytesIO, Any], None]:
+    return entity_writer(cls)  # type: ignore[return-value]
+
+
+def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
+    """Decode the body of ``frame`` starting at ``offset``; DecodeError if it does not parse."""
+    try:
+        value, _size = _reader(api_key, version)(frame, offset)
+    except Exception as e:  # kio raises several kinds of error on garbage
+        raise DecodeError(f"cannot decode api {api_key} v{version}: {e!r}") from e
+    return value
+
+
+class RawBody(bytes):
+    """A response body already encoded by hand (versions kio does not model)."""
+
+
+def encode_body(entity: Any) -> bytes:
+    if isinstance(entity, RawBody):
+        return entity
+    buf = io.BytesIO()
+    cls: Any = type(entity)
+    _writer(cls)(buf, entity)
+    return buf.getvalue()
+
+
+def encode_response(correlation_id: int, entity: Any, flexible_header: bool) -> bytes:
+    """A whole response frame: size, header, body."""
+    body = encode_body(entity)
+    head = response_header(correlation_id, flexible_header)
+    return _SIZE.pack(len(head) + len(body)) + head + body

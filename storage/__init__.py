@@ -1,0 +1,1 @@
+"""Durable partition logs in Kafka's on-disk layout: segments, index, recovery."""

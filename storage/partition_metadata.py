@@ -1,0 +1,91 @@
+"""The ``partition.metadata`` file that pins a partition directory to its topic id.
+
+Kafka writes it in every partition directory as two lines::
+
+    version: 0
+    topic_id: <topic uuid>
+
+where the uuid is rendered like Kafka's ``Uuid.toString``: the 16 bytes in URL-safe base64
+without padding (22 characters). The broker uses it to keep topic ids stable across restarts.
+This module owns only that file's format and its atomic replacement (temp file, fsync, rename,
+directory fsync).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import uuid
+from pathlib import Path
+
+PARTITION_METADATA_FILE = "partition.metadata"
+VERSION = 0
+
+
+def topic_id_to_str(topic_id: uuid.UUID) -> str:
+    """Kafka's textual form of a topic id (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+def topic_id_from_str(text: str) -> uuid.UUID:
+    """Inverse of :func:`topic_id_to_str`; raises ValueError on anything but 16 encoded bytes."""
+    text = text.strip()
+    if len(text) != 22:
+        raise ValueError(f"malformed topic id {text!r}")
+    try:
+        raw = base64.urlsafe_b64decode(text + "==")
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError(f"malformed topic id {text!r}") from exc
+    if len(raw) != 16:
+        raise ValueError(f"malformed topic id {text!r}")
+    return uuid.UUID(bytes=raw)
+
+
+def read_partition_metadata(directory: Path) -> uuid.UUID | None:
+    """The topic id stored in ``directory``, or None if the file does not exist.
+
+    Raises ValueError if the file exists but is not a version 0 file with a topic id.
+    """
+    path = Path(directory) / PARTITION_METADATA_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise ValueError(f"{path}: malformed line {line!r}")
+        fields[key.strip()] = value.strip()
+    if fields.get("version") != str(VERSION):
+        raise ValueError(f"{path}: unsupported version {fields.get('version')!r}")
+    if "topic_id" not in fields:
+        raise ValueError(f"{path}: no topic_id")
+    return topic_id_from_str(fields["topic_id"])
+
+
+def write_partition_metadata(directory: Path, topic_id: uuid.UUID, *, fsync: bool = True) -> None:
+    """Atomically (re)write ``partition.metadata`` in ``directory``."""
+    directory = Path(directory)
+    path = directory / PARTITION_METADATA_FILE
+    tmp = directory / (PARTITION_METADATA_FILE + ".tmp")
+    data = f"version: {VERSION}\ntopic_id: {topic_id_to_str(topic_id)}\n".encode("ascii")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if fsync:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
