@@ -61,6 +61,7 @@ class Broker:
             ApiKey.PRODUCE: self.data.produce,
             ApiKey.FETCH: self.data.fetch,
             ApiKey.LIST_OFFSETS: self.data.list_offsets,
+            ApiKey.INIT_PRODUCER_ID: self.data.init_producer_id,
         }
         self._server: asyncio.Server | None = None
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
@@ -54,10 +56,51 @@ def max_timestamp_offset(plog: PartitionLog) -> tuple[int, int] | None:
     return top
 
 
+_RECENT_BATCHES = 5  # batches per producer and partition remembered for de-duplication
+
+
+@dataclass(frozen=True, slots=True)
+class _SentBatch:
+    epoch: int
+    first_seq: int
+    last_seq: int
+    base_offset: int
+
+
 class DataApi:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.topics = broker.topics
+        # Idempotent producers: (topic, partition, producer id) -> its last few batches, so a
+        # retried batch is answered with its original offset instead of being appended twice.
+        # Kept in memory only: after a restart a retry of an old batch is appended again.
+        self._recent: dict[tuple[str, int, int], deque[_SentBatch]] = {}
+        self._next_producer_id = int(time.time() * 1000) * 1000
+
+    # InitProducerId -------------------------------------------------------------------------------
+    def init_producer_id(self, ctx: RequestContext, req: Any) -> Any:
+        """Producer ids for idempotent producers; transactions are not supported yet."""
+        if req.transactional_id is not None:
+            log.warning(
+                "InitProducerId for transactional id %r refused: no transactions",
+                req.transactional_id,
+            )
+            return ctx.respond(
+                throttle_time=0,
+                error_code=ErrorCode.transactional_id_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        pid = getattr(req, "producer_id", -1)
+        epoch = getattr(req, "producer_epoch", -1)
+        if pid >= 0 and 0 <= epoch < 32767:
+            producer_id, producer_epoch = pid, epoch + 1  # KIP-360: bump the epoch
+        else:
+            producer_id, producer_epoch = self._next_producer_id, 0
+            self._next_producer_id += 1
+        return ctx.respond(
+            throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=producer_epoch
+        )
 
     # Produce --------------------------------------------------------------------------------------
     def produce(self, ctx: RequestContext, req: Any) -> Any:
@@ -125,18 +168,31 @@ class DataApi:
         if len(records) > self.broker.config["message.max.bytes"]:
             return ErrorCode.message_too_large, -1, plog.log_start_offset
         try:
-            if parse_header(records, 0).magic != 2:
-                return ErrorCode.unsupported_for_message_format, -1, plog.log_start_offset
+            first = parse_header(records, 0)
         except CorruptBatch:
             if len(records) > 16 and records[16] in (0, 1):
                 return ErrorCode.unsupported_for_message_format, -1, plog.log_start_offset
             return ErrorCode.corrupt_message, -1, plog.log_start_offset
+        key = (name, index, first.producer_id)
+        idempotent = first.producer_id >= 0 and first.base_sequence >= 0
+        if idempotent:
+            last_seq = first.base_sequence + first.last_offset_delta
+            for sent in self._recent.get(key, ()):
+                if (sent.epoch, sent.first_seq, sent.last_seq) == (
+                    first.producer_epoch,
+                    first.base_sequence,
+                    last_seq,
+                ):
+                    return ErrorCode.none, sent.base_offset, plog.log_start_offset
         try:
             base, _last = plog.append(bytes(records))
         except CorruptBatch as e:
             log.info("rejected produce to %s-%d: %s", name, index, e)
             return ErrorCode.corrupt_message, -1, plog.log_start_offset
         touched.append(plog)
+        if idempotent:
+            recent = self._recent.setdefault(key, deque(maxlen=_RECENT_BATCHES))
+            recent.append(_SentBatch(first.producer_epoch, first.base_sequence, last_seq, base))
         return ErrorCode.none, base, plog.log_start_offset
 
     def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:

@@ -29,6 +29,7 @@ class ApiKey(IntEnum):
     LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
+    INIT_PRODUCER_ID = 22
     DELETE_TOPICS = 20
     DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
@@ -46,6 +47,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
 }
 
 # Versions we advertise but cannot decode with kio; the broker answers them by hand.

@@ -1,0 +1,355 @@
+"""The classic group data model: members, groups, states and their bookkeeping (B, C).
+
+This module owns what a classic consumer group *is*: its state machine with checked
+transitions (C1-C4), its members in insertion order, the static-member and pending-member
+registries, the protocol vote counters and the awaiting-join count (B1-B9), and protocol
+selection (E7). It knows nothing about requests, replies, records or timers: the shard
+(:mod:`coordinator.shard`) drives it. Parked requests are represented by the runtime's opaque
+handles stored on the member (``join_handle``/``sync_handle``); the group only tells the shard
+which handles it displaced so that every handle gets exactly one reply.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+from coordinator.messages import JoinMember
+
+__all__ = [
+    "ClassicGroup",
+    "GroupState",
+    "IllegalStateTransition",
+    "JoinTimer",
+    "Member",
+]
+
+
+class GroupState(enum.Enum):
+    """C1. Values are Kafka's state names as reported by ListGroups/DescribeGroups."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.DEAD: frozenset(GroupState),
+}
+
+_CAN_REBALANCE = frozenset(
+    {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+)
+
+
+class IllegalStateTransition(RuntimeError):
+    """A transition not allowed by C4: always a coordinator bug."""
+
+
+@dataclass(eq=False, slots=True)
+class Member:
+    """B2. ``protocols`` keeps the member's order (it votes for its first candidate, E7)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    awaiting_join: bool = False
+    join_handle: Hashable = None
+    awaiting_sync: bool = False
+    sync_handle: Hashable = None
+    is_new: bool = False
+    heartbeat_token: int = 0
+    """Token of the member's live session/new-member timer; older heap entries are stale."""
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    def protocol_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
+
+    def metadata(self, protocol: str | None) -> bytes:
+        """The member's metadata for ``protocol`` (first match), b"" if it has none."""
+        for name, data in self.protocols:
+            if name == protocol:
+                return data
+        return b""
+
+    def matches(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+        """Same protocols, same order, byte-for-byte the same metadata (D8)."""
+        return tuple(protocols) == tuple(self.protocols)
+
+    def vote(self, candidates: frozenset[str]) -> str:
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+
+@dataclass(slots=True)
+class JoinTimer:
+    """The group's delayed join (E1-E3). ``initial`` marks Kafka's InitialDelayedJoin, which
+    never completes early; ``delay_ms``/``remaining_ms`` are its re-arm parameters."""
+
+    token: int
+    deadline_ms: int
+    initial: bool
+    delay_ms: int = 0
+    remaining_ms: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class ClassicGroup:
+    """B1. A classic group; mutated only by its shard."""
+
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    state_timestamp_ms: int | None = None
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending_members: dict[str, int] = field(default_factory=dict)
+    """Pending member id -> token of its expiry timer (D3, G6)."""
+    static_members: dict[str, str] = field(default_factory=dict)
+    """Group instance id -> member id (L)."""
+    protocol_votes: dict[str, int] = field(default_factory=dict)
+    """Protocol name -> number of members supporting it (B4-B6)."""
+    num_awaiting_join: int = 0
+    new_member_added: bool = False
+    join_timer: JoinTimer | None = None
+
+    # ---- state machine (C3, C4) ---------------------------------------------------------
+
+    def is_state(self, state: GroupState) -> bool:
+        return self.state is state
+
+    def can_rebalance(self) -> bool:
+        return self.state in _CAN_REBALANCE
+
+    def transition_to(self, target: GroupState, now_ms: int) -> None:
+        if self.state not in _VALID_PREVIOUS[target]:
+            raise IllegalStateTransition(
+                f"group {self.group_id!r}: cannot go from {self.state.value} to {target.value}"
+            )
+        self.state = target
+        self.state_timestamp_ms = now_ms
+
+    # ---- membership (B4-B7) -------------------------------------------------------------
+
+    def has(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def get(self, member_id: str) -> Member:
+        return self.members[member_id]
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def is_pending(self, member_id: str) -> bool:
+        return member_id in self.pending_members
+
+    def static_member_id(self, instance_id: str | None) -> str | None:
+        return None if instance_id is None else self.static_members.get(instance_id)
+
+    def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        current = self.static_member_id(instance_id)
+        return current is not None and current != member_id
+
+    def _inc_votes(self, member: Member) -> None:
+        for name in member.protocol_names():
+            self.protocol_votes[name] = self.protocol_votes.get(name, 0) + 1
+
+    def _dec_votes(self, member: Member) -> None:
+        for name in member.protocol_names():
+            left = self.protocol_votes.get(name, 0) - 1
+            if left > 0:
+                self.protocol_votes[name] = left
+            else:
+                self.protocol_votes.pop(name, None)
+
+    def add(self, member: Member, join_handle: Hashable = None, awaiting: bool = False) -> None:
+        """B4 (and D10's bookkeeping): register static id, set protocol type, maybe leader,
+        count votes, count the member as awaiting join if it has a parked JoinGroup."""
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static_members:
+                raise IllegalStateTransition(
+                    f"group {self.group_id!r}: instance {member.group_instance_id!r} "
+                    "is already registered"
+                )
+            self.static_members[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        self._inc_votes(member)
+        member.awaiting_join = awaiting
+        member.join_handle = join_handle if awaiting else None
+        if awaiting:
+            self.num_awaiting_join += 1
+        self.pending_members.pop(member.member_id, None)
+
+    def remove(self, member_id: str) -> Member | None:
+        """B5: drop the member (and its static mapping and pending entry). A removed leader
+        is replaced by the first remaining member in insertion order."""
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self._dec_votes(member)
+            if member.awaiting_join:
+                self.num_awaiting_join -= 1
+            if (
+                member.group_instance_id is not None
+                and self.static_members.get(member.group_instance_id) == member_id
+            ):
+                del self.static_members[member.group_instance_id]
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.pop(member_id, None)
+        return member
+
+    def update_member(
+        self,
+        member: Member,
+        protocols: tuple[tuple[str, bytes], ...],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        join_handle: Hashable,
+        awaiting: bool,
+    ) -> tuple[bool, Hashable]:
+        """B6: replace protocols (recounting votes) and timeouts, set or clear the parked
+        JoinGroup. Returns (displaced, handle): the previous parked JoinGroup, if any, which
+        the caller must answer."""
+        self._dec_votes(member)
+        member.protocols = tuple(protocols)
+        self._inc_votes(member)
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        displaced = (member.awaiting_join, member.join_handle)
+        if awaiting and not member.awaiting_join:
+            self.num_awaiting_join += 1
+        elif not awaiting and member.awaiting_join:
+            self.num_awaiting_join -= 1
+        member.awaiting_join = awaiting
+        member.join_handle = join_handle if awaiting else None
+        return displaced
+
+    def clear_join(self, member: Member) -> Hashable:
+        """The member's parked JoinGroup was answered: it no longer awaits join."""
+        handle = member.join_handle
+        if member.awaiting_join:
+            member.awaiting_join = False
+            member.join_handle = None
+            self.num_awaiting_join -= 1
+        return handle
+
+    def replace_static_member(
+        self, instance_id: str, old_member_id: str, new_member_id: str
+    ) -> Member:
+        """L3: move the instance's member to a new id (the member moves to the end of the
+        insertion order). Leadership follows. The caller answers the old id's parked
+        requests with FENCED_INSTANCE_ID *before* calling this."""
+        member = self.members.pop(old_member_id)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        self.static_members[instance_id] = new_member_id
+        return member
+
+    def all_members_joined(self) -> bool:
+        """B7."""
+        return len(self.members) == self.num_awaiting_join and not self.pending_members
+
+    def rebalance_timeout_ms(self) -> int:
+        """B8: the largest rebalance timeout among members (0 with none)."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def not_yet_rejoined(self) -> list[Member]:
+        return [m for m in self.members.values() if not m.awaiting_join]
+
+    # ---- protocols (D5, E7) -------------------------------------------------------------
+
+    def supports_protocols(self, protocol_type: str, names: Iterable[str]) -> bool:
+        """D5. An Empty group accepts any non-empty type with at least one protocol."""
+        names = frozenset(names)
+        if self.state is GroupState.EMPTY:
+            return protocol_type != "" and bool(names)
+        size = len(self.members)
+        return self.protocol_type == protocol_type and any(
+            self.protocol_votes.get(n, 0) == size for n in names
+        )
+
+    def candidate_protocols(self) -> frozenset[str]:
+        size = len(self.members)
+        return frozenset(n for n, c in self.protocol_votes.items() if c == size)
+
+    def select_protocol(self) -> str:
+        """E7: each member votes for the first protocol in its own list that every member
+        supports; most votes wins. Ties go to the protocol whose first vote came from the
+        earliest member in insertion order (deterministic; Kafka's tie-break is hash order).
+        """
+        if not self.members:
+            raise IllegalStateTransition(f"group {self.group_id!r}: no members to vote")
+        candidates = self.candidate_protocols()
+        tally: dict[str, int] = {}
+        for member in self.members.values():
+            choice = member.vote(candidates)
+            tally[choice] = tally.get(choice, 0) + 1
+        best = max(tally.values())
+        # dicts keep first-insertion order, i.e. the order of each protocol's first vote
+        return next(name for name, votes in tally.items() if votes == best)
+
+    # ---- leadership and generations (E4-E6) ---------------------------------------------
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """E6: keep the leader if it rejoined, else pick any rejoined member. False when
+        there is no leader or nobody rejoined."""
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.awaiting_join:
+            return True
+        for member_id, member in self.members.items():
+            if member.awaiting_join:
+                self.leader_id = member_id
+                return True
+        return False
+
+    def init_next_generation(self, now_ms: int) -> None:
+        """E5: the generation always increments; with no members the group becomes Empty and
+        its protocol is cleared."""
+        self.generation += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol_name = None
+            self.transition_to(GroupState.EMPTY, now_ms)
+
+    def current_member_metadata(self) -> tuple[JoinMember, ...]:
+        """B9: what the leader receives, in member insertion order."""
+        if self.state in (GroupState.DEAD, GroupState.PREPARING_REBALANCE):
+            raise IllegalStateTransition(
+                f"group {self.group_id!r}: no member metadata in state {self.state.value}"
+            )
+        return tuple(
+            JoinMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+            for m in self.members.values()
+        )

@@ -1,0 +1,250 @@
+"""Version-independent requests and responses of the classic group APIs.
+
+The broker decodes a JoinGroup/SyncGroup/Heartbeat/LeaveGroup/ListGroups/DescribeGroups/
+DeleteGroups request of any wire version into one of these frozen dataclasses, hands it to the
+owning :class:`coordinator.shard.GroupShard`, and encodes the response dataclass it gets back
+into the negotiated version (filling defaults for fields the version lacks). Error codes are
+plain ints from Kafka's table (:class:`protocol.errors.ErrorCode` members are ints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = [
+    "DeleteGroupResult",
+    "DeleteGroupsRequest",
+    "DeleteGroupsResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribedGroup",
+    "DescribedMember",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "JoinMember",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "LeaveMember",
+    "LeaveMemberResult",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
+    "ListedGroup",
+    "Request",
+    "Response",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Requests
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    """JoinGroup. ``member_id`` is "" for a member without an id.
+
+    ``require_known_member_id`` is true for JoinGroup v4+ (D4; the shard applies it only when
+    there is no ``group_instance_id``). ``supports_skip_assignment`` is true for v9+: a static
+    leader replaced in a Stable group is then told it leads, with ``skip_assignment`` set,
+    instead of being given the old leader id (Kafka 3.x behaviour).
+    """
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    client_id: str
+    client_host: str
+    require_known_member_id: bool
+    reason: str | None = None
+    supports_skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    """SyncGroup. ``protocol_type``/``protocol_name`` are None before v5."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMember:
+    """One leaving member; ``member_id`` "" with an instance id removes by instance id."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    """LeaveGroup; v0-v2 carry exactly one member."""
+
+    group_id: str
+    members: tuple[LeaveMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    """ListGroups; an empty filter matches everything. Both filters are case-insensitive."""
+
+    states_filter: frozenset[str] = frozenset()
+    types_filter: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsRequest:
+    group_ids: tuple[str, ...]
+
+
+Request = (
+    JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | ListGroupsRequest
+    | DescribeGroupsRequest
+    | DeleteGroupsRequest
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Responses
+
+
+@dataclass(frozen=True, slots=True)
+class JoinMember:
+    """A member as the leader sees it: metadata is for the group's selected protocol (B9)."""
+
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    """JoinGroup result. Errors follow D13: generation -1, no protocol, leader "", no members."""
+
+    error: int
+    generation_id: int
+    protocol_type: str | None
+    protocol_name: str | None
+    leader: str
+    member_id: str
+    members: tuple[JoinMember, ...] = ()
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error: int
+    protocol_type: str | None
+    protocol_name: str | None
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error: int
+
+
+class LeaveMemberResult(NamedTuple):
+    member_id: str
+    group_instance_id: str | None
+    error: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    """Top-level ``error`` plus one result per requested member (v3+). For v0-v2 the broker
+    reports the single member's error at the top level, as Kafka does."""
+
+    error: int
+    members: tuple[LeaveMemberResult, ...]
+
+
+class ListedGroup(NamedTuple):
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    error: int
+    groups: tuple[ListedGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    """Metadata and assignment are empty unless the group is Stable (Kafka's summary)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    error: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[DescribedMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedGroup, ...]
+
+
+class DeleteGroupResult(NamedTuple):
+    group_id: str
+    error: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResponse:
+    results: tuple[DeleteGroupResult, ...]
+
+
+Response = (
+    JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | ListGroupsResponse
+    | DescribeGroupsResponse
+    | DeleteGroupsResponse
+)

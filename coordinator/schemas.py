@@ -1,0 +1,425 @@
+"""Kafka's ``__consumer_offsets`` record schemas: keys and values, bit-exact.
+
+This module owns the binary layout of the records a group-coordinator shard appends to (and
+replays from) its ``__consumer_offsets`` partition. Layouts follow Kafka's own message
+definitions (``OffsetCommitKey``, ``OffsetCommitValue``, ``GroupMetadataKey``,
+``GroupMetadataValue``) in their classic, non-flexible encoding: big-endian integers, strings
+as an int16 length followed by UTF-8 bytes (length -1 = null for nullable strings), bytes as an
+int32 length followed by the bytes, arrays as an int32 count followed by the elements.
+
+Every key and value starts with an int16 schema version:
+
+- key v0/v1: ``OffsetCommitKey`` (group, topic, partition); we write v1 as Kafka does.
+- key v2: ``GroupMetadataKey`` (group).
+- key v3+: KIP-848 consumer-group records (v3-v8 in Kafka 3.7+). Not modelled yet:
+  :func:`decode_key` returns :class:`UnknownKey` for them so a loader can skip them. When the
+  consumer-group protocol lands, give those versions their own dataclasses in
+  ``_KEY_DECODERS``.
+
+Values: ``OffsetCommitValue`` v0-v3 (we write v3), ``GroupMetadataValue`` v0-v3 (we write v3).
+A ``None`` value is a tombstone; it never reaches these codecs.
+
+Decoders raise :class:`SchemaError` (a ``ValueError``) on truncated input, trailing bytes,
+negative lengths other than the null marker, invalid UTF-8 and unknown versions.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = [
+    "GROUP_METADATA_KEY_VERSION",
+    "GROUP_METADATA_VALUE_VERSION",
+    "OFFSET_COMMIT_KEY_VERSION",
+    "OFFSET_COMMIT_VALUE_VERSION",
+    "GroupMetadataKey",
+    "GroupMetadataValue",
+    "MemberMetadata",
+    "OffsetCommitKey",
+    "OffsetCommitValue",
+    "RecordKey",
+    "SchemaError",
+    "UnknownKey",
+    "UnsupportedVersionError",
+    "decode_group_metadata_value",
+    "decode_key",
+    "decode_offset_commit_value",
+    "encode_group_metadata_value",
+    "encode_key",
+    "encode_offset_commit_value",
+]
+
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+OFFSET_COMMIT_VALUE_VERSION = 3
+GROUP_METADATA_VALUE_VERSION = 3
+
+
+class SchemaError(ValueError):
+    """A key or value could not be decoded: malformed bytes or an unknown version."""
+
+
+class UnsupportedVersionError(SchemaError):
+    """A value (or a negative key) version this module does not know."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    """Key versions 0 and 1: the committed offset of one partition for one group."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    """Key version 2: the metadata (generation, members, assignment) of one classic group."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKey:
+    """A key whose version this module does not model (KIP-848 records, v3-v8).
+
+    ``version`` is the key's version prefix and ``data`` its bytes after the prefix.
+    """
+
+    version: int
+    data: bytes
+
+
+RecordKey = OffsetCommitKey | GroupMetadataKey | UnknownKey
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitValue:
+    """An offset commit. ``leader_epoch`` is -1 when unknown (and for versions < 3);
+    ``expire_timestamp`` is -1 unless a v1 record carried one."""
+
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    leader_epoch: int = -1
+    expire_timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    """One member inside a :class:`GroupMetadataValue`.
+
+    ``rebalance_timeout`` is -1 when read from a v0 record (which has none); loaders use the
+    session timeout instead, as Kafka does.
+    """
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout: int
+    session_timeout: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    """A classic group's persisted state. ``current_state_timestamp`` is -1 when unknown
+    (always for versions < 2)."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: tuple[MemberMetadata, ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Primitive writer / reader
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class _Writer:
+    __slots__ = ("_parts",)
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def int16(self, v: int) -> None:
+        self._parts.append(_I16.pack(v))
+
+    def int32(self, v: int) -> None:
+        self._parts.append(_I32.pack(v))
+
+    def int64(self, v: int) -> None:
+        self._parts.append(_I64.pack(v))
+
+    def string(self, v: str) -> None:
+        raw = v.encode("utf-8")
+        if len(raw) > 0x7FFF:
+            raise SchemaError(f"string of {len(raw)} bytes does not fit an int16 length")
+        self._parts.append(_I16.pack(len(raw)))
+        self._parts.append(raw)
+
+    def nullable_string(self, v: str | None) -> None:
+        if v is None:
+            self._parts.append(_I16.pack(-1))
+        else:
+            self.string(v)
+
+    def bytes_(self, v: bytes) -> None:
+        self._parts.append(_I32.pack(len(v)))
+        self._parts.append(bytes(v))
+
+    def getvalue(self) -> bytes:
+        return b"".join(self._parts)
+
+
+class _Reader:
+    __slots__ = ("_buf", "_pos", "_what")
+
+    def __init__(self, buf: bytes, what: str) -> None:
+        self._buf = memoryview(buf)
+        self._pos = 0
+        self._what = what
+
+    def _take(self, n: int, field: str) -> memoryview:
+        end = self._pos + n
+        if end > len(self._buf):
+            raise SchemaError(
+                f"{self._what}: truncated reading {field} at byte {self._pos} "
+                f"(need {n}, have {len(self._buf) - self._pos})"
+            )
+        out = self._buf[self._pos : end]
+        self._pos = end
+        return out
+
+    def int16(self, field: str) -> int:
+        return int(_I16.unpack(self._take(2, field))[0])
+
+    def int32(self, field: str) -> int:
+        return int(_I32.unpack(self._take(4, field))[0])
+
+    def int64(self, field: str) -> int:
+        return int(_I64.unpack(self._take(8, field))[0])
+
+    def _utf8(self, n: int, field: str) -> str:
+        raw = self._take(n, field)
+        try:
+            return bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SchemaError(f"{self._what}: {field} is not valid UTF-8") from exc
+
+    def string(self, field: str) -> str:
+        n = self.int16(field)
+        if n < 0:
+            raise SchemaError(f"{self._what}: {field} has negative length {n} (not nullable)")
+        return self._utf8(n, field)
+
+    def nullable_string(self, field: str) -> str | None:
+        n = self.int16(field)
+        if n == -1:
+            return None
+        if n < 0:
+            raise SchemaError(f"{self._what}: {field} has invalid length {n}")
+        return self._utf8(n, field)
+
+    def bytes_(self, field: str) -> bytes:
+        n = self.int32(field)
+        if n < 0:
+            # Kafka's non-nullable bytes; a null here is malformed.
+            raise SchemaError(f"{self._what}: {field} has negative length {n}")
+        return bytes(self._take(n, field))
+
+    def array_len(self, field: str) -> int:
+        n = self.int32(field)
+        if n < 0:
+            raise SchemaError(f"{self._what}: {field} has negative count {n}")
+        # Each element takes at least one byte; reject absurd counts before looping.
+        if n > len(self._buf) - self._pos:
+            raise SchemaError(f"{self._what}: {field} count {n} exceeds the remaining bytes")
+        return n
+
+    def end(self) -> None:
+        if self._pos != len(self._buf):
+            raise SchemaError(
+                f"{self._what}: {len(self._buf) - self._pos} trailing bytes after the record"
+            )
+
+
+def _version(buf: bytes, what: str) -> tuple[int, _Reader]:
+    if not isinstance(buf, bytes | bytearray | memoryview):
+        raise SchemaError(f"{what}: expected bytes, got {type(buf).__name__}")
+    r = _Reader(bytes(buf), what)
+    return r.int16("version"), r
+
+
+# --------------------------------------------------------------------------------------------
+# Keys
+
+
+def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
+    """Encode a key: OffsetCommitKey as version 1, GroupMetadataKey as version 2."""
+    w = _Writer()
+    if isinstance(key, OffsetCommitKey):
+        w.int16(OFFSET_COMMIT_KEY_VERSION)
+        w.string(key.group)
+        w.string(key.topic)
+        w.int32(key.partition)
+    elif isinstance(key, GroupMetadataKey):
+        w.int16(GROUP_METADATA_KEY_VERSION)
+        w.string(key.group)
+    else:
+        raise TypeError(f"cannot encode key of type {type(key).__name__}")
+    return w.getvalue()
+
+
+def _decode_offset_commit_key(r: _Reader) -> OffsetCommitKey:
+    group = r.string("group")
+    topic = r.string("topic")
+    partition = r.int32("partition")
+    r.end()
+    return OffsetCommitKey(group, topic, partition)
+
+
+def _decode_group_metadata_key(r: _Reader) -> GroupMetadataKey:
+    group = r.string("group")
+    r.end()
+    return GroupMetadataKey(group)
+
+
+_KEY_DECODERS: dict[int, Callable[[_Reader], RecordKey]] = {
+    0: _decode_offset_commit_key,
+    1: _decode_offset_commit_key,
+    2: _decode_group_metadata_key,
+    # 3..8: KIP-848 consumer-group records (ConsumerGroupMetadataKey, ...). Add them here.
+}
+
+
+def decode_key(buf: bytes) -> RecordKey:
+    """Decode a ``__consumer_offsets`` key. Versions >= 3 come back as :class:`UnknownKey`."""
+    version, r = _version(buf, "key")
+    decoder = _KEY_DECODERS.get(version)
+    if decoder is not None:
+        return decoder(r)
+    if version < 0:
+        raise UnsupportedVersionError(f"key: negative version {version}")
+    return UnknownKey(version, bytes(buf[2:]))
+
+
+# --------------------------------------------------------------------------------------------
+# OffsetCommitValue
+
+
+def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
+    """Encode as version 3 (offset, leader epoch, metadata, commit timestamp).
+
+    Kafka writes v1 only for commits with an explicit expire timestamp (deprecated
+    OffsetCommit v1 retention); this broker never does, so ``expire_timestamp`` is dropped.
+    """
+    w = _Writer()
+    w.int16(OFFSET_COMMIT_VALUE_VERSION)
+    w.int64(value.offset)
+    w.int32(value.leader_epoch)
+    w.string(value.metadata)
+    w.int64(value.commit_timestamp)
+    return w.getvalue()
+
+
+def decode_offset_commit_value(buf: bytes) -> OffsetCommitValue:
+    """Decode an OffsetCommitValue of version 0-3."""
+    version, r = _version(buf, "OffsetCommitValue")
+    if version in (0, 2):
+        offset = r.int64("offset")
+        metadata = r.string("metadata")
+        commit_ts = r.int64("commit_timestamp")
+        r.end()
+        return OffsetCommitValue(offset, metadata, commit_ts)
+    if version == 1:
+        offset = r.int64("offset")
+        metadata = r.string("metadata")
+        commit_ts = r.int64("commit_timestamp")
+        expire_ts = r.int64("expire_timestamp")
+        r.end()
+        return OffsetCommitValue(offset, metadata, commit_ts, expire_timestamp=expire_ts)
+    if version == 3:
+        offset = r.int64("offset")
+        epoch = r.int32("leader_epoch")
+        metadata = r.string("metadata")
+        commit_ts = r.int64("commit_timestamp")
+        r.end()
+        return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch=epoch)
+    raise UnsupportedVersionError(f"OffsetCommitValue: unsupported version {version}")
+
+
+# --------------------------------------------------------------------------------------------
+# GroupMetadataValue
+
+
+def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
+    """Encode as version 3 (state timestamp and group instance ids included)."""
+    w = _Writer()
+    w.int16(GROUP_METADATA_VALUE_VERSION)
+    w.string(value.protocol_type)
+    w.int32(value.generation)
+    w.nullable_string(value.protocol)
+    w.nullable_string(value.leader)
+    w.int64(value.current_state_timestamp)
+    w.int32(len(value.members))
+    for m in value.members:
+        w.string(m.member_id)
+        w.nullable_string(m.group_instance_id)
+        w.string(m.client_id)
+        w.string(m.client_host)
+        w.int32(m.rebalance_timeout)
+        w.int32(m.session_timeout)
+        w.bytes_(m.subscription)
+        w.bytes_(m.assignment)
+    return w.getvalue()
+
+
+def decode_group_metadata_value(buf: bytes) -> GroupMetadataValue:
+    """Decode a GroupMetadataValue of version 0-3."""
+    version, r = _version(buf, "GroupMetadataValue")
+    if not 0 <= version <= 3:
+        raise UnsupportedVersionError(f"GroupMetadataValue: unsupported version {version}")
+    protocol_type = r.string("protocol_type")
+    generation = r.int32("generation")
+    protocol = r.nullable_string("protocol")
+    leader = r.nullable_string("leader")
+    state_ts = r.int64("current_state_timestamp") if version >= 2 else -1
+    members: list[MemberMetadata] = []
+    for _ in range(r.array_len("members")):
+        member_id = r.string("member_id")
+        instance_id = r.nullable_string("group_instance_id") if version >= 3 else None
+        client_id = r.string("client_id")
+        client_host = r.string("client_host")
+        rebalance_timeout = r.int32("rebalance_timeout") if version >= 1 else -1
+        session_timeout = r.int32("session_timeout")
+        subscription = r.bytes_("subscription")
+        assignment = r.bytes_("assignment")
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
+    r.end()
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

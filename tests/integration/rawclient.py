@@ -1,0 +1,80 @@
+"""A minimal blocking Kafka client for tests that need exact control over the bytes sent."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kio.serial import entity_reader
+
+from protocol.apis import is_flexible
+from protocol.codec import encode_body, request_type, response_type
+from protocol.responses import build
+
+
+class RawClient:
+    def __init__(self, port: int, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, api_key: int, version: int, body: bytes, client_id: str = "raw") -> int:
+        self.correlation += 1
+        cid = client_id.encode()
+        header = struct.pack(">hhih", api_key, version, self.correlation, len(cid)) + cid
+        if is_flexible(api_key, version):
+            header += b"\x00"
+        payload = header + body
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        return self.correlation
+
+    def recv_frame(self) -> bytes:
+        size = struct.unpack(">i", self._exact(4))[0]
+        return self._exact(size)
+
+    def _exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("connection closed")
+            out += chunk
+        return bytes(out)
+
+    def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        """Send a request built from ``fields`` and decode its response."""
+        body = encode_body(build(request_type(api_key, version), **fields))
+        correlation = self.send(api_key, version, body)
+        frame = self.recv_frame()
+        got = struct.unpack_from(">i", frame, 0)[0]
+        assert got == correlation, (got, correlation)
+        pos = 4
+        if is_flexible(api_key, version) and api_key != 18:
+            pos += 1  # empty tagged fields of response header v1
+        value, _ = entity_reader(response_type(api_key, version))(frame, pos)
+        return value
+
+    def closed_by_peer(self, timeout: float = 10.0) -> bool:
+        """True once the broker has closed this connection (reads EOF or a reset)."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                if not data:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
