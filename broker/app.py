@@ -18,6 +18,9 @@ from .config import Config
 from .connection import Connection, Handler
 from .data_api import DataApi
 from .flusher import Flusher
+from .group_api import GroupApi
+from .group_runtime import GroupRuntime
+from .offset_api import OffsetApi
 from .topics import INTERNAL_TOPICS, LogSettings, TopicStore
 
 log = logging.getLogger("kcoord.broker")
@@ -52,6 +55,10 @@ class Broker:
         self.flusher = Flusher(enabled=fsync, on_flushed=self.topics.notify_appended)
         self.cluster = ClusterApi(self)
         self.data = DataApi(self)
+        self.groups = GroupRuntime(self)
+        self.group_api = GroupApi(self, self.groups)
+        g = self.group_api
+        o = OffsetApi(self, self.groups)
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.cluster.api_versions,
             ApiKey.METADATA: self.cluster.metadata,
@@ -62,6 +69,17 @@ class Broker:
             ApiKey.FETCH: self.data.fetch,
             ApiKey.LIST_OFFSETS: self.data.list_offsets,
             ApiKey.INIT_PRODUCER_ID: self.data.init_producer_id,
+            ApiKey.FIND_COORDINATOR: g.find_coordinator,
+            ApiKey.JOIN_GROUP: g.join_group,
+            ApiKey.SYNC_GROUP: g.sync_group,
+            ApiKey.HEARTBEAT: g.heartbeat,
+            ApiKey.LEAVE_GROUP: g.leave_group,
+            ApiKey.LIST_GROUPS: g.list_groups,
+            ApiKey.DESCRIBE_GROUPS: g.describe_groups,
+            ApiKey.DELETE_GROUPS: g.delete_groups,
+            ApiKey.OFFSET_COMMIT: o.offset_commit,
+            ApiKey.OFFSET_FETCH: o.offset_fetch,
+            ApiKey.OFFSET_DELETE: o.offset_delete,
         }
         self._server: asyncio.Server | None = None
 
@@ -70,6 +88,7 @@ class Broker:
 
     async def start(self) -> None:
         self.topics.load(skip=INTERNAL_TOPICS)
+        await self.groups.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self),
@@ -101,6 +120,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        await self.groups.stop()
         if self._server is not None:
             await self._server.wait_closed()
         self.topics.close()

@@ -147,7 +147,25 @@ class TopicStore:
             raise TopicError(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
         if validate_only:
             return None
-        topic = Topic(name, uuid.uuid4())
+        topic = self._build(name, partitions, uuid.uuid4(), segment_bytes)
+        log.info("created topic %s (%d partitions)", name, partitions)
+        return topic
+
+    def open_internal(self, name: str, partitions: int, segment_bytes: int) -> Topic:
+        """Open (creating if needed) an internal topic such as ``__consumer_offsets``."""
+        topic_id = None
+        for p in range(partitions):
+            path = self.data_dir / f"{name}-{p}"
+            if path.is_dir():
+                topic_id = read_partition_metadata(path)
+                if topic_id is not None:
+                    break
+        return self._build(name, partitions, topic_id or uuid.uuid4(), segment_bytes)
+
+    def _build(
+        self, name: str, partitions: int, topic_id: uuid.UUID, segment_bytes: int | None
+    ) -> Topic:
+        topic = Topic(name, topic_id)
         saved = self.settings
         if segment_bytes is not None:
             self.settings = LogSettings(segment_bytes, saved.index_interval_bytes, saved.fsync)
@@ -157,7 +175,6 @@ class TopicStore:
         finally:
             self.settings = saved
         self._register(topic)
-        log.info("created topic %s (%d partitions)", name, partitions)
         return topic
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:

@@ -1,1 +1,6 @@
-"""The group coordinator, sans-IO: shard state machines, offsets, __consumer_offsets schemas."""
+"""The group coordinator, sans-IO: shard state machines, offsets, __consumer_offsets schemas.
+
+Modules: ``config`` (GroupConfig), ``schemas`` (__consumer_offsets key/value records),
+``messages`` (version-independent requests/responses), ``group`` (the classic group model),
+``shard`` (GroupShard, the sans-IO state machine of one __consumer_offsets partition).
+"""

@@ -46,9 +46,7 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     GroupState.DEAD: frozenset(GroupState),
 }
 
-_CAN_REBALANCE = frozenset(
-    {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
-)
+_CAN_REBALANCE = frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY})
 
 
 class IllegalStateTransition(RuntimeError):

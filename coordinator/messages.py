@@ -190,10 +190,11 @@ class LeaveGroupResponse:
 
 
 class ListedGroup(NamedTuple):
+    """(group_id, protocol_type, state); all classic groups (ListGroups v5 type "classic")."""
+
     group_id: str
     protocol_type: str
     state: str
-    group_type: str = "classic"
 
 
 @dataclass(frozen=True, slots=True)

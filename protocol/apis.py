@@ -48,6 +48,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 # Versions we advertise but cannot decode with kio; the broker answers them by hand.

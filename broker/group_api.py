@@ -1,0 +1,258 @@
+"""The consumer-group APIs on the wire: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, ListGroups, DescribeGroups and DeleteGroups.
+
+Each handler turns the request of whatever version arrived into the coordinator's
+version-independent message, routes it to the shard owning the group (A2), and turns the shard's
+answer back into the negotiated version (D13 for error responses). Admin requests that name
+several groups, or none, fan out to the shards involved and merge their answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from coordinator import messages as m
+from protocol.errors import ErrorCode
+from protocol.responses import to_millis
+
+from .connection import RequestContext
+from .group_runtime import GroupRuntime
+
+if TYPE_CHECKING:
+    from .app import Broker
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+_UNKNOWN_OPERATIONS = -2147483648
+
+
+class GroupApi:
+    def __init__(self, broker: Broker, runtime: GroupRuntime) -> None:
+        self.broker = broker
+        self.runtime = runtime
+
+    def _client_host(self, ctx: RequestContext) -> str:
+        return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
+
+    # FindCoordinator ------------------------------------------------------------------------------
+    def find_coordinator(self, ctx: RequestContext, req: Any) -> Any:
+        key_type = getattr(req, "key_type", GROUP_KEY)
+        keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
+        node_id = int(self.broker.config["node.id"])
+        host, port = self.broker.config.advertised
+        results = []
+        for key in keys:
+            if key_type == GROUP_KEY:
+                self.runtime.ensure_topic()
+                results.append(
+                    dict(key=key, node_id=node_id, host=host, port=port, error_code=0, error_message=None)
+                )
+            else:
+                code = (
+                    ErrorCode.transactional_id_authorization_failed
+                    if key_type == TRANSACTION_KEY
+                    else ErrorCode.invalid_request
+                )
+                message = (
+                    "transactions are not supported"
+                    if key_type == TRANSACTION_KEY
+                    else f"unknown key type {key_type}"
+                )
+                results.append(
+                    dict(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+                )
+        if ctx.version >= 4:
+            return ctx.respond(throttle_time=0, coordinators=results)
+        first = results[0]
+        return ctx.respond(
+            throttle_time=0,
+            error_code=first["error_code"],
+            error_message=first["error_message"],
+            node_id=first["node_id"],
+            host=first["host"],
+            port=first["port"],
+        )
+
+    # JoinGroup ------------------------------------------------------------------------------------
+    async def join_group(self, ctx: RequestContext, req: Any) -> Any:
+        session_ms = to_millis(req.session_timeout)
+        rebalance_ms = to_millis(req.rebalance_timeout) if ctx.version >= 1 else session_ms
+        request = m.JoinGroupRequest(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            protocol_type=req.protocol_type,
+            protocols=tuple((p.name, p.metadata) for p in req.protocols),
+            client_id=ctx.header.client_id or "",
+            client_host=self._client_host(ctx),
+            require_known_member_id=ctx.version >= 4,
+            reason=getattr(req, "reason", None),
+            supports_skip_assignment=ctx.version >= 9,
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        r: m.JoinGroupResponse = await runtime.call(p, runtime.shard(p).join_group, request)
+        return ctx.respond(
+            throttle_time=0,
+            error_code=r.error,
+            generation_id=r.generation_id,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name if ctx.version >= 7 else (r.protocol_name or ""),
+            leader=r.leader,
+            skip_assignment=r.skip_assignment,
+            member_id=r.member_id,
+            members=[
+                dict(member_id=x.member_id, group_instance_id=x.group_instance_id, metadata=x.metadata)
+                for x in r.members
+            ],
+        )
+
+    # SyncGroup ------------------------------------------------------------------------------------
+    async def sync_group(self, ctx: RequestContext, req: Any) -> Any:
+        request = m.SyncGroupRequest(
+            group_id=req.group_id,
+            generation_id=req.generation_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=getattr(req, "protocol_type", None),
+            protocol_name=getattr(req, "protocol_name", None),
+            assignments=tuple((a.member_id, a.assignment) for a in req.assignments),
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        r: m.SyncGroupResponse = await runtime.call(p, runtime.shard(p).sync_group, request)
+        return ctx.respond(
+            throttle_time=0,
+            error_code=r.error,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name,
+            assignment=r.assignment,
+        )
+
+    # Heartbeat ------------------------------------------------------------------------------------
+    async def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
+        request = m.HeartbeatRequest(
+            group_id=req.group_id,
+            generation_id=req.generation_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        r: m.HeartbeatResponse = await runtime.call(p, runtime.shard(p).heartbeat, request)
+        return ctx.respond(throttle_time=0, error_code=r.error)
+
+    # LeaveGroup -----------------------------------------------------------------------------------
+    async def leave_group(self, ctx: RequestContext, req: Any) -> Any:
+        if ctx.version >= 3:
+            members = tuple(
+                m.LeaveMember(x.member_id, x.group_instance_id, getattr(x, "reason", None))
+                for x in req.members
+            )
+        else:
+            members = (m.LeaveMember(req.member_id),)
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        r: m.LeaveGroupResponse = await runtime.call(
+            p, runtime.shard(p).leave_group, m.LeaveGroupRequest(req.group_id, members)
+        )
+        if ctx.version >= 3:
+            return ctx.respond(
+                throttle_time=0,
+                error_code=r.error,
+                members=[
+                    dict(member_id=x.member_id, group_instance_id=x.group_instance_id, error_code=x.error)
+                    for x in r.members
+                ],
+            )
+        error = r.error or (r.members[0].error if r.members else 0)
+        return ctx.respond(throttle_time=0, error_code=error)
+
+    # ListGroups -----------------------------------------------------------------------------------
+    async def list_groups(self, ctx: RequestContext, req: Any) -> Any:
+        request = m.ListGroupsRequest(
+            states_filter=frozenset(getattr(req, "states_filter", ()) or ()),
+            types_filter=frozenset(getattr(req, "types_filter", ()) or ()),
+        )
+        runtime = self.runtime
+        answers: list[m.ListGroupsResponse] = await asyncio.gather(
+            *(runtime.call(p, runtime.shard(p).list_groups, request) for p in range(runtime.num_partitions))
+        )
+        error = next((a.error for a in answers if a.error), 0)
+        groups = [g for a in answers for g in a.groups]
+        return ctx.respond(
+            throttle_time=0,
+            error_code=error,
+            groups=[
+                dict(
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type,
+                    group_state=g.state,
+                    group_type=g.group_type,
+                )
+                for g in sorted(groups)
+            ],
+        )
+
+    # DescribeGroups -------------------------------------------------------------------------------
+    async def describe_groups(self, ctx: RequestContext, req: Any) -> Any:
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for group_id in req.groups:
+            by_shard[self.runtime.partition_of(group_id)].append(group_id)
+        runtime = self.runtime
+        answers: list[m.DescribeGroupsResponse] = await asyncio.gather(
+            *(
+                runtime.call(p, runtime.shard(p).describe_groups, m.DescribeGroupsRequest(tuple(ids)))
+                for p, ids in by_shard.items()
+            )
+        )
+        found = {g.group_id: g for a in answers for g in a.groups}
+        include_ops = getattr(req, "include_authorized_operations", False)
+        groups = []
+        for group_id in req.groups:
+            g = found[group_id]
+            groups.append(
+                dict(
+                    error_code=g.error,
+                    error_message=None,
+                    group_id=g.group_id,
+                    group_state=g.state,
+                    protocol_type=g.protocol_type,
+                    protocol_data=g.protocol,
+                    members=[
+                        dict(
+                            member_id=x.member_id,
+                            group_instance_id=x.group_instance_id,
+                            client_id=x.client_id,
+                            client_host=x.client_host,
+                            member_metadata=x.metadata,
+                            member_assignment=x.assignment,
+                        )
+                        for x in g.members
+                    ],
+                    authorized_operations=_UNKNOWN_OPERATIONS if not include_ops else 0,
+                )
+            )
+        return ctx.respond(throttle_time=0, groups=groups)
+
+    # DeleteGroups ---------------------------------------------------------------------------------
+    async def delete_groups(self, ctx: RequestContext, req: Any) -> Any:
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for group_id in req.groups_names:
+            by_shard[self.runtime.partition_of(group_id)].append(group_id)
+        runtime = self.runtime
+        answers: list[m.DeleteGroupsResponse] = await asyncio.gather(
+            *(
+                runtime.call(p, runtime.shard(p).delete_groups, m.DeleteGroupsRequest(tuple(ids)))
+                for p, ids in by_shard.items()
+            )
+        )
+        found = {r.group_id: r.error for a in answers for r in a.results}
+        return ctx.respond(
+            throttle_time=0,
+            results=[dict(group_id=g, error_code=found[g]) for g in req.groups_names],
+        )

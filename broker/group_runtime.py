@@ -1,0 +1,280 @@
+"""The coordinator runtime: drives the sans-IO group shards with real I/O and real time.
+
+One :class:`coordinator.shard.GroupShard` per partition of ``__consumer_offsets``. For every
+request the runtime calls the owning shard with an opaque handle and the current time, appends
+the records of the shard's output to that partition's log, waits for the group-commit fsync,
+and only then completes the replies (which may answer other, earlier parked requests). Outputs
+of one shard are completed in the order they were produced, so a reply never overtakes the
+durability of a record emitted before it. Timers are one ``call_at`` per shard, set to the
+shard's next deadline and delivered back with ``advance``.
+
+At start-up each existing partition is replayed into its shard cooperatively on the event loop;
+meanwhile that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3). The offsets topic itself is
+created on first use (A5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from coordinator.config import GroupConfig
+from coordinator.shard import GroupShard, Output
+from protocol.javahash import partition_for
+from protocol.records import build_batch, decode_batch
+from storage.log import PartitionLog
+
+from .topics import OFFSETS_TOPIC, Topic
+
+if TYPE_CHECKING:
+    from .app import Broker
+
+log = logging.getLogger("kcoord.coordinator")
+
+_LOAD_YIELD_EVERY = 256  # batches replayed between yields to the event loop
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _ShardRuntime:
+    """Per-shard plumbing: the log, the ordered completion chain and the timer."""
+
+    __slots__ = ("chain", "log", "loaded", "partition", "shard", "timer", "timer_at")
+
+    def __init__(self, partition: int, shard: GroupShard) -> None:
+        self.partition = partition
+        self.shard = shard
+        self.log: PartitionLog | None = None
+        self.chain: asyncio.Future[None] | None = None  # completion of the last queued output
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at: int | None = None
+        self.loaded = False
+
+
+class GroupRuntime:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        config = broker.config
+        self.num_partitions = int(config["offsets.topic.num.partitions"])
+        self.group_config = GroupConfig(
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            max_size=config["group.max.size"],
+            offsets_topic_num_partitions=self.num_partitions,
+        )
+        start = now_ms()
+        n = self.num_partitions
+        self.shards = [
+            _ShardRuntime(
+                p,
+                GroupShard(
+                    p,
+                    self.group_config,
+                    now_ms=start,
+                    partition_for=lambda g: partition_for(g, n),
+                ),
+            )
+            for p in range(n)
+        ]
+        self._handles = itertools.count(1)
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._topic: Topic | None = None
+        self._load_task: asyncio.Task[None] | None = None
+        self.load_seconds: float | None = None
+
+    # start-up and the offsets topic -----------------------------------------------------------
+    @property
+    def topic_exists(self) -> bool:
+        return self._topic is not None
+
+    async def start(self) -> None:
+        """Load the offsets topic if it is on disk (in the background)."""
+        data_dir = self.broker.config.data_dir
+        if (data_dir / f"{OFFSETS_TOPIC}-0").is_dir():
+            self._open_topic()
+            self._load_task = asyncio.ensure_future(self._load_all())
+        else:
+            # Nothing to load: every shard starts empty and ready.
+            t = now_ms()
+            for sr in self.shards:
+                self._finish(sr, t)
+
+    def ensure_topic(self) -> None:
+        """Create the offsets topic on first use (A5)."""
+        if self._topic is None:
+            self._open_topic()
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+
+    def _open_topic(self) -> None:
+        config = self.broker.config
+        topics = self.broker.topics
+        existing = topics.get(OFFSETS_TOPIC)
+        if existing is None:
+            existing = topics.open_internal(
+                OFFSETS_TOPIC, self.num_partitions, segment_bytes=config["offsets.topic.segment.bytes"]
+            )
+        self._topic = existing
+        for sr in self.shards:
+            sr.log = existing.partitions[sr.partition]
+
+    async def _load_all(self) -> None:
+        started = time.perf_counter()
+        records = 0
+        for sr in self.shards:
+            assert sr.log is not None
+            n = 0
+            for i, (_base, _header, data) in enumerate(sr.log.iter_batches()):
+                batch = decode_batch(data, verify_crc=False)
+                t = now_ms()
+                for rec in batch.records:
+                    if rec.key is None:
+                        continue
+                    sr.shard.replay(rec.key, rec.value, t)
+                    n += 1
+                if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
+            records += n
+            self._finish(sr, now_ms())
+        self.load_seconds = time.perf_counter() - started
+        log.info(
+            "loaded %s: %d partitions, %d records in %.3f s",
+            OFFSETS_TOPIC,
+            self.num_partitions,
+            records,
+            self.load_seconds,
+        )
+
+    def _finish(self, sr: _ShardRuntime, t: int) -> None:
+        out = sr.shard.finish_loading(t)
+        sr.loaded = True
+        self._process(sr, out)
+
+    @property
+    def loaded(self) -> bool:
+        return all(sr.loaded for sr in self.shards)
+
+    async def stop(self) -> None:
+        if self._load_task is not None and not self._load_task.done():
+            self._load_task.cancel()
+        for sr in self.shards:
+            if sr.timer is not None:
+                sr.timer.cancel()
+        # Parked requests are answered by the connection closing.
+
+    # routing ------------------------------------------------------------------------------------
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    async def call(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
+        """Run ``op(handle, request, now)`` on shard ``partition``; await its reply."""
+        sr = self.shards[partition]
+        if self._topic is None:
+            self.ensure_topic()
+        handle = next(self._handles)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[handle] = fut
+        try:
+            out = op(handle, request, now_ms())
+            self._process(sr, out)
+            return await fut
+        finally:
+            self._waiting.pop(handle, None)
+
+    def shard(self, partition: int) -> GroupShard:
+        return self.shards[partition].shard
+
+    # outputs --------------------------------------------------------------------------------------
+    def _process(self, sr: _ShardRuntime, out: Output) -> None:
+        """Append the output's records and complete its replies once durable, in order."""
+        if out.records:
+            self._append(sr, out)
+        elif out.replies and sr.chain is None:
+            self._deliver(out)
+        elif out.replies:
+            prev = sr.chain
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            sr.chain = done
+            asyncio.ensure_future(self._after(sr, prev, None, out, done))
+        self._reschedule(sr)
+
+    def _append(self, sr: _ShardRuntime, out: Output) -> None:
+        if sr.log is None:
+            self.ensure_topic()
+        assert sr.log is not None
+        t = now_ms()
+        batch = build_batch(
+            ((key, value, (), t) for key, value in out.records),
+        )
+        error: BaseException | None = None
+        try:
+            sr.log.append(batch)
+        except Exception as e:  # disk full, I/O error: the shard decides what it means
+            log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
+            error = e
+        prev = sr.chain
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        sr.chain = done
+        asyncio.ensure_future(self._after(sr, prev, sr.log if error is None else None, out, done, error))
+
+    async def _after(
+        self,
+        sr: _ShardRuntime,
+        prev: asyncio.Future[None] | None,
+        plog: PartitionLog | None,
+        out: Output,
+        done: asyncio.Future[None],
+        error: BaseException | None = None,
+    ) -> None:
+        try:
+            if plog is not None:
+                try:
+                    await self.broker.flusher.sync([plog])
+                except Exception as e:
+                    error = e
+            if prev is not None and not prev.done():
+                await asyncio.shield(prev)
+            if error is not None:
+                follow = sr.shard.append_failed(out, error, now_ms())
+                self._deliver(follow)
+                self._reschedule(sr)
+            else:
+                self._deliver(out)
+        finally:
+            done.set_result(None)
+            if sr.chain is done:
+                sr.chain = None
+
+    def _deliver(self, out: Output) -> None:
+        for handle, response in out.replies:
+            fut = self._waiting.get(handle)
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+
+    # timers -------------------------------------------------------------------------------------
+    def _reschedule(self, sr: _ShardRuntime) -> None:
+        deadline = sr.shard.next_deadline()
+        if deadline == sr.timer_at:
+            return
+        if sr.timer is not None:
+            sr.timer.cancel()
+            sr.timer = None
+        sr.timer_at = deadline
+        if deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline - now_ms()) / 1000.0)
+        sr.timer = loop.call_later(delay, self._fire, sr)
+
+    def _fire(self, sr: _ShardRuntime) -> None:
+        sr.timer = None
+        sr.timer_at = None
+        out = sr.shard.advance(now_ms())
+        self._process(sr, out)
+

@@ -1,0 +1,1393 @@
+"""``GroupShard``: the sans-IO classic group coordinator for one ``__consumer_offsets`` partition.
+
+This module owns the behaviour of BEHAVIOR.md sections B-H, K, L and M for every classic group
+whose id maps to one partition: JoinGroup/SyncGroup/Heartbeat/LeaveGroup/ListGroups/
+DescribeGroups/DeleteGroups, the delayed-join, session, pending-member and new-member timers,
+the group records it writes to its partition, and rebuilding state from those records.
+
+It is a single-writer state machine with no I/O and no clock:
+
+- every operation takes the runtime's opaque ``handle`` for the in-flight request and the
+  current time ``now_ms``, and returns an :class:`Output`: records to append (in order) to
+  the partition, and replies to deliver once those records are durable. A reply may answer an
+  earlier, parked request (a JoinGroup long poll, D12; a parked SyncGroup, F3);
+- timers live in a heap with lazy cancellation (each entry carries a token that must still
+  match the group's or member's current one); the runtime asks :meth:`GroupShard.next_deadline`
+  and calls :meth:`GroupShard.advance` when it passes;
+- state is applied eagerly when an operation runs. If the runtime fails to append an
+  Output's records it calls :meth:`GroupShard.append_failed`, which returns the replies to
+  deliver instead (errors for the writes that failed, the original replies otherwise) and
+  undoes what can be undone (F3, C5, L3);
+- on start-up the shard is loading: the runtime feeds it the partition's records through
+  :meth:`GroupShard.replay` and then calls :meth:`GroupShard.finish_loading` (K3).
+
+Every handle passed in receives exactly one reply, possibly later; when the shard has to drop
+a parked request that Kafka would silently forget (a duplicate JoinGroup/SyncGroup from the
+same member, a leaving member's parked SyncGroup) it answers it with an error so the runtime's
+per-connection response ordering never stalls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import uuid
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+from coordinator.config import GroupConfig
+from coordinator.group import ClassicGroup, GroupState, JoinTimer, Member
+from coordinator.messages import (
+    DeleteGroupResult,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeaveMemberResult,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    Response,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from coordinator.schemas import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    UnknownKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_group_metadata_value,
+    encode_key,
+)
+from protocol.errors import ErrorCode
+
+__all__ = [
+    "DeleteWriteFailed",
+    "FailureAction",
+    "GroupShard",
+    "Output",
+    "ShardMode",
+    "StaticReplaceWriteFailed",
+    "SyncWriteFailed",
+]
+
+log = logging.getLogger(__name__)
+
+Record = tuple[bytes, bytes | None]
+Reply = tuple[Hashable, Response]
+
+GROUP_TYPE_CLASSIC = "classic"
+UNKNOWN_GENERATION = -1
+
+
+# --------------------------------------------------------------------------------------------
+# Output and write-failure bookkeeping
+
+
+@dataclass(frozen=True, slots=True)
+class SyncWriteFailed:
+    """The group record written on the leader's SyncGroup (I1) failed: answer ``handles``
+    (the syncs the Output completed) with the error and, if the group is still Stable at
+    ``generation``, clear assignments and rebalance (F3, C5)."""
+
+    group_id: str
+    generation: int
+    handles: tuple[Hashable, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StaticReplaceWriteFailed:
+    """The group record written on a static member's replacement in Stable (L3) failed:
+    revert the replacement (if nothing happened since) and answer the JoinGroup with the
+    error, as Kafka does."""
+
+    group_id: str
+    generation: int
+    instance_id: str
+    old_member_id: str
+    new_member_id: str
+    old_protocols: tuple[tuple[str, bytes], ...]
+    old_rebalance_timeout_ms: int
+    old_session_timeout_ms: int
+    old_leader_id: str | None
+    handle: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteWriteFailed:
+    """The tombstones of a DeleteGroups failed: report the error for the deleted groups."""
+
+    handle: Hashable
+    results: tuple[DeleteGroupResult, ...]
+    deleted: frozenset[str]
+
+
+FailureAction = SyncWriteFailed | StaticReplaceWriteFailed | DeleteWriteFailed
+
+
+@dataclass(slots=True)
+class Output:
+    """What one shard operation produced.
+
+    ``records``: (key, value) pairs to append in order; value None is a tombstone.
+    ``replies``: (handle, response) pairs to deliver once ``records`` are durable.
+    ``on_failure``: how :meth:`GroupShard.append_failed` reacts if the append fails; the
+    runtime treats it as opaque and passes the whole Output back.
+    """
+
+    records: list[Record] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+    on_failure: list[FailureAction] = field(default_factory=list)
+
+    def reply_for(self, handle: Hashable) -> Response | None:
+        """The reply for ``handle`` in this Output, if any (convenience for callers/tests)."""
+        for h, resp in self.replies:
+            if h == handle:
+                return resp
+        return None
+
+
+class ShardMode(Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    UNLOADED = "unloaded"
+
+
+# Timer kinds in the heap; entries are (deadline_ms, token, kind, group_id, member_id).
+_JOIN = 0
+_HEARTBEAT = 1
+_PENDING = 2
+_TimerEntry = tuple[int, int, int, str, str]
+
+_COMPACT_MIN = 1024
+
+
+def _default_member_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4()}"
+
+
+def _join_error(member_id: str, error: int) -> JoinGroupResponse:
+    """D13: error responses carry the member id, generation -1, no protocol, no leader."""
+    return JoinGroupResponse(
+        error=error,
+        generation_id=UNKNOWN_GENERATION,
+        protocol_type=None,
+        protocol_name=None,
+        leader="",
+        member_id=member_id,
+        members=(),
+    )
+
+
+def _sync_error(error: int) -> SyncGroupResponse:
+    return SyncGroupResponse(error=error, protocol_type=None, protocol_name=None, assignment=b"")
+
+
+def map_store_error(error: int) -> int:
+    """Kafka's mapping of a failed __consumer_offsets append to the error clients see
+    (GroupMetadataManager.storeGroup)."""
+    if error in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+        ErrorCode.request_timed_out,
+    ):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if error in (
+        ErrorCode.record_list_too_large,
+        ErrorCode.message_too_large,
+        ErrorCode.invalid_fetch_size,
+    ):
+        return ErrorCode.unknown_server_error
+    if error == ErrorCode.none:
+        return ErrorCode.unknown_server_error
+    return error
+
+
+# --------------------------------------------------------------------------------------------
+# The shard
+
+
+class GroupShard:
+    """The classic groups of one ``__consumer_offsets`` partition (see the module docstring).
+
+    ``partition_for``, if given, maps a group id to its partition (normally
+    ``lambda g: protocol.javahash.partition_for(g, n)``); requests for groups of other
+    partitions are answered NOT_COORDINATOR. Without it the shard trusts the router.
+    """
+
+    def __init__(
+        self,
+        partition: int,
+        config: GroupConfig | None = None,
+        *,
+        now_ms: int = 0,
+        new_member_id: Callable[[str], str] | None = None,
+        partition_for: Callable[[str], int] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.config = config if config is not None else GroupConfig()
+        self._new_member_id = new_member_id if new_member_id is not None else _default_member_id
+        self._partition_for = partition_for
+        self._mode = ShardMode.LOADING
+        self._groups: dict[str, ClassicGroup] = {}
+        self._offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
+        self._loaded: dict[str, GroupMetadataValue] = {}
+        self._timers: list[_TimerEntry] = []
+        self._next_token = 1
+        self._compact_at = _COMPACT_MIN
+        self._out: Output | None = None
+        self.skipped_records = 0
+        """Records with keys this shard does not model (KIP-848 key versions), skipped."""
+
+    # ---- introspection ------------------------------------------------------------------
+
+    @property
+    def mode(self) -> ShardMode:
+        return self._mode
+
+    @property
+    def loading(self) -> bool:
+        return self._mode is ShardMode.LOADING
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        """The live group (read-only by convention), None if unknown."""
+        return self._groups.get(group_id)
+
+    def groups(self) -> Iterator[ClassicGroup]:
+        return iter(list(self._groups.values()))
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
+        """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""
+        return dict(self._offsets.get(group_id, {}))
+
+    def pending_timer_count(self) -> int:
+        """Heap size including not-yet-discarded cancelled entries (for metrics/tests)."""
+        return len(self._timers)
+
+    # ---- output plumbing ----------------------------------------------------------------
+
+    def _begin(self) -> Output:
+        if self._out is not None:
+            raise RuntimeError("GroupShard is not re-entrant")
+        self._out = Output()
+        return self._out
+
+    def _end(self) -> Output:
+        out = self._out
+        self._out = None
+        assert out is not None
+        return out
+
+    def _reply(self, handle: Hashable, response: Response) -> None:
+        assert self._out is not None
+        self._out.replies.append((handle, response))
+
+    def _emit(self, key: bytes, value: bytes | None) -> None:
+        assert self._out is not None
+        self._out.records.append((key, value))
+
+    def _on_failure(self, action: FailureAction) -> None:
+        assert self._out is not None
+        self._out.on_failure.append(action)
+
+    # ---- timers -------------------------------------------------------------------------
+
+    def _push(self, deadline_ms: int, kind: int, group_id: str, member_id: str = "") -> int:
+        token = self._next_token
+        self._next_token += 1
+        heapq.heappush(self._timers, (deadline_ms, token, kind, group_id, member_id))
+        if len(self._timers) > self._compact_at:
+            self._compact_timers()
+        return token
+
+    def _compact_timers(self) -> None:
+        self._timers = [e for e in self._timers if self._timer_live(e)]
+        heapq.heapify(self._timers)
+        self._compact_at = max(_COMPACT_MIN, 2 * len(self._timers))
+
+    def _timer_live(self, entry: _TimerEntry) -> bool:
+        _, token, kind, group_id, member_id = entry
+        group = self._groups.get(group_id)
+        if group is None:
+            return False
+        if kind == _JOIN:
+            return group.join_timer is not None and group.join_timer.token == token
+        if kind == _HEARTBEAT:
+            member = group.members.get(member_id)
+            return member is not None and member.heartbeat_token == token
+        return group.pending_members.get(member_id) == token
+
+    def next_deadline(self) -> int | None:
+        """The earliest live timer deadline, None if there is none."""
+        while self._timers and not self._timer_live(self._timers[0]):
+            heapq.heappop(self._timers)
+        return self._timers[0][0] if self._timers else None
+
+    def advance(self, now_ms: int) -> Output:
+        """Fire every timer due at or before ``now_ms``, in deadline order."""
+        self._begin()
+        while self._timers and self._timers[0][0] <= now_ms:
+            entry = heapq.heappop(self._timers)
+            if self._timer_live(entry):
+                self._fire(entry, now_ms)
+        return self._end()
+
+    def _fire(self, entry: _TimerEntry, now_ms: int) -> None:
+        _, token, kind, group_id, member_id = entry
+        group = self._groups[group_id]
+        if kind == _JOIN:
+            timer = group.join_timer
+            assert timer is not None
+            self._on_join_timer(group, timer, now_ms)
+        elif kind == _HEARTBEAT:
+            self._on_heartbeat_expired(group, group.members[member_id], now_ms)
+        else:
+            log.info(
+                "pending member %s of group %s expired after its session timeout",
+                member_id,
+                group_id,
+            )
+            self._remove_pending_member_and_update_group(group, member_id, now_ms)
+
+    def _arm_join(
+        self,
+        group: ClassicGroup,
+        deadline_ms: int,
+        *,
+        initial: bool,
+        delay_ms: int = 0,
+        remaining_ms: int = 0,
+    ) -> None:
+        token = self._push(deadline_ms, _JOIN, group.group_id)
+        group.join_timer = JoinTimer(token, deadline_ms, initial, delay_ms, remaining_ms)
+
+    def _schedule_heartbeat(
+        self, group: ClassicGroup, member: Member, timeout_ms: int, now_ms: int
+    ) -> None:
+        """G3: (re-)arm the member's liveness timer; any older one becomes stale."""
+        member.heartbeat_token = self._push(
+            now_ms + timeout_ms, _HEARTBEAT, group.group_id, member.member_id
+        )
+
+    def _on_heartbeat_expired(self, group: ClassicGroup, member: Member, now_ms: int) -> None:
+        """G4: expire unless awaiting join or sync (new members: only their 5-minute timer
+        counts, and it counts even while awaiting join)."""
+        if group.state is GroupState.DEAD:
+            return
+        if not member.is_new and (member.awaiting_join or member.awaiting_sync):
+            return  # re-armed when the join/sync completes
+        log.info(
+            "member %s of group %s (generation %d) failed its %s; removing it",
+            member.member_id,
+            group.group_id,
+            group.generation,
+            "new-member join timeout" if member.is_new else "session timeout",
+        )
+        self._remove_member_and_update_group(group, member, now_ms)
+
+    def _on_join_timer(self, group: ClassicGroup, timer: JoinTimer, now_ms: int) -> None:
+        """E2/E3: the delayed join expired."""
+        if timer.initial and group.new_member_added and timer.remaining_ms != 0:
+            group.new_member_added = False
+            delay = min(self.config.initial_rebalance_delay_ms, timer.remaining_ms)
+            remaining = max(timer.remaining_ms - timer.delay_ms, 0)
+            self._arm_join(
+                group, now_ms + delay, initial=True, delay_ms=delay, remaining_ms=remaining
+            )
+            return
+        self._complete_join(group, now_ms)
+
+    # ---- common checks --------------------------------------------------------------------
+
+    def _gate(self, group_id: str, *, empty_id_ok: bool) -> int | None:
+        """D1's first checks: invalid group id, not coordinator, loading."""
+        if group_id == "" and not empty_id_ok:
+            return ErrorCode.invalid_group_id
+        if self._mode is ShardMode.UNLOADED:
+            return ErrorCode.not_coordinator
+        if self._partition_for is not None and self._partition_for(group_id) != self.partition:
+            return ErrorCode.not_coordinator
+        if self._mode is ShardMode.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        return None
+
+    @staticmethod
+    def _validate_current_member(
+        group: ClassicGroup, member_id: str, instance_id: str | None
+    ) -> int | None:
+        """D7/L7: an instance id must be registered to exactly this member id."""
+        if instance_id is not None:
+            current = group.static_member_id(instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            if current != member_id:
+                return ErrorCode.fenced_instance_id
+        if not group.has(member_id):
+            return ErrorCode.unknown_member_id
+        return None
+
+    # ---- JoinGroup (D) --------------------------------------------------------------------
+
+    def join_group(self, handle: Hashable, req: JoinGroupRequest, now_ms: int) -> Output:
+        """JoinGroup (D1-D13, L3, L4). May park: the reply then comes in a later Output."""
+        self._begin()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        if error is not None:
+            self._reply(handle, _join_error(req.member_id, error))
+        elif not (
+            self.config.min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= self.config.max_session_timeout_ms
+        ):
+            self._reply(handle, _join_error(req.member_id, ErrorCode.invalid_session_timeout))
+        else:
+            self._join(handle, req, now_ms)
+        return self._end()
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        """D2."""
+        state = group.state
+        if state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if state is GroupState.PREPARING_REBALANCE:
+            return (
+                group.has(member_id) and group.get(member_id).awaiting_join
+            ) or group.num_awaiting_join < self.config.max_size
+        return group.has(member_id) or len(group.members) < self.config.max_size
+
+    def _join(self, handle: Hashable, req: JoinGroupRequest, now_ms: int) -> None:
+        is_unknown = req.member_id == ""
+        group = self._groups.get(req.group_id)
+        if group is None:
+            if not is_unknown:
+                self._reply(handle, _join_error(req.member_id, ErrorCode.unknown_member_id))
+                return
+            group = ClassicGroup(req.group_id, state_timestamp_ms=now_ms)  # C2
+            self._groups[req.group_id] = group
+
+        if not self._accept_joining_member(group, req.member_id):
+            if group.has(req.member_id):
+                self._remove_member(group, req.member_id)
+            else:
+                group.remove(req.member_id)  # drops a pending id
+            self._reply(handle, _join_error("", ErrorCode.group_max_size_reached))
+        elif is_unknown:
+            self._new_member_join(handle, group, req, now_ms)
+        else:
+            self._current_member_join(handle, group, req, now_ms)
+
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group, now_ms)
+
+    def _new_member_join(
+        self, handle: Hashable, group: ClassicGroup, req: JoinGroupRequest, now_ms: int
+    ) -> None:
+        """D3."""
+        if group.state is GroupState.DEAD:
+            self._reply(handle, _join_error("", ErrorCode.coordinator_not_available))
+            return
+        names = [name for name, _ in req.protocols]
+        if not group.supports_protocols(req.protocol_type, names):
+            self._reply(handle, _join_error("", ErrorCode.inconsistent_group_protocol))
+            return
+        instance_id = req.group_instance_id
+        new_id = self._new_member_id(instance_id if instance_id is not None else req.client_id)
+        if instance_id is not None:
+            old_id = group.static_member_id(instance_id)
+            if old_id is not None:
+                self._update_static_member_and_rebalance(
+                    handle, group, req, instance_id, old_id, new_id, now_ms
+                )
+            else:
+                self._add_member_and_rebalance(handle, group, req, new_id, now_ms)
+        elif req.require_known_member_id:
+            # D3/D4: hand out an id and wait for the member to come back with it.
+            token = self._push(now_ms + req.session_timeout_ms, _PENDING, group.group_id, new_id)
+            group.pending_members[new_id] = token
+            self._reply(handle, _join_error(new_id, ErrorCode.member_id_required))
+        else:
+            self._add_member_and_rebalance(handle, group, req, new_id, now_ms)
+
+    def _current_member_join(
+        self, handle: Hashable, group: ClassicGroup, req: JoinGroupRequest, now_ms: int
+    ) -> None:
+        """D6-D8."""
+        member_id = req.member_id
+        if group.state is GroupState.DEAD:
+            self._reply(handle, _join_error(member_id, ErrorCode.coordinator_not_available))
+            return
+        names = [name for name, _ in req.protocols]
+        if not group.supports_protocols(req.protocol_type, names):
+            self._reply(handle, _join_error(member_id, ErrorCode.inconsistent_group_protocol))
+            return
+        if group.is_pending(member_id) and req.group_instance_id is None:
+            self._add_member_and_rebalance(handle, group, req, member_id, now_ms)
+            return
+        error = self._validate_current_member(group, member_id, req.group_instance_id)
+        if error is not None:
+            self._reply(handle, _join_error(member_id, error))
+            return
+        member = group.get(member_id)
+        state = group.state
+        if state is GroupState.PREPARING_REBALANCE:
+            self._update_member_and_rebalance(handle, group, member, req, now_ms)
+        elif state is GroupState.COMPLETING_REBALANCE:
+            if member.matches(req.protocols):
+                # The member probably lost its JoinGroup response: same generation again.
+                self._reply(handle, self._join_success(group, member_id))
+            else:
+                self._update_member_and_rebalance(handle, group, member, req, now_ms)
+        elif state is GroupState.STABLE:
+            if group.is_leader(member_id) or not member.matches(req.protocols):
+                self._update_member_and_rebalance(handle, group, member, req, now_ms)
+            else:
+                self._reply(handle, self._join_success(group, member_id, with_members=False))
+        else:
+            self._reply(handle, _join_error(member_id, ErrorCode.unknown_member_id))
+
+    def _join_success(
+        self, group: ClassicGroup, member_id: str, *, with_members: bool = True
+    ) -> JoinGroupResponse:
+        is_leader = group.is_leader(member_id)
+        return JoinGroupResponse(
+            error=ErrorCode.none,
+            generation_id=group.generation,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            member_id=member_id,
+            members=group.current_member_metadata() if is_leader and with_members else (),
+        )
+
+    def _add_member_and_rebalance(
+        self,
+        handle: Hashable,
+        group: ClassicGroup,
+        req: JoinGroupRequest,
+        member_id: str,
+        now_ms: int,
+    ) -> None:
+        """D10."""
+        member = Member(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=tuple(req.protocols),
+            is_new=True,
+        )
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation == 0:
+            group.new_member_added = True
+        group.add(member, handle, awaiting=True)
+        # New members cannot heartbeat yet: only the new-member join timeout applies.
+        self._schedule_heartbeat(group, member, self.config.new_member_join_timeout_ms, now_ms)
+        log.info(
+            "member %s (instance %s) joins group %s in state %s",
+            member_id,
+            req.group_instance_id,
+            group.group_id,
+            group.state.value,
+        )
+        self._maybe_prepare_rebalance(group, now_ms, f"new member {member_id} joined")
+
+    def _update_member_and_rebalance(
+        self,
+        handle: Hashable,
+        group: ClassicGroup,
+        member: Member,
+        req: JoinGroupRequest,
+        now_ms: int,
+    ) -> None:
+        displaced, old_handle = group.update_member(
+            member,
+            req.protocols,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            handle,
+            awaiting=True,
+        )
+        if displaced:
+            # A second JoinGroup from the same member replaces the parked one.
+            self._reply(old_handle, _join_error(member.member_id, ErrorCode.rebalance_in_progress))
+        self._maybe_prepare_rebalance(
+            group, now_ms, f"member {member.member_id} rejoined in {group.state.value}"
+        )
+
+    def _fence_parked(self, group: ClassicGroup, member: Member, error: int) -> None:
+        """Answer the member's parked JoinGroup/SyncGroup with ``error``."""
+        if member.awaiting_join:
+            h = group.clear_join(member)
+            self._reply(h, _join_error(member.member_id, error))
+        if member.awaiting_sync:
+            h = member.sync_handle
+            member.awaiting_sync = False
+            member.sync_handle = None
+            self._reply(h, _sync_error(error))
+
+    def _update_static_member_and_rebalance(
+        self,
+        handle: Hashable,
+        group: ClassicGroup,
+        req: JoinGroupRequest,
+        instance_id: str,
+        old_id: str,
+        new_id: str,
+        now_ms: int,
+    ) -> None:
+        """L3: a known instance rejoins with member id "": give it a new id."""
+        old_leader = group.leader_id
+        member = group.get(old_id)
+        old_protocols = member.protocols
+        old_rebalance_timeout = member.rebalance_timeout_ms
+        old_session_timeout = member.session_timeout_ms
+        self._fence_parked(group, member, ErrorCode.fenced_instance_id)
+        group.replace_static_member(instance_id, old_id, new_id)
+        group.update_member(
+            member,
+            req.protocols,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            handle,
+            awaiting=True,
+        )
+        self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        log.info(
+            "static member %s of group %s replaced by %s in state %s",
+            old_id,
+            group.group_id,
+            new_id,
+            group.state.value,
+        )
+        state = group.state
+        if state is GroupState.STABLE:
+            if group.select_protocol() != group.protocol_name:
+                self._maybe_prepare_rebalance(
+                    group, now_ms, f"static member {new_id} changed the selected protocol"
+                )
+                return
+            # No rebalance: persist the new member id and answer at once (after the write).
+            self._emit_group_record(
+                group, {m.member_id: m.assignment for m in group.members.values()}
+            )
+            group.clear_join(member)
+            is_leader = group.is_leader(new_id)
+            if req.supports_skip_assignment:
+                response = JoinGroupResponse(
+                    error=ErrorCode.none,
+                    generation_id=group.generation,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=group.leader_id or "",
+                    member_id=new_id,
+                    members=group.current_member_metadata() if is_leader else (),
+                    skip_assignment=is_leader,
+                )
+            else:
+                # The old leader id keeps the rejoiner from acting as leader in a Stable group.
+                response = JoinGroupResponse(
+                    error=ErrorCode.none,
+                    generation_id=group.generation,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=old_leader or "",
+                    member_id=new_id,
+                    members=(),
+                )
+            self._reply(handle, response)
+            self._on_failure(
+                StaticReplaceWriteFailed(
+                    group_id=group.group_id,
+                    generation=group.generation,
+                    instance_id=instance_id,
+                    old_member_id=old_id,
+                    new_member_id=new_id,
+                    old_protocols=old_protocols,
+                    old_rebalance_timeout_ms=old_rebalance_timeout,
+                    old_session_timeout_ms=old_session_timeout,
+                    old_leader_id=old_leader,
+                    handle=handle,
+                )
+            )
+        elif state is GroupState.COMPLETING_REBALANCE:
+            # The leader may already hold the old id in its assignment: start over.
+            self._prepare_rebalance(group, now_ms, f"static member {new_id} replaced {old_id}")
+        # PreparingRebalance: stays parked until the join completes.
+
+    # ---- rebalance (D11, E) ---------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: ClassicGroup, now_ms: int, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, now_ms, reason)
+
+    def _prepare_rebalance(self, group: ClassicGroup, now_ms: int, reason: str) -> None:
+        """D11."""
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            self._reset_and_propagate_assignment_error(
+                group, ErrorCode.rebalance_in_progress, now_ms
+            )
+        initial = group.state is GroupState.EMPTY
+        group.transition_to(GroupState.PREPARING_REBALANCE, now_ms)
+        if initial:
+            delay = self.config.initial_rebalance_delay_ms
+            self._arm_join(
+                group,
+                now_ms + delay,
+                initial=True,
+                delay_ms=delay,
+                remaining_ms=max(group.rebalance_timeout_ms() - delay, 0),
+            )
+        else:
+            self._arm_join(group, now_ms + group.rebalance_timeout_ms(), initial=False)
+        log.info(
+            "group %s preparing to rebalance (generation %d): %s",
+            group.group_id,
+            group.generation,
+            reason,
+        )
+        if not initial:
+            self._try_complete_join(group, now_ms)
+
+    def _try_complete_join(self, group: ClassicGroup, now_ms: int) -> None:
+        """E1/E9: complete early once every member rejoined and no id is pending; the
+        initial delayed join (E3) never completes early."""
+        timer = group.join_timer
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and timer is not None
+            and not timer.initial
+            and group.all_members_joined()
+        ):
+            self._complete_join(group, now_ms)
+
+    def _complete_join(self, group: ClassicGroup, now_ms: int) -> None:
+        """E4-E7."""
+        group.join_timer = None
+        for member in group.not_yet_rejoined():
+            if not member.is_static:
+                log.info(
+                    "member %s of group %s did not rejoin; removing it",
+                    member.member_id,
+                    group.group_id,
+                )
+                self._remove_member(group, member.member_id)
+        if group.state is GroupState.DEAD:
+            return
+        if group.members and not group.maybe_elect_new_joined_leader():
+            log.warning(
+                "group %s could not complete its rebalance: no member rejoined", group.group_id
+            )
+            self._arm_join(group, now_ms + group.rebalance_timeout_ms(), initial=False)
+            return
+        group.init_next_generation(now_ms)
+        if group.state is GroupState.EMPTY:
+            log.info("group %s is Empty at generation %d", group.group_id, group.generation)
+            self._emit_group_record(group, {})
+            return
+        log.info(
+            "group %s generation %d: protocol %s, leader %s, %d members",
+            group.group_id,
+            group.generation,
+            group.protocol_name,
+            group.leader_id,
+            len(group.members),
+        )
+        leader_view = group.current_member_metadata()
+        for member in list(group.members.values()):
+            if member.awaiting_join:
+                h = group.clear_join(member)
+                self._reply(
+                    h,
+                    JoinGroupResponse(
+                        error=ErrorCode.none,
+                        generation_id=group.generation,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=group.leader_id or "",
+                        member_id=member.member_id,
+                        members=leader_view if group.is_leader(member.member_id) else (),
+                    ),
+                )
+            self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+            member.is_new = False
+
+    def _reset_and_propagate_assignment_error(
+        self, group: ClassicGroup, error: int, now_ms: int
+    ) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error, now_ms)
+
+    def _propagate_assignment(self, group: ClassicGroup, error: int, now_ms: int) -> list[Hashable]:
+        """Answer every parked SyncGroup; returns their handles."""
+        ok = error == ErrorCode.none
+        answered: list[Hashable] = []
+        for member in group.members.values():
+            if not member.awaiting_sync:
+                continue
+            h = member.sync_handle
+            member.awaiting_sync = False
+            member.sync_handle = None
+            self._reply(
+                h,
+                SyncGroupResponse(
+                    error=error,
+                    protocol_type=group.protocol_type if ok else None,
+                    protocol_name=group.protocol_name if ok else None,
+                    assignment=member.assignment,
+                ),
+            )
+            answered.append(h)
+            self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        return answered
+
+    # ---- removal (G7, H3) -----------------------------------------------------------------
+
+    def _remove_member(self, group: ClassicGroup, member_id: str) -> None:
+        """Drop a member; a parked JoinGroup gets UNKNOWN_MEMBER_ID with member id "" (as
+        Kafka does, so a still-live client rejoins), a parked SyncGroup UNKNOWN_MEMBER_ID."""
+        member = group.members.get(member_id)
+        if member is None:
+            group.remove(member_id)
+            return
+        if member.awaiting_join:
+            h = group.clear_join(member)
+            self._reply(h, _join_error("", ErrorCode.unknown_member_id))
+        if member.awaiting_sync:
+            h = member.sync_handle
+            member.awaiting_sync = False
+            member.sync_handle = None
+            self._reply(h, _sync_error(ErrorCode.unknown_member_id))
+        group.remove(member_id)
+        member.heartbeat_token = 0
+
+    def _remove_member_and_update_group(
+        self, group: ClassicGroup, member: Member, now_ms: int
+    ) -> None:
+        """G7."""
+        self._remove_member(group, member.member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, now_ms, f"member {member.member_id} removed")
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group, now_ms)
+
+    def _remove_pending_member_and_update_group(
+        self, group: ClassicGroup, member_id: str, now_ms: int
+    ) -> None:
+        """G6."""
+        group.remove(member_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group, now_ms)
+
+    # ---- SyncGroup (F) --------------------------------------------------------------------
+
+    def sync_group(self, handle: Hashable, req: SyncGroupRequest, now_ms: int) -> Output:
+        """SyncGroup (F2-F6). Parks in CompletingRebalance until the leader's assignment."""
+        self._begin()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        if error == ErrorCode.coordinator_load_in_progress:
+            # K3: the rebalance state is lost; make the member rejoin (old clients do not
+            # know COORDINATOR_LOAD_IN_PROGRESS here).
+            error = ErrorCode.rebalance_in_progress
+        if error is not None:
+            self._reply(handle, _sync_error(error))
+        else:
+            self._sync(handle, req, now_ms)
+        return self._end()
+
+    def _sync(self, handle: Hashable, req: SyncGroupRequest, now_ms: int) -> None:
+        group = self._groups.get(req.group_id)
+        if group is None:
+            self._reply(handle, _sync_error(ErrorCode.unknown_member_id))
+            return
+        error: int | None
+        if group.state is GroupState.DEAD:
+            error = ErrorCode.coordinator_not_available
+        else:
+            error = self._validate_current_member(group, req.member_id, req.group_instance_id)
+            if error is None:
+                if req.generation_id != group.generation:
+                    error = ErrorCode.illegal_generation
+                elif (
+                    req.protocol_type is not None and req.protocol_type != group.protocol_type
+                ) or (req.protocol_name is not None and req.protocol_name != group.protocol_name):
+                    error = ErrorCode.inconsistent_group_protocol
+        if error is not None:
+            self._reply(handle, _sync_error(error))
+            return
+
+        state = group.state
+        if state is GroupState.EMPTY:
+            self._reply(handle, _sync_error(ErrorCode.unknown_member_id))
+        elif state is GroupState.PREPARING_REBALANCE:
+            self._reply(handle, _sync_error(ErrorCode.rebalance_in_progress))
+        elif state is GroupState.COMPLETING_REBALANCE:
+            member = group.get(req.member_id)
+            if member.awaiting_sync:
+                self._reply(member.sync_handle, _sync_error(ErrorCode.rebalance_in_progress))
+            member.awaiting_sync = True
+            member.sync_handle = handle
+            if group.is_leader(req.member_id):
+                self._complete_sync(group, req, now_ms)
+        else:  # Stable
+            member = group.get(req.member_id)
+            self._reply(
+                handle,
+                SyncGroupResponse(
+                    error=ErrorCode.none,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    assignment=member.assignment,
+                ),
+            )
+            self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+
+    def _complete_sync(self, group: ClassicGroup, req: SyncGroupRequest, now_ms: int) -> None:
+        """F3: the leader's assignment arrived: fill gaps, write the group record (I1),
+        answer every parked sync and become Stable. Replies go out once the record is
+        durable; :meth:`append_failed` undoes this if it is not."""
+        given = dict(req.assignments)
+        assignment = {mid: given.get(mid, b"") for mid in group.members}
+        missing = [mid for mid in group.members if mid not in given]
+        if missing:
+            log.warning(
+                "group %s generation %d: empty assignment for members %s",
+                group.group_id,
+                group.generation,
+                missing,
+            )
+        self._emit_group_record(group, assignment)
+        for mid, member in group.members.items():
+            member.assignment = assignment[mid]
+        handles = self._propagate_assignment(group, ErrorCode.none, now_ms)
+        group.transition_to(GroupState.STABLE, now_ms)
+        log.info("group %s is Stable at generation %d", group.group_id, group.generation)
+        self._on_failure(SyncWriteFailed(group.group_id, group.generation, tuple(handles)))
+
+    # ---- Heartbeat (G) --------------------------------------------------------------------
+
+    def heartbeat(self, handle: Hashable, req: HeartbeatRequest, now_ms: int) -> Output:
+        """Heartbeat (G2)."""
+        self._begin()
+        self._reply(handle, HeartbeatResponse(self._heartbeat(req, now_ms)))
+        return self._end()
+
+    def _heartbeat(self, req: HeartbeatRequest, now_ms: int) -> int:
+        error = self._gate(req.group_id, empty_id_ok=False)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # K3: answer blindly while loading
+        if error is not None:
+            return error
+        group = self._groups.get(req.group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        error = self._validate_current_member(group, req.member_id, req.group_instance_id)
+        if error is not None:
+            return error
+        if req.generation_id != group.generation:
+            return ErrorCode.illegal_generation
+        state = group.state
+        if state is GroupState.EMPTY:
+            return ErrorCode.unknown_member_id
+        member = group.get(req.member_id)
+        self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        if state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    # ---- LeaveGroup (H) -------------------------------------------------------------------
+
+    def leave_group(self, handle: Hashable, req: LeaveGroupRequest, now_ms: int) -> Output:
+        """LeaveGroup (H3); v3+ batches members."""
+        self._begin()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        group = self._groups.get(req.group_id)
+        if error is not None:
+            response = LeaveGroupResponse(error, ())
+        elif group is None:
+            response = LeaveGroupResponse(
+                ErrorCode.none,
+                tuple(
+                    LeaveMemberResult(m.member_id, m.group_instance_id, ErrorCode.unknown_member_id)
+                    for m in req.members
+                ),
+            )
+        elif group.state is GroupState.DEAD:
+            response = LeaveGroupResponse(ErrorCode.coordinator_not_available, ())
+        else:
+            results = []
+            for leaving in req.members:
+                err = self._leave_one(group, leaving.member_id, leaving.group_instance_id, now_ms)
+                results.append(LeaveMemberResult(leaving.member_id, leaving.group_instance_id, err))
+            response = LeaveGroupResponse(ErrorCode.none, tuple(results))
+        self._reply(handle, response)
+        return self._end()
+
+    def _leave_one(
+        self, group: ClassicGroup, member_id: str, instance_id: str | None, now_ms: int
+    ) -> int:
+        if member_id == "":
+            # Administrative removal by instance id.
+            current = group.static_member_id(instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            self._leave_member(group, current, now_ms)
+            return ErrorCode.none
+        if group.is_pending(member_id):
+            log.info("pending member %s left group %s", member_id, group.group_id)
+            self._remove_pending_member_and_update_group(group, member_id, now_ms)
+            return ErrorCode.none
+        error = self._validate_current_member(group, member_id, instance_id)
+        if error is not None:
+            return error
+        self._leave_member(group, member_id, now_ms)
+        return ErrorCode.none
+
+    def _leave_member(self, group: ClassicGroup, member_id: str, now_ms: int) -> None:
+        log.info("member %s left group %s", member_id, group.group_id)
+        self._remove_member_and_update_group(group, group.get(member_id), now_ms)
+
+    # ---- ListGroups / DescribeGroups / DeleteGroups ---------------------------------------
+
+    def list_groups(self, handle: Hashable, req: ListGroupsRequest, now_ms: int) -> Output:
+        """ListGroups: this shard's groups, filtered by state and type (case-insensitive)."""
+        self._begin()
+        if self._mode is ShardMode.LOADING:
+            response = ListGroupsResponse(ErrorCode.coordinator_load_in_progress, ())
+        else:
+            states = {s.lower() for s in req.states_filter}
+            types = {t.lower() for t in req.types_filter}
+            listed: tuple[ListedGroup, ...] = ()
+            if not types or GROUP_TYPE_CLASSIC in types:
+                listed = tuple(
+                    ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+                    for g in self._groups.values()
+                    if g.state is not GroupState.DEAD
+                    and (not states or g.state.value.lower() in states)
+                )
+            response = ListGroupsResponse(ErrorCode.none, listed)
+        self._reply(handle, response)
+        return self._end()
+
+    def describe_groups(self, handle: Hashable, req: DescribeGroupsRequest, now_ms: int) -> Output:
+        """DescribeGroups; an unknown group is reported Dead with error NONE."""
+        self._begin()
+        described = []
+        for group_id in req.group_ids:
+            error = self._gate(group_id, empty_id_ok=True)
+            group = self._groups.get(group_id)
+            if error is not None:
+                described.append(DescribedGroup(error, group_id, "", "", "", ()))
+            elif group is None:
+                described.append(
+                    DescribedGroup(ErrorCode.none, group_id, GroupState.DEAD.value, "", "", ())
+                )
+            else:
+                described.append(self._describe(group))
+        self._reply(handle, DescribeGroupsResponse(tuple(described)))
+        return self._end()
+
+    @staticmethod
+    def _describe(group: ClassicGroup) -> DescribedGroup:
+        stable = group.state is GroupState.STABLE
+        protocol = (group.protocol_name or "") if stable else ""
+        members = tuple(
+            DescribedMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                metadata=m.metadata(protocol) if stable else b"",
+                assignment=m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return DescribedGroup(
+            ErrorCode.none,
+            group.group_id,
+            group.state.value,
+            group.protocol_type or "",
+            protocol,
+            members,
+        )
+
+    def delete_groups(self, handle: Hashable, req: DeleteGroupsRequest, now_ms: int) -> Output:
+        """DeleteGroups: only Empty groups; writes offset tombstones then a group tombstone."""
+        self._begin()
+        results: dict[str, int] = {}
+        deleted: list[ClassicGroup] = []
+        for group_id in dict.fromkeys(req.group_ids):
+            error = self._gate(group_id, empty_id_ok=True)
+            group = self._groups.get(group_id)
+            if error is not None:
+                results[group_id] = error
+            elif group is None or group.state is GroupState.DEAD:
+                results[group_id] = ErrorCode.group_id_not_found
+            elif group.state is GroupState.EMPTY:
+                group.transition_to(GroupState.DEAD, now_ms)
+                deleted.append(group)
+                results[group_id] = ErrorCode.none
+            else:
+                results[group_id] = ErrorCode.non_empty_group
+        for group in deleted:
+            for topic, partition in self._offsets.pop(group.group_id, {}):
+                self._emit(encode_key(OffsetCommitKey(group.group_id, topic, partition)), None)
+            self._emit(encode_key(GroupMetadataKey(group.group_id)), None)
+            self._discard_group(group, ErrorCode.coordinator_not_available)
+            log.info("group %s deleted", group.group_id)
+        response = DeleteGroupsResponse(
+            tuple(DeleteGroupResult(gid, err) for gid, err in results.items())
+        )
+        self._reply(handle, response)
+        if deleted:
+            self._on_failure(
+                DeleteWriteFailed(handle, response.results, frozenset(g.group_id for g in deleted))
+            )
+        return self._end()
+
+    def _discard_group(self, group: ClassicGroup, error: int) -> None:
+        """Forget a Dead group; parked requests (none for Empty groups) get ``error``."""
+        for member in list(group.members.values()):
+            self._fence_parked(group, member, error)
+        group.join_timer = None
+        del self._groups[group.group_id]
+
+    # ---- persistence (I1, I2, I6) ---------------------------------------------------------
+
+    def _emit_group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation,
+            protocol=group.protocol_name,
+            leader=group.leader_id,
+            current_state_timestamp=(
+                group.state_timestamp_ms if group.state_timestamp_ms is not None else -1
+            ),
+            members=tuple(
+                MemberMetadata(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout=m.rebalance_timeout_ms,
+                    session_timeout=m.session_timeout_ms,
+                    subscription=m.metadata(group.protocol_name),
+                    assignment=assignment.get(m.member_id, b""),
+                )
+                for m in group.members.values()
+            ),
+        )
+        self._emit(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
+
+    # ---- append failures ------------------------------------------------------------------
+
+    def append_failed(self, output: Output, error: int, now_ms: int) -> Output:
+        """The records of ``output`` could not be appended (``error`` is the log's error).
+
+        Returns the replies to deliver INSTEAD of ``output.replies``: the failed writes'
+        requests get the mapped error (F3: and the group rebalances; L3: the replacement is
+        reverted); every other reply of ``output`` is passed through unchanged (a failed
+        Empty-group record is only logged, as in Kafka).
+        """
+        self._begin()
+        mapped = map_store_error(error)
+        affected: set[Hashable] = set()
+        for action in output.on_failure:
+            if isinstance(action, SyncWriteFailed):
+                affected.update(action.handles)
+            else:
+                affected.add(action.handle)
+        for h, resp in output.replies:
+            if h not in affected:
+                self._reply(h, resp)
+        for action in output.on_failure:
+            if isinstance(action, SyncWriteFailed):
+                self._sync_write_failed(action, mapped, now_ms)
+            elif isinstance(action, StaticReplaceWriteFailed):
+                self._static_replace_write_failed(action, mapped, now_ms)
+            else:
+                self._reply(
+                    action.handle,
+                    DeleteGroupsResponse(
+                        tuple(
+                            DeleteGroupResult(gid, mapped if gid in action.deleted else err)
+                            for gid, err in action.results
+                        )
+                    ),
+                )
+        if output.records and not output.on_failure:
+            log.warning("append of %d records failed with %s", len(output.records), error)
+        return self._end()
+
+    def _sync_write_failed(self, action: SyncWriteFailed, error: int, now_ms: int) -> None:
+        for h in action.handles:
+            self._reply(h, _sync_error(error))
+        group = self._groups.get(action.group_id)
+        if (
+            group is not None
+            and group.generation == action.generation
+            and group.state is GroupState.STABLE
+        ):
+            log.warning(
+                "group %s: storing the generation %d assignment failed (%s); rebalancing",
+                group.group_id,
+                group.generation,
+                error,
+            )
+            for member in group.members.values():
+                member.assignment = b""
+            self._maybe_prepare_rebalance(group, now_ms, "failed to store the group assignment")
+
+    def _static_replace_write_failed(
+        self, action: StaticReplaceWriteFailed, error: int, now_ms: int
+    ) -> None:
+        group = self._groups.get(action.group_id)
+        if (
+            group is not None
+            and group.state is GroupState.STABLE
+            and group.generation == action.generation
+            and group.static_member_id(action.instance_id) == action.new_member_id
+        ):
+            member = group.get(action.new_member_id)
+            if not member.awaiting_join and not member.awaiting_sync:
+                group.update_member(
+                    member,
+                    action.old_protocols,
+                    action.old_rebalance_timeout_ms,
+                    action.old_session_timeout_ms,
+                    None,
+                    awaiting=False,
+                )
+                group.replace_static_member(
+                    action.instance_id, action.new_member_id, action.old_member_id
+                )
+                self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        self._reply(
+            action.handle,
+            JoinGroupResponse(
+                error=error,
+                generation_id=group.generation if group is not None else UNKNOWN_GENERATION,
+                protocol_type=group.protocol_type if group is not None else None,
+                protocol_name=group.protocol_name if group is not None else None,
+                leader=action.old_leader_id or "",
+                member_id="",
+                members=(),
+            ),
+        )
+
+    # ---- loading and unloading (K3) -------------------------------------------------------
+
+    def replay(self, key: bytes, value: bytes | None, now_ms: int) -> None:
+        """Apply one record of this shard's partition, oldest first (loading only). The
+        newest value per key wins (I5); None is a tombstone; unknown key versions are
+        skipped."""
+        if self._mode is not ShardMode.LOADING:
+            raise RuntimeError("replay() is only allowed while the shard is loading")
+        decoded = decode_key(key)
+        if isinstance(decoded, UnknownKey):
+            self.skipped_records += 1
+        elif isinstance(decoded, OffsetCommitKey):
+            tp = (decoded.topic, decoded.partition)
+            if value is None:
+                offsets = self._offsets.get(decoded.group)
+                if offsets is not None:
+                    offsets.pop(tp, None)
+                    if not offsets:
+                        del self._offsets[decoded.group]
+            else:
+                commit = decode_offset_commit_value(value)
+                self._offsets.setdefault(decoded.group, {})[tp] = commit
+        else:
+            if value is None:
+                self._loaded.pop(decoded.group, None)
+            else:
+                self._loaded[decoded.group] = decode_group_metadata_value(value)
+
+    def finish_loading(self, now_ms: int) -> Output:
+        """K3: materialise the loaded groups (Stable with members, else Empty), schedule
+        every member's session timer and start serving."""
+        if self._mode is not ShardMode.LOADING:
+            raise RuntimeError("finish_loading() called twice or after unload()")
+        self._begin()
+        self._mode = ShardMode.ACTIVE
+        for group_id, value in self._loaded.items():
+            self._groups[group_id] = self._group_from_record(group_id, value)
+        self._loaded.clear()
+        for group_id in self._offsets:
+            if group_id not in self._groups:
+                # Offsets without a group record: a standalone consumer's group (J6).
+                self._groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
+        for group in self._groups.values():
+            if len(group.members) > self.config.max_size:
+                self._prepare_rebalance(group, now_ms, "loaded group is over group.max.size")
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        log.info("partition %d loaded: %d groups", self.partition, len(self._groups))
+        return self._end()
+
+    @staticmethod
+    def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup:
+        group = ClassicGroup(
+            group_id,
+            state=GroupState.STABLE if value.members else GroupState.EMPTY,
+            state_timestamp_ms=(
+                value.current_state_timestamp if value.current_state_timestamp >= 0 else None
+            ),
+            generation=value.generation,
+            protocol_name=value.protocol,
+            leader_id=value.leader,
+        )
+        for mm in value.members:
+            protocols = ((value.protocol, mm.subscription),) if value.protocol is not None else ()
+            group.add(
+                Member(
+                    member_id=mm.member_id,
+                    group_instance_id=mm.group_instance_id,
+                    client_id=mm.client_id,
+                    client_host=mm.client_host,
+                    rebalance_timeout_ms=(
+                        mm.rebalance_timeout if mm.rebalance_timeout >= 0 else mm.session_timeout
+                    ),
+                    session_timeout_ms=mm.session_timeout,
+                    protocol_type=value.protocol_type,
+                    protocols=protocols,
+                    assignment=mm.assignment,
+                )
+            )
+        group.protocol_type = value.protocol_type or None
+        return group
+
+    def unload(self, now_ms: int) -> Output:
+        """K3: the partition moved away: every group goes Dead, parked requests get
+        NOT_COORDINATOR, and later requests are answered NOT_COORDINATOR."""
+        self._begin()
+        for group in list(self._groups.values()):
+            group.transition_to(GroupState.DEAD, now_ms)
+            self._discard_group(group, ErrorCode.not_coordinator)
+        self._groups.clear()
+        self._offsets.clear()
+        self._loaded.clear()
+        self._timers.clear()
+        self._mode = ShardMode.UNLOADED
+        return self._end()
