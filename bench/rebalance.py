@@ -1,0 +1,128 @@
+"""Rebalance latency with real confluent-kafka consumers against a real kcoord broker.
+
+For 1, 4, 16 and 64 consumers, eager (range) and cooperative (cooperative-sticky): the time from
+subscribing until every partition is owned by exactly one member; then the rebalance after one
+more consumer joins and after one leaves (clean close), measured until the assignment is
+complete and disjoint again. group.initial.rebalance.delay.ms=0, heartbeat.interval.ms=500.
+Prints JSON, including the broker's CPU seconds per rebalance.
+
+    .venv/bin/python bench/rebalance.py [--sizes 1,4,16,64] [--partitions 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.integration.clients import create_topic  # noqa: E402
+from tests.integration.groups import ConfluentMember, Member, balanced  # noqa: E402
+from tests.integration.harness import BrokerProcess  # noqa: E402
+
+HEARTBEAT_MS = 500
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_until_balanced(members: list[Member], partitions: int, timeout: float = 120.0) -> float:
+    start = time.perf_counter()
+    while time.perf_counter() - start < timeout:
+        if balanced(members, partitions):
+            return time.perf_counter() - start
+        time.sleep(0.005)
+    raise TimeoutError(f"no complete assignment after {timeout}s")
+
+
+def run(broker: BrokerProcess, size: int, strategy: str, partitions: int, topic: str) -> dict[str, object]:
+    assert broker.proc is not None
+    pid = broker.proc.pid
+    group = f"bench-{strategy}-{size}"
+    extra = {"heartbeat.interval.ms": HEARTBEAT_MS}
+
+    def member(i: int) -> ConfluentMember:
+        return ConfluentMember(
+            broker.bootstrap, group, topic, f"{group}-{i}", strategy, session_timeout_ms=30000, extra=extra
+        )
+
+    cpu0 = cpu_seconds(pid)
+    members: list[Member] = [member(i) for i in range(size)]
+    try:
+        initial = time_until_balanced(members, partitions)
+        time.sleep(2 * HEARTBEAT_MS / 1000)  # let follow-up rounds (cooperative) finish
+        cpu1 = cpu_seconds(pid)
+        members.append(member(size))
+        after_join = time_until_balanced(members, partitions)
+        time.sleep(2 * HEARTBEAT_MS / 1000)
+        cpu2 = cpu_seconds(pid)
+        leaving = members.pop(0)
+        t0 = time.perf_counter()
+        leaving.stop()
+        # The leaver's partitions move once the others rejoin.
+        after_leave = time_until_balanced(members, partitions) + (time.perf_counter() - t0)
+        cpu3 = cpu_seconds(pid)
+    finally:
+        for m in members:
+            m.stop()
+    return {
+        "consumers": size,
+        "strategy": strategy,
+        "initial_assignment_s": round(initial, 3),
+        "rebalance_after_join_s": round(after_join, 3),
+        "rebalance_after_leave_s": round(after_leave, 3),
+        "broker_cpu_s": {
+            "initial": round(cpu1 - cpu0, 3),
+            "join": round(cpu2 - cpu1, 3),
+            "leave": round(cpu3 - cpu2, 3),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1,4,16,64")
+    parser.add_argument("--partitions", type=int, default=128)
+    parser.add_argument("--strategies", default="range,cooperative-sticky")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(
+            Path(tmp) / "data",
+            {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000},
+        ).start()
+        try:
+            create_topic(broker.bootstrap, "rebalance", args.partitions)
+            for strategy in args.strategies.split(","):
+                for size in sizes:
+                    results.append(run(broker, size, strategy, args.partitions, "rebalance"))
+                    print(json.dumps(results[-1]), file=sys.stderr)
+        finally:
+            broker.stop()
+    target = HEARTBEAT_MS / 1000 + 0.2
+    print(
+        json.dumps(
+            {
+                "benchmark": "rebalance",
+                "client": "confluent-kafka",
+                "heartbeat_interval_ms": HEARTBEAT_MS,
+                "partitions": args.partitions,
+                "target_s": target,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
