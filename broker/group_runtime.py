@@ -129,18 +129,27 @@ class GroupRuntime:
         records = 0
         for sr in self.shards:
             assert sr.log is not None
-            n = 0
+            # The shard's state is a function of the newest record per key (the log is a
+            # compacted topic), so keep only those, in order of their last occurrence, and
+            # replay them; a key whose newest record is a tombstone needs no replay at all.
+            latest: dict[bytes, bytes | None] = {}
             for i, (_base, _header, data) in enumerate(sr.log.iter_batches()):
-                batch = decode_batch(data, verify_crc=False)
-                t = now_ms()
-                for rec in batch.records:
-                    if rec.key is None:
+                for rec in decode_batch(data, verify_crc=False).records:
+                    key = rec.key
+                    if key is None:
                         continue
-                    sr.shard.replay(rec.key, rec.value, t)
-                    n += 1
+                    latest.pop(key, None)
+                    latest[key] = rec.value
+                    records += 1
                 if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
                     await asyncio.sleep(0)
-            records += n
+            t = now_ms()
+            replay = sr.shard.replay
+            for n, (key, value) in enumerate(latest.items()):
+                if value is not None:
+                    replay(key, value, t)
+                if n % 4096 == 4095:
+                    await asyncio.sleep(0)
             self._finish(sr, now_ms())
         self.load_seconds = time.perf_counter() - started
         log.info(
@@ -175,8 +184,6 @@ class GroupRuntime:
     async def call(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
         """Run ``op(handle, request, now)`` on shard ``partition``; await its reply."""
         sr = self.shards[partition]
-        if self._topic is None:
-            self.ensure_topic()
         handle = next(self._handles)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[handle] = fut
@@ -241,9 +248,7 @@ class GroupRuntime:
             if prev is not None and not prev.done():
                 await asyncio.shield(prev)
             if error is not None:
-                follow = sr.shard.append_failed(out, error, now_ms())
-                self._deliver(follow)
-                self._reschedule(sr)
+                self._process(sr, sr.shard.append_failed(out, error, now_ms()))
             else:
                 self._deliver(out)
         finally:

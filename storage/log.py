@@ -14,10 +14,33 @@ corrupt batch and everything after it is cut from the file, later segments are d
 single warning is logged on the ``kcoord.storage`` logger.
 
 Threading: one writer. ``append``, ``truncate_to``, ``read``, ``iter_batches``,
-``offset_for_timestamp``, ``close`` and ``delete`` must be called from one thread at a time (the
-broker's event loop). ``flush`` may run concurrently with ``append`` and ``read`` in another
-thread (e.g. via ``asyncio.to_thread``) so the fsync does not block the loop. This module does
-plain blocking file I/O and never touches asyncio or sockets.
+``offset_for_timestamp``, ``replace_sealed``, ``close`` and ``delete`` must be called from one
+thread at a time (the broker's event loop). ``flush`` may run concurrently with ``append`` and
+``read`` in another thread (e.g. via ``asyncio.to_thread``) so the fsync does not block the loop,
+and so may ``begin_cleaning`` and reading through the private handles it returns. This module
+does plain blocking file I/O and never touches asyncio or sockets.
+
+Compaction (``storage.compaction`` decides what to keep; this module only swaps files):
+``begin_cleaning`` snapshots the segment list and opens private read-only handles on every
+segment (at most one cleaning at a time). The cleaner writes ``<base>.log.cleaned`` and
+``<base>.index.cleaned`` (complete and fsynced) for groups of adjacent sealed segments, then
+``replace_sealed`` swaps them in on the writer thread: rename every ``.cleaned`` to ``.swap``,
+fsync the directory (the commit point), delete the replaced segments, rename every ``.swap`` to
+its final name, fsync the directory. Each cleaned segment has the base offset of the first
+segment of its group and holds a subset of the group's batches, so offsets stay increasing with
+gaps where records were removed. An ``iter_batches`` iterator that is suspended while a swap
+happens continues from the offset after its last batch on the new segments (its memoryviews are
+copies and stay valid); it never reads a replaced file.
+
+Crash leftovers, handled at open before anything else: every ``*.cleaned`` file is deleted (the
+swap had not started). A ``<B>.log.swap`` is complete and fsynced (it was renamed from a finished
+``.cleaned`` file), so the swap is finished: the segments whose base offset is B or lies in
+[B, next offset of the swap file) -- all of them members of the group it replaces -- are deleted
+(``.log`` and ``.index``), ``<B>.index.swap`` (if any) and then ``<B>.log.swap`` are renamed into
+place. Members of the group beyond the swap file's next offset (their records were all removed)
+may survive a crash; they only hold offsets above the swap file's, so the log stays consistent,
+merely less compacted. An ``.index.swap`` without its ``.log.swap`` is deleted (the index is
+rebuilt if needed). This rule is safe for any subset of a swap's renames having reached disk.
 """
 
 from __future__ import annotations
@@ -30,18 +53,21 @@ import shutil
 import threading
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
 from protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
 from storage.index import INT32_MAX
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, Cut, Segment
+from storage.segment import BUILD_CHUNK, INDEX_SUFFIX, LOG_SUFFIX, Cut, Segment
 
 log = logging.getLogger("kcoord.storage")
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index)$")
+CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file being written (phase 1 of compaction)
+SWAP_SUFFIX = ".swap"  # a cleaned segment file committed to replace its group (phase 2)
+_CLEANER_FILE = re.compile(r"^(\d{20})(\.log|\.index)(\.cleaned|\.swap)$")
 
 
 class OffsetOutOfRange(Exception):
@@ -56,6 +82,38 @@ class OffsetOutOfRange(Exception):
 
 class LogClosed(RuntimeError):
     """The log was closed or deleted."""
+
+
+class CleaningInProgress(RuntimeError):
+    """begin_cleaning was called while another cleaning of the same log was under way."""
+
+
+def cleaned_path(directory: Path, base_offset: int, suffix: str) -> Path:
+    """``<base>.log.cleaned`` / ``<base>.index.cleaned`` (``suffix`` is LOG_ or INDEX_SUFFIX)."""
+    return directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}"
+
+
+@dataclass(eq=False)
+class CleaningSnapshot:
+    """What a cleaner may read, taken by :meth:`PartitionLog.begin_cleaning` under the lock.
+
+    ``readers[i]`` is a private read-only handle on ``segments[i]`` (same file, own descriptor,
+    size and next offset as of the snapshot), usable from any thread. ``segments[:sealed]`` are
+    sealed and hold only offsets below ``flushed_offset``: those may be replaced. The others
+    (the active segment last) may only be read, and only batches ending below
+    ``flushed_offset`` are durable.
+    """
+
+    segments: tuple[Segment, ...]
+    readers: tuple[Segment, ...]
+    sealed: int
+    flushed_offset: int
+    segment_bytes: int
+    index_interval_bytes: int
+    fsync: bool
+    _truncations: int = field(repr=False)
+    _swaps: int = field(repr=False)
+    _ended: bool = field(default=False, repr=False)
 
 
 class PartitionLog:
@@ -82,6 +140,9 @@ class PartitionLog:
         self._dir_dirty = False
         self._flushed_offset = segments[-1].next_offset
         self._closed = False
+        self._truncations = 0  # bumped by truncate_to: invalidates a cleaning in progress
+        self._swaps = 0  # bumped by replace_sealed: tells suspended iterators to re-resolve
+        self._cleaning = False
 
     # -- opening and recovery --------------------------------------------------------------
 
@@ -102,13 +163,13 @@ class PartitionLog:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
 
+        dir_changed = _recover_cleaner_files(path)
         log_bases: set[int] = set()
         index_bases: set[int] = set()
         for entry in os.listdir(path):
             m = _SEGMENT_FILE.match(entry)
             if m:
                 (log_bases if m.group(2) == LOG_SUFFIX else index_bases).add(int(m.group(1)))
-        dir_changed = False
         for base in index_bases - log_bases:  # an index without its log is useless
             (path / f"{base:020d}{INDEX_SUFFIX}").unlink()
             dir_changed = True
@@ -309,6 +370,7 @@ class PartitionLog:
         if offset < self.log_start_offset:
             raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
         with self._flush_lock, self._lock:
+            self._truncations += 1
             while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
                 gone = self._segments.pop()
                 self._bases.pop()
@@ -354,19 +416,41 @@ class PartitionLog:
 
         The first batch may start before ``start_offset`` (it is the one holding it). Segments
         are read in large chunks; each memoryview stays valid after iteration moves on. Only
-        what was in the log when the call was made is yielded.
+        what was in the log when the call was made is yielded. If compaction swaps segments
+        (``replace_sealed``) while the iterator is suspended, it continues after the last batch
+        it yielded on the new segments, so it yields what compaction kept from there on.
         """
         self._check_open()
         start = self.log_start_offset if start_offset is None else start_offset
+        end = self.log_end_offset
+        swaps = self._swaps
+        resumed = False
         snapshot = [(seg, seg.size, seg.next_offset) for seg in self._segments]
-        for seg, size, next_offset in snapshot:
-            if next_offset <= start or size == 0:
-                continue
-            pos = seg.find(start) if start > seg.base_offset else 0
-            if pos is None:
-                continue
-            for _, h, data in seg.scan(pos, size, verify_crc=verify_crc):
-                yield h.base_offset, h, data
+        while True:
+            resume_at: int | None = None
+            for seg, size, next_offset in snapshot:
+                if next_offset <= start or size == 0:
+                    continue
+                pos = seg.find(start) if start > seg.base_offset else 0
+                if pos is None:
+                    continue
+                for _, h, data in seg.scan(pos, size, verify_crc=verify_crc):
+                    if resumed and h.base_offset >= end:
+                        return
+                    yield h.base_offset, h, data
+                    if self._swaps != swaps:  # segments were replaced while we were suspended
+                        resume_at = h.next_offset
+                        break
+                if resume_at is not None:
+                    break
+            if resume_at is None:
+                return
+            self._check_open()
+            sizes = {id(seg): size for seg, size, _ in snapshot}
+            start, swaps, resumed = resume_at, self._swaps, True
+            snapshot = [
+                (seg, sizes.get(id(seg), seg.size), seg.next_offset) for seg in self._segments
+            ]
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) for the first batch, in offset order, whose max timestamp >= ts_ms.
@@ -383,6 +467,161 @@ class PartitionLog:
             if found is not None:
                 return found
         return None
+
+    # -- compaction ------------------------------------------------------------------------
+
+    def begin_cleaning(self) -> CleaningSnapshot:
+        """Snapshot the segments for a cleaner and open private read handles (any thread).
+
+        Call :meth:`flush` first so that everything appended so far counts as durable. Only one
+        cleaning may be under way: raises CleaningInProgress otherwise. End it with
+        :meth:`replace_sealed` or :meth:`end_cleaning`.
+        """
+        with self._lock:
+            self._check_open()
+            if self._cleaning:
+                raise CleaningInProgress(f"log {self._path} is already being cleaned")
+            segments = tuple(self._segments)
+            flushed = self._flushed_offset
+            sealed = 0
+            while sealed < len(segments) - 1 and segments[sealed].next_offset <= flushed:
+                sealed += 1
+            readers: list[Segment] = []
+            try:
+                for seg in segments:
+                    readers.append(seg.open_reader())
+            except BaseException:
+                for r in readers:
+                    r.close()
+                raise
+            self._cleaning = True
+            return CleaningSnapshot(
+                segments=segments,
+                readers=tuple(readers),
+                sealed=sealed,
+                flushed_offset=flushed,
+                segment_bytes=self._segment_bytes,
+                index_interval_bytes=self._index_interval_bytes,
+                fsync=self._fsync,
+                _truncations=self._truncations,
+                _swaps=self._swaps,
+            )
+
+    def end_cleaning(self, snapshot: CleaningSnapshot) -> None:
+        """Close the snapshot's read handles and allow the next cleaning. Idempotent."""
+        for r in snapshot.readers:
+            r.close()
+        with self._lock:
+            if not snapshot._ended:
+                snapshot._ended = True
+                self._cleaning = False
+
+    def replace_sealed(
+        self,
+        snapshot: CleaningSnapshot,
+        replacements: Sequence[tuple[Sequence[Segment], int | None]],
+    ) -> bool:
+        """Swap cleaned segment files in for groups of sealed segments (writer thread).
+
+        Each replacement is ``(group, base)``: ``group`` lists adjacent segments from
+        ``snapshot.segments[:snapshot.sealed]``; ``base`` is ``group[0].base_offset`` when the
+        cleaner wrote ``cleaned_path(path, base, ".log"/".index")`` (complete, fsynced, holding
+        a subset of the group's batches) or None when nothing of the group survives and its
+        segments are simply deleted. Groups must not overlap. The swap follows the protocol in
+        the module docstring and ends the cleaning.
+
+        Returns False, deleting the cleaned files and changing nothing, if the log was closed,
+        truncated or otherwise changed under the snapshot since begin_cleaning (the cleaner's
+        decisions may rest on records that are gone). An I/O error after the commit point
+        closes the log (reopening it completes the swap) and propagates. Holds the flush lock
+        throughout, so it waits for a flush running in another thread to finish.
+        """
+        if snapshot._ended:
+            raise ValueError("this cleaning has already ended")
+        new_bases = [base for _, base in replacements if base is not None]
+        try:
+            with self._flush_lock:
+                present = {id(s) for s in self._segments[:-1]}
+                stale = (
+                    self._closed
+                    or self._truncations != snapshot._truncations
+                    or self._swaps != snapshot._swaps
+                    or any(id(s) not in present for group, _ in replacements for s in group)
+                )
+                if stale:
+                    for base in new_bases:
+                        _remove_cleaned(self._path, base)
+                    return False
+                if not replacements:
+                    return True
+                self._swap_files(replacements, new_bases)
+            return True
+        finally:
+            self.end_cleaning(snapshot)
+
+    def _swap_files(
+        self, replacements: Sequence[tuple[Sequence[Segment], int | None]], new_bases: list[int]
+    ) -> None:
+        path = self._path
+        committed = False
+        try:
+            # 1. Commit: every cleaned file becomes a .swap file, made durable.
+            for base in new_bases:
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                    cleaned = cleaned_path(path, base, suffix)
+                    if suffix == LOG_SUFFIX or cleaned.exists():
+                        os.rename(cleaned, path / f"{base:020d}{suffix}{SWAP_SUFFIX}")
+            if self._fsync:
+                _fsync_dir(path)
+            committed = True
+            # 2. Delete the replaced segments, 3. move the swap files into place.
+            for group, _ in replacements:
+                for seg in group:
+                    seg.delete_files()
+            fresh: dict[int, Segment] = {}
+            for base in new_bases:
+                stem = f"{base:020d}"
+                index_swap = path / f"{stem}{INDEX_SUFFIX}{SWAP_SUFFIX}"
+                if index_swap.exists():
+                    os.rename(index_swap, path / f"{stem}{INDEX_SUFFIX}")
+                os.rename(path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}", path / f"{stem}{LOG_SUFFIX}")
+            if self._fsync:
+                _fsync_dir(path)
+            for base in new_bases:
+                seg = Segment(path, base, self._index_interval_bytes)
+                if not seg.load_sealed():
+                    seg.recover()
+                fresh[base] = seg
+        except BaseException:
+            if not committed:
+                for base in new_bases:  # nothing was deleted yet: put the log back as it was
+                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                        with contextlib.suppress(OSError):
+                            (path / f"{base:020d}{suffix}{SWAP_SUFFIX}").unlink()
+                    _remove_cleaned(path, base)
+                raise
+            log.error("swap of cleaned segments in %s failed; closing the log", path)
+            with self._lock:
+                self._closed = True
+                for seg in self._segments:
+                    seg.close()
+            raise
+
+        first_of = {id(group[0]): base for group, base in replacements}
+        doomed = {id(s) for group, _ in replacements for s in group}
+        with self._lock:
+            segments: list[Segment] = []
+            for seg in self._segments:
+                if id(seg) in first_of:
+                    new_base = first_of[id(seg)]
+                    if new_base is not None:
+                        segments.append(fresh[new_base])
+                elif id(seg) not in doomed:
+                    segments.append(seg)
+            self._segments = segments
+            self._bases = [s.base_offset for s in segments]
+            self._dirty = [s for s in self._dirty if id(s) not in doomed]
+            self._swaps += 1
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -435,6 +674,75 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _remove_cleaned(directory: Path, base: int) -> None:
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+        with contextlib.suppress(OSError):
+            cleaned_path(directory, base, suffix).unlink()
+
+
+def _swap_next_offset(path: Path, base: int) -> int:
+    """One past the last offset of the whole batches in the swap file ``path``."""
+    reader = Segment(path.parent, base, 0)
+    reader.log_path = path  # read the .swap file through the segment's header walker
+    next_offset = base
+    try:
+        size = reader.file_size()
+        for _, h in reader.walk_headers(0, size, BUILD_CHUNK):
+            next_offset = max(next_offset, h.next_offset)
+    except CorruptBatch:
+        pass  # normal recovery cuts the segment there after the rename
+    finally:
+        reader.close()
+    return next_offset
+
+
+def _recover_cleaner_files(path: Path) -> bool:
+    """Delete ``.cleaned`` leftovers and finish interrupted swaps; True if anything changed.
+
+    The rule is in the module docstring.
+    """
+    cleaned: list[str] = []
+    log_swaps: list[int] = []
+    index_swaps: set[int] = set()
+    log_bases: list[int] = []
+    for entry in os.listdir(path):
+        m = _CLEANER_FILE.match(entry)
+        if m:
+            if m.group(3) == CLEANED_SUFFIX:
+                cleaned.append(entry)
+            elif m.group(2) == LOG_SUFFIX:
+                log_swaps.append(int(m.group(1)))
+            else:
+                index_swaps.add(int(m.group(1)))
+            continue
+        m = _SEGMENT_FILE.match(entry)
+        if m and m.group(2) == LOG_SUFFIX:
+            log_bases.append(int(m.group(1)))
+    for entry in cleaned:
+        (path / entry).unlink()
+    for base in index_swaps - set(log_swaps):
+        (path / f"{base:020d}{INDEX_SUFFIX}{SWAP_SUFFIX}").unlink()
+    for base in sorted(log_swaps):
+        stem = f"{base:020d}"
+        swap = path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}"
+        end = _swap_next_offset(swap, base)
+        for old in log_bases:
+            if old == base or base <= old < end:
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        (path / f"{old:020d}{suffix}").unlink()
+        if base in index_swaps:
+            os.rename(path / f"{stem}{INDEX_SUFFIX}{SWAP_SUFFIX}", path / f"{stem}{INDEX_SUFFIX}")
+        os.rename(swap, path / f"{stem}{LOG_SUFFIX}")
+    if log_swaps:
+        log.warning(
+            "recovery of %s: finished an interrupted compaction swap of segment(s) %s",
+            path,
+            ", ".join(str(b) for b in sorted(log_swaps)),
+        )
+    return bool(cleaned or index_swaps or log_swaps)
 
 
 def _warn_recovery(

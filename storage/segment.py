@@ -83,6 +83,20 @@ class Segment:
         seg._max_ts = NO_TIMESTAMP
         return seg
 
+    def open_reader(self) -> Segment:
+        """A read-only handle on this segment's ``.log`` with its own file descriptor.
+
+        For readers in another thread (compaction): the handle's ``scan``/``pread`` keep
+        working on the same file contents even if this segment is closed or its files are
+        deleted meanwhile. Its ``size`` and ``next_offset`` are copied from this segment; its
+        index is not loaded (use ``scan``, not ``find``). Close it when done.
+        """
+        reader = Segment(self.log_path.parent, self.base_offset, self.index_interval_bytes)
+        reader._fd = os.open(self.log_path, os.O_RDONLY)
+        reader.size = self.size
+        reader.next_offset = self.next_offset
+        return reader
+
     def file_size(self) -> int:
         return os.fstat(self._open()).st_size
 

@@ -1,0 +1,448 @@
+"""Key-based compaction of a partition log's sealed segments (Kafka's log cleaner, simplified).
+
+Used for the compacted ``__consumer_offsets`` partitions: for every record key only the newest
+record (by offset) survives. The rules:
+
+* The key -> newest offset map is built from every segment, sealed and active, but only from
+  batches below the log's flushed offset (compaction starts with a flush): a record may only
+  supersede older ones once it is durable, or a crash could lose both.
+* Only sealed segments wholly below the flushed offset are rewritten; the active segment is
+  never touched. Kept records keep their original offsets, so offsets stay strictly increasing
+  (with gaps) and the log end offset does not change.
+* A tombstone (null value) that is the newest record for its key is dropped when its batch's
+  max timestamp is older than ``now_ms - delete_retention_ms`` and it lies in a rewritten
+  segment; otherwise it is kept, so consumers get ``delete.retention.ms`` to see the delete.
+* Records without a key are dropped (Kafka rejects them in compacted topics).
+* Control batches (transaction markers) are kept verbatim. Transactional data batches are
+  compacted like any other; aborted transactions are not taken into account.
+* A batch keeps its base offset, last offset delta (so its offset span), timestamps,
+  compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
+  all survive is copied byte for byte; one that lost some is re-encoded from the survivors with
+  ``protocol.records``; one that lost all is dropped.
+* Adjacent sealed segments are merged while the cleaned result stays within ``segment_bytes``
+  (and the offsets within the index's int32 range); the merged segment takes the base offset
+  of the first one. A single segment that would come out unchanged is left alone. A group
+  whose records all went is deleted, except that the log's first segment is kept (empty) so the
+  log start offset does not move.
+
+Two phases, so that requests are not blocked (``PartitionLog`` documents the file protocol):
+
+1. :func:`prepare_compaction` only reads segments (through private file handles) and writes
+   ``<base>.log.cleaned``/``<base>.index.cleaned`` files. It may run in a worker thread while
+   the event loop keeps appending and serving reads.
+2. :func:`commit_compaction` swaps the files in on the writer thread (``replace_sealed``); it is
+   short: renames, deletes, two directory fsyncs and loading the new segments' indexes. If the
+   log was truncated or closed in between, the plan is discarded (``stats.stale``).
+
+:func:`compact` runs both in the calling thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
+from protocol.compression import decompress
+from protocol.records import decode_batch, encode_batch, read_varint
+from storage.index import INT32_MAX, pwrite_all
+from storage.log import CLEANED_SUFFIX, CleaningSnapshot, PartitionLog, cleaned_path
+from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, Segment
+
+DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
+
+_INDEX_ENTRY = struct.Struct(">ii")
+
+
+@dataclass(slots=True)
+class CompactionStats:
+    """What a compaction did to the sealed segments it considered (the active one excluded).
+
+    ``tombstones_dropped`` counts tombstones removed because they outlived the retention (older
+    tombstones superseded by a newer record for their key are counted only as records).
+    ``stale`` is True if the plan was discarded at commit because the log had changed; the
+    ``*_after`` fields then equal the ``*_before`` ones.
+    """
+
+    segments_before: int = 0
+    segments_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    records_before: int = 0
+    records_after: int = 0
+    tombstones_dropped: int = 0
+    seconds: float = 0.0
+    stale: bool = False
+
+
+@dataclass(eq=False)
+class CompactionPlan:
+    """The result of phase 1: cleaned files on disk and how they replace the sealed segments."""
+
+    snapshot: CleaningSnapshot | None
+    replacements: list[tuple[list[Segment], int | None]] = field(default_factory=list)
+    stats: CompactionStats = field(default_factory=CompactionStats)
+
+
+def compact(
+    log: PartitionLog, *, now_ms: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+) -> CompactionStats:
+    """Compact the log's sealed segments in the calling thread (both phases)."""
+    plan = prepare_compaction(log, now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+    return commit_compaction(log, plan)
+
+
+def prepare_compaction(
+    log: PartitionLog, *, now_ms: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+) -> CompactionPlan:
+    """Phase 1 (any thread): flush, build the offset map and write the cleaned files.
+
+    Raises ``storage.log.CleaningInProgress`` if another compaction of this log is under way.
+    The returned plan must be passed to :func:`commit_compaction` or :func:`abort_compaction`.
+    """
+    started = time.perf_counter()
+    log.flush()
+    snap = log.begin_cleaning()
+    plan = CompactionPlan(snap)
+    try:
+        if snap.sealed:
+            _Cleaner(snap, now_ms - delete_retention_ms, plan).run()
+    except BaseException:
+        _discard(log, plan)
+        raise
+    plan.stats.seconds = time.perf_counter() - started
+    return plan
+
+
+def commit_compaction(log: PartitionLog, plan: CompactionPlan) -> CompactionStats:
+    """Phase 2 (writer thread): swap the cleaned files in. Returns the plan's stats."""
+    if plan.snapshot is None:
+        raise ValueError("plan already committed or aborted")
+    started = time.perf_counter()
+    snap, plan.snapshot = plan.snapshot, None
+    stats = plan.stats
+    if not log.replace_sealed(snap, plan.replacements):
+        stats.stale = True
+        stats.segments_after = stats.segments_before
+        stats.bytes_after = stats.bytes_before
+        stats.records_after = stats.records_before
+        stats.tombstones_dropped = 0
+    stats.seconds += time.perf_counter() - started
+    return stats
+
+
+def abort_compaction(log: PartitionLog, plan: CompactionPlan) -> None:
+    """Delete a prepared plan's cleaned files and end the cleaning without changing the log."""
+    _discard(log, plan)
+
+
+def _discard(log: PartitionLog, plan: CompactionPlan) -> None:
+    snap, plan.snapshot = plan.snapshot, None
+    if snap is None:
+        return
+    try:
+        # Only one cleaning runs at a time, so every .cleaned file in the directory is ours.
+        for entry in os.listdir(log.path):
+            if entry.endswith(CLEANED_SUFFIX):
+                with contextlib.suppress(OSError):
+                    (log.path / entry).unlink()
+    except OSError:
+        pass  # the directory is gone (the log was deleted)
+    finally:
+        log.end_cleaning(snap)
+
+
+# -- phase 1 -------------------------------------------------------------------------------
+
+
+def _map_keys(
+    data: bytes, count: int, base_offset: int, offsets: dict[bytes, int], droppable: bool
+) -> None:
+    """Record ``key -> offset`` for each keyed record of a batch's (decompressed) records.
+
+    Reads only up to each key and the first byte of the value length; a tombstone that may be
+    dropped is stored as ``~offset`` (negative). Keyless records are skipped.
+    """
+    pos = 0
+    n_data = len(data)
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = read_varint(data, pos)
+            end = pos + length
+            if length < 6 or end > n_data:
+                raise CorruptBatch(f"bad record length {length}")
+            pos += 1  # attributes
+            while data[pos] & 0x80:  # timestampDelta: skipped
+                pos += 1
+            pos += 1
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                key_len = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                key_len, pos = read_varint(data, pos)
+            if key_len >= 0:
+                key = data[pos : pos + key_len]
+                # valueLength -1 (null) is the single byte zig-zag(-1) == 1.
+                if data[pos + key_len] == 1:
+                    offset = base_offset + offset_delta
+                    offsets[key] = ~offset if droppable else offset
+                else:
+                    offsets[key] = base_offset + offset_delta
+            elif key_len != -1:
+                raise CorruptBatch(f"bad key length {key_len}")
+            pos = end
+    except IndexError:
+        raise CorruptBatch("truncated record") from None
+    if pos != n_data:
+        raise CorruptBatch(f"{n_data - pos} bytes left over after {count} records")
+
+
+def _records_bytes(h: BatchHeader, data: memoryview) -> bytes:
+    payload = data[HEADER_SIZE:]
+    if h.compression:
+        return decompress(h.compression, payload)
+    return bytes(payload)
+
+
+def _rebuild(h: BatchHeader, data: memoryview, keep: set[int]) -> tuple[bytes, int]:
+    """Re-encode a batch with only the records at offsets in ``keep``; (bytes, records)."""
+    batch = decode_batch(data, verify_crc=False)
+    base = h.base_offset
+    kept = [r for r in batch.records if base + r.offset_delta in keep]
+    out = encode_batch(
+        kept,
+        base_offset=base,
+        base_timestamp=h.base_timestamp,
+        max_timestamp=h.max_timestamp,
+        compression=h.compression,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        partition_leader_epoch=h.partition_leader_epoch,
+        is_transactional=h.is_transactional,
+        log_append_time=h.log_append_time,
+        last_offset_delta=h.last_offset_delta,
+    )
+    return out, len(kept)
+
+
+@dataclass(slots=True)
+class _Cleaned:
+    """One input segment's surviving batches and (size, last offset) of each.
+
+    A piece is either a re-encoded batch or a (position, size) range of batches kept verbatim,
+    copied from ``reader`` when written (so unchanged data is never held in memory).
+    """
+
+    segment: Segment
+    reader: Segment
+    pieces: list[bytes | tuple[int, int]]
+    batches: list[tuple[int, int]]
+    size: int
+    records: int
+    unchanged: bool
+
+
+class _Group:
+    """Adjacent cleaned segments that become one output segment."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.members: list[_Cleaned] = []
+        self.size = 0
+        self.fd: int | None = None
+        self.written = 0
+        self.entries: list[tuple[int, int]] = []
+        self.since_index = 0
+
+
+class _Cleaner:
+    def __init__(self, snap: CleaningSnapshot, tombstone_horizon_ms: int, plan: CompactionPlan):
+        self.snap = snap
+        self.horizon = tombstone_horizon_ms
+        self.plan = plan
+        self.stats = plan.stats
+        self.directory = snap.segments[0].log_path.parent
+
+    def run(self) -> None:
+        snap = self.snap
+        sealed_end = snap.segments[snap.sealed - 1].next_offset
+        offsets = self._build_map()
+        surviving = sorted(v for v in offsets.values() if 0 <= v < sealed_end)
+        self.stats.tombstones_dropped = sum(1 for v in offsets.values() if v < 0)
+        del offsets
+        self.stats.segments_before = snap.sealed
+        group: _Group | None = None
+        ptr = 0
+        try:
+            for i in range(snap.sealed):
+                seg = snap.segments[i]
+                cleaned, ptr = self._clean_segment(snap.readers[i], seg, surviving, ptr)
+                self.stats.bytes_before += snap.readers[i].size
+                if group is not None and (
+                    group.size + cleaned.size > snap.segment_bytes
+                    or seg.next_offset - 1 - group.base > INT32_MAX
+                ):
+                    done, group = group, None
+                    self._finish(done)
+                if group is None:
+                    group = _Group(seg.base_offset)
+                self._add(group, cleaned)
+            assert group is not None
+            done, group = group, None
+            self._finish(done)
+        finally:
+            if group is not None and group.fd is not None:
+                os.close(group.fd)
+
+    def _build_map(self) -> dict[bytes, int]:
+        """key -> offset of its newest durable record (``~offset`` for a droppable tombstone)."""
+        snap = self.snap
+        offsets: dict[bytes, int] = {}
+        for i, reader in enumerate(snap.readers):
+            in_sealed = i < snap.sealed
+            for _, h, data in reader.scan(0, reader.size):
+                if h.next_offset > snap.flushed_offset:
+                    return offsets
+                if h.is_control:
+                    continue
+                droppable = in_sealed and h.max_timestamp < self.horizon
+                _map_keys(
+                    _records_bytes(h, data), h.records_count, h.base_offset, offsets, droppable
+                )
+        return offsets
+
+    def _clean_segment(
+        self, reader: Segment, segment: Segment, surviving: list[int], ptr: int
+    ) -> tuple[_Cleaned, int]:
+        pieces: list[bytes | tuple[int, int]] = []
+        batches: list[tuple[int, int]] = []
+        size = records_before = records = 0
+        unchanged = True
+        for pos, h, data in reader.scan(0, reader.size):
+            records_before += h.records_count
+            out: bytes | tuple[int, int]
+            if h.is_control:
+                n = keep_n = h.records_count
+                out = (pos, h.size)
+            else:
+                lo = ptr = bisect_left(surviving, h.base_offset, ptr)
+                last = h.last_offset
+                while ptr < len(surviving) and surviving[ptr] <= last:
+                    ptr += 1
+                keep_n = ptr - lo
+                if keep_n == 0:
+                    unchanged = False
+                    continue
+                if keep_n == h.records_count:
+                    out = (pos, h.size)
+                    n = keep_n
+                else:
+                    out, n = _rebuild(h, data, set(surviving[lo:ptr]))
+                    unchanged = False
+            out_size = out[1] if isinstance(out, tuple) else len(out)
+            if isinstance(out, tuple) and pieces and isinstance(pieces[-1], tuple):
+                prev_pos, prev_size = pieces[-1]
+                if prev_pos + prev_size == pos:  # coalesce adjacent verbatim batches
+                    out = (prev_pos, prev_size + out_size)
+                    pieces.pop()
+            pieces.append(out)
+            batches.append((out_size, h.last_offset))
+            size += out_size
+            records += n
+        self.stats.records_before += records_before
+        self.stats.records_after += records
+        return _Cleaned(segment, reader, pieces, batches, size, records, unchanged), ptr
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _add(self, group: _Group, cleaned: _Cleaned) -> None:
+        group.members.append(cleaned)
+        group.size += cleaned.size
+        # A lone unchanged segment may be left alone: only write once that is ruled out.
+        if group.fd is None and (len(group.members) > 1 or not cleaned.unchanged):
+            group.fd = os.open(
+                cleaned_path(self.directory, group.base, LOG_SUFFIX),
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                0o644,
+            )
+            for member in group.members:
+                self._write(group, member)
+        elif group.fd is not None:
+            self._write(group, cleaned)
+
+    def _write(self, group: _Group, cleaned: _Cleaned) -> None:
+        assert group.fd is not None
+        interval = self.snap.index_interval_bytes
+        pos = group.written
+        for size, last_offset in cleaned.batches:
+            if group.since_index >= interval:
+                group.entries.append((last_offset - group.base, pos))
+                group.since_index = 0
+            group.since_index += size
+            pos += size
+        at = group.written
+        for piece in cleaned.pieces:
+            if isinstance(piece, bytes):
+                pwrite_all(group.fd, piece, at)
+                at += len(piece)
+                continue
+            src, remaining = piece
+            while remaining:
+                chunk = cleaned.reader.pread(min(remaining, SCAN_CHUNK), src)
+                if not chunk:
+                    raise CorruptBatch(f"{cleaned.reader.log_path} shrank while being cleaned")
+                pwrite_all(group.fd, chunk, at)
+                src += len(chunk)
+                at += len(chunk)
+                remaining -= len(chunk)
+        assert at == pos
+        cleaned.pieces = []  # written: free the memory
+        group.written = pos
+
+    def _finish(self, group: _Group) -> None:
+        snap, stats = self.snap, self.stats
+        old = [m.segment for m in group.members]
+        if group.fd is None:  # a single unchanged segment: keep it as it is
+            stats.segments_after += 1
+            stats.bytes_after += group.size
+            return
+        keep_empty = old[0] is snap.segments[0]  # the log start offset must not move
+        if group.size == 0 and not keep_empty:
+            os.close(group.fd)
+            cleaned_path(self.directory, group.base, LOG_SUFFIX).unlink()
+            self.plan.replacements.append((old, None))
+            return
+        try:
+            if snap.fsync:
+                os.fsync(group.fd)
+        finally:
+            os.close(group.fd)
+        index_path = cleaned_path(self.directory, group.base, INDEX_SUFFIX)
+        fd = os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.plan.replacements.append((old, group.base))
+        try:
+            blob = b"".join(_INDEX_ENTRY.pack(r, p) for r, p in group.entries)
+            pwrite_all(fd, blob, 0)
+            if snap.fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        stats.segments_after += 1
+        stats.bytes_after += group.size
