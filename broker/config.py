@@ -81,6 +81,17 @@ SETTINGS: dict[str, Setting] = {
             1,
         ),
         Setting("offset.metadata.max.bytes", int, 4096, "Longest offset commit metadata.", 0),
+        Setting("log.cleaner.enable", bool, True, "Compact the __consumer_offsets partitions."),
+        Setting(
+            "log.cleaner.backoff.ms", int, 15000, "Pause between compaction passes.", 1
+        ),
+        Setting(
+            "log.cleaner.delete.retention.ms",
+            int,
+            86400000,
+            "How long tombstones survive compaction.",
+            0,
+        ),
     ]
 }
 

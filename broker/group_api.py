@@ -192,7 +192,7 @@ class GroupApi:
                     group_id=g.group_id,
                     protocol_type=g.protocol_type,
                     group_state=g.state,
-                    group_type=g.group_type,
+                    group_type="classic",
                 )
                 for g in sorted(groups)
             ],

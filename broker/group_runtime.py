@@ -19,13 +19,15 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.config import GroupConfig
 from coordinator.shard import GroupShard, Output
+from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
 from protocol.records import build_batch, decode_batch
+from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
 from .topics import OFFSETS_TOPIC, Topic
@@ -68,6 +70,9 @@ class GroupRuntime:
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             max_size=config["group.max.size"],
             offsets_topic_num_partitions=self.num_partitions,
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
         )
         start = now_ms()
         n = self.num_partitions
@@ -84,9 +89,11 @@ class GroupRuntime:
             for p in range(n)
         ]
         self._handles = itertools.count(1)
-        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
         self._load_task: asyncio.Task[None] | None = None
+        self._cleaner_task: asyncio.Task[None] | None = None
+        self._cleaned_size: dict[int, int] = {}
         self.load_seconds: float | None = None
 
     # start-up and the offsets topic -----------------------------------------------------------
@@ -96,6 +103,8 @@ class GroupRuntime:
 
     async def start(self) -> None:
         """Load the offsets topic if it is on disk (in the background)."""
+        if self.broker.config["log.cleaner.enable"]:
+            self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
         data_dir = self.broker.config.data_dir
         if (data_dir / f"{OFFSETS_TOPIC}-0").is_dir():
             self._open_topic()
@@ -170,12 +179,58 @@ class GroupRuntime:
         return all(sr.loaded for sr in self.shards)
 
     async def stop(self) -> None:
-        if self._load_task is not None and not self._load_task.done():
-            self._load_task.cancel()
+        for task in (self._load_task, self._cleaner_task):
+            if task is not None and not task.done():
+                task.cancel()
         for sr in self.shards:
             if sr.timer is not None:
                 sr.timer.cancel()
         # Parked requests are answered by the connection closing.
+
+    # compaction ---------------------------------------------------------------------------------
+    async def _cleaner_loop(self) -> None:
+        """Compact the offsets partitions now and then, off the event loop (phase 1 in a thread)."""
+        backoff = self.broker.config["log.cleaner.backoff.ms"] / 1000.0
+        while True:
+            await asyncio.sleep(backoff)
+            if not self.loaded:
+                continue
+            for sr in self.shards:
+                try:
+                    await self.compact_partition(sr.partition)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("compaction of %s-%d failed", OFFSETS_TOPIC, sr.partition)
+
+    async def compact_partition(self, partition: int, force: bool = False) -> None:
+        sr = self.shards[partition]
+        plog = sr.log
+        if plog is None or len(plog.segment_base_offsets) < 2:
+            return  # only sealed segments are compacted
+        size = plog.size_bytes
+        if not force and size <= self._cleaned_size.get(partition, 0):
+            return  # nothing new since the last compaction
+        retention = self.broker.config["log.cleaner.delete.retention.ms"]
+        plan = await asyncio.to_thread(
+            prepare_compaction, plog, now_ms=now_ms(), delete_retention_ms=retention
+        )
+        if sr.log is not plog:
+            abort_compaction(plog, plan)
+            return
+        stats = commit_compaction(plog, plan)
+        self._cleaned_size[partition] = plog.size_bytes
+        if not stats.stale and stats.bytes_before != stats.bytes_after:
+            log.info(
+                "compacted %s-%d: %d -> %d bytes, %d -> %d records in %.3f s",
+                OFFSETS_TOPIC,
+                partition,
+                stats.bytes_before,
+                stats.bytes_after,
+                stats.records_before,
+                stats.records_after,
+                stats.seconds,
+            )
 
     # routing ------------------------------------------------------------------------------------
     def partition_of(self, group_id: str) -> int:
@@ -248,7 +303,12 @@ class GroupRuntime:
             if prev is not None and not prev.done():
                 await asyncio.shield(prev)
             if error is not None:
-                self._process(sr, sr.shard.append_failed(out, error, now_ms()))
+                code = (
+                    ErrorCode.kafka_storage_error
+                    if isinstance(error, OSError)
+                    else ErrorCode.unknown_server_error
+                )
+                self._process(sr, sr.shard.append_failed(out, code, now_ms()))
             else:
                 self._deliver(out)
         finally:

@@ -2,5 +2,6 @@
 
 Modules: ``config`` (GroupConfig), ``schemas`` (__consumer_offsets key/value records),
 ``messages`` (version-independent requests/responses), ``group`` (the classic group model),
-``shard`` (GroupShard, the sans-IO state machine of one __consumer_offsets partition).
+``subscription`` (topics of a consumer-protocol subscription), ``shard`` (GroupShard, the
+sans-IO state machine of one __consumer_offsets partition, groups and committed offsets).
 """

@@ -29,6 +29,18 @@ class GroupConfig:
     offsets_topic_num_partitions: int = 50
     """offsets.topic.num.partitions: partitions of __consumer_offsets, i.e. shards (A2)."""
 
+    offsets_retention_ms: int = 10080 * 60_000
+    """offsets.retention.minutes (here in ms): how long committed offsets are kept once
+    they are eligible to expire (J2-J4)."""
+
+    offsets_retention_check_interval_ms: int = 600_000
+    """offsets.retention.check.interval.ms: how often each shard looks for expired offsets
+    and for Empty groups without offsets (J2-J4, I6)."""
+
+    offset_metadata_max_bytes: int = 4096
+    """offset.metadata.max.bytes: longest metadata string an OffsetCommit may store per
+    partition, counted in UTF-8 bytes (J6)."""
+
     def __post_init__(self) -> None:
         if self.initial_rebalance_delay_ms < 0:
             raise ValueError("initial_rebalance_delay_ms must be >= 0")
@@ -40,3 +52,9 @@ class GroupConfig:
             raise ValueError("new_member_join_timeout_ms must be > 0")
         if self.offsets_topic_num_partitions < 1:
             raise ValueError("offsets_topic_num_partitions must be >= 1")
+        if self.offsets_retention_ms < 1:
+            raise ValueError("offsets_retention_ms must be >= 1")
+        if self.offsets_retention_check_interval_ms < 1:
+            raise ValueError("offsets_retention_check_interval_ms must be >= 1")
+        if self.offset_metadata_max_bytes < 0:
+            raise ValueError("offset_metadata_max_bytes must be >= 0")

@@ -16,6 +16,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 from coordinator.messages import JoinMember
+from coordinator.subscription import subscribed_topics
 
 __all__ = [
     "ClassicGroup",
@@ -132,6 +133,10 @@ class ClassicGroup:
     num_awaiting_join: int = 0
     new_member_added: bool = False
     join_timer: JoinTimer | None = None
+    subscribed_topics: frozenset[str] | None = None
+    """B1: topics the members subscribe to, computed at each new generation (and on load)
+    from their metadata for the selected protocol; None = unknown (not a ``consumer`` group,
+    no generation yet, or unparseable metadata). See :mod:`coordinator.subscription`."""
 
     # ---- state machine (C3, C4) ---------------------------------------------------------
 
@@ -314,6 +319,20 @@ class ClassicGroup:
         # dicts keep first-insertion order, i.e. the order of each protocol's first vote
         return next(name for name, votes in tally.items() if votes == best)
 
+    # ---- subscriptions (J2-J4, OffsetDelete) --------------------------------------------
+
+    def compute_subscribed_topics(self) -> None:
+        """Refresh :attr:`subscribed_topics` from the members' selected-protocol metadata."""
+        self.subscribed_topics = subscribed_topics(
+            self.protocol_type,
+            self.protocol_name,
+            (m.metadata(self.protocol_name) for m in self.members.values()),
+        )
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        """Kafka's ``isSubscribedToTopic``: unknown subscriptions count as every topic."""
+        return self.subscribed_topics is None or topic in self.subscribed_topics
+
     # ---- leadership and generations (E4-E6) ---------------------------------------------
 
     def maybe_elect_new_joined_leader(self) -> bool:
@@ -340,6 +359,7 @@ class ClassicGroup:
         else:
             self.protocol_name = None
             self.transition_to(GroupState.EMPTY, now_ms)
+        self.compute_subscribed_topics()
 
     def current_member_metadata(self) -> tuple[JoinMember, ...]:
         """B9: what the leader receives, in member insertion order."""

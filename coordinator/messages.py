@@ -1,7 +1,7 @@
-"""Version-independent requests and responses of the classic group APIs.
+"""Version-independent requests and responses of the classic group and offset APIs.
 
 The broker decodes a JoinGroup/SyncGroup/Heartbeat/LeaveGroup/ListGroups/DescribeGroups/
-DeleteGroups request of any wire version into one of these frozen dataclasses, hands it to the
+DeleteGroups/OffsetCommit/OffsetFetch/OffsetDelete request of any wire version into one of these frozen dataclasses, hands it to the
 owning :class:`coordinator.shard.GroupShard`, and encodes the response dataclass it gets back
 into the negotiated version (filling defaults for fields the version lacks). Error codes are
 plain ints from Kafka's table (:class:`protocol.errors.ErrorCode` members are ints).
@@ -20,6 +20,7 @@ __all__ = [
     "DescribeGroupsResponse",
     "DescribedGroup",
     "DescribedMember",
+    "FetchedOffset",
     "HeartbeatRequest",
     "HeartbeatResponse",
     "JoinGroupRequest",
@@ -32,6 +33,13 @@ __all__ = [
     "ListGroupsRequest",
     "ListGroupsResponse",
     "ListedGroup",
+    "OffsetCommitPartition",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetDeleteRequest",
+    "OffsetDeleteResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
     "Request",
     "Response",
     "SyncGroupRequest",
@@ -123,6 +131,48 @@ class DeleteGroupsRequest:
     group_ids: tuple[str, ...]
 
 
+class OffsetCommitPartition(NamedTuple):
+    """One partition of an OffsetCommit. ``leader_epoch`` is -1 when unknown (v0-v5);
+    ``metadata`` None is stored as ""."""
+
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    """OffsetCommit. Standalone (simple) consumers and v0-style commits use
+    ``generation_id`` -1 and ``member_id`` "". ``topics`` keeps the request's order:
+    ((topic, (partition, ...)), ...). The v1-v4 retention time and v1 commit timestamp are
+    not carried: Kafka 3.x ignores them for new commits too (the commit time is the
+    coordinator's clock)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    topics: tuple[tuple[str, tuple[OffsetCommitPartition, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    """OffsetFetch for one group (v8+ batches groups: the broker sends one per group).
+    ``topics`` None means every committed offset of the group (v2+). ``require_stable``
+    (v7+) is accepted and answered like a plain fetch: see ``GroupShard.offset_fetch``."""
+
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...] | None
+    require_stable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
 Request = (
     JoinGroupRequest
     | SyncGroupRequest
@@ -131,6 +181,9 @@ Request = (
     | ListGroupsRequest
     | DescribeGroupsRequest
     | DeleteGroupsRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+    | OffsetDeleteRequest
 )
 
 
@@ -240,6 +293,44 @@ class DeleteGroupsResponse:
     results: tuple[DeleteGroupResult, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    """Per requested topic, ((partition, error), ...), in the request's order. OffsetCommit
+    has no top-level error: group-level failures are repeated for every partition."""
+
+    topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+
+
+class FetchedOffset(NamedTuple):
+    """One partition of an OffsetFetch answer. A partition without a committed offset
+    comes back as offset -1, leader epoch -1, metadata "" and error NONE (as in Kafka)."""
+
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    """``error`` is the group-level error (v2+; v8+ per group). When it is not NONE,
+    ``topics`` is empty; for v0/v1, which have no top-level error, the broker repeats it
+    on every requested partition (with offset -1), as Kafka does."""
+
+    error: int
+    topics: tuple[tuple[str, tuple[FetchedOffset, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """Group-level ``error`` (then ``topics`` is empty) or per requested topic
+    ((partition, error), ...) in the request's order."""
+
+    error: int
+    topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
+
+
 Response = (
     JoinGroupResponse
     | SyncGroupResponse
@@ -248,4 +339,7 @@ Response = (
     | ListGroupsResponse
     | DescribeGroupsResponse
     | DeleteGroupsResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | OffsetDeleteResponse
 )

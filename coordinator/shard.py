@@ -1,9 +1,10 @@
 """``GroupShard``: the sans-IO classic group coordinator for one ``__consumer_offsets`` partition.
 
-This module owns the behaviour of BEHAVIOR.md sections B-H, K, L and M for every classic group
+This module owns the behaviour of BEHAVIOR.md sections B-H, I-M for every classic group
 whose id maps to one partition: JoinGroup/SyncGroup/Heartbeat/LeaveGroup/ListGroups/
-DescribeGroups/DeleteGroups, the delayed-join, session, pending-member and new-member timers,
-the group records it writes to its partition, and rebuilding state from those records.
+DescribeGroups/DeleteGroups, OffsetCommit/OffsetFetch/OffsetDelete, the delayed-join, session,
+pending-member, new-member and offset-retention timers, the group and offset records it writes
+to its partition, and rebuilding state from those records.
 
 It is a single-writer state machine with no I/O and no clock:
 
@@ -17,7 +18,7 @@ It is a single-writer state machine with no I/O and no clock:
 - state is applied eagerly when an operation runs. If the runtime fails to append an
   Output's records it calls :meth:`GroupShard.append_failed`, which returns the replies to
   deliver instead (errors for the writes that failed, the original replies otherwise) and
-  undoes what can be undone (F3, C5, L3);
+  undoes what can be undone (F3, C5, L3, and the committed-offset cache for OffsetCommit);
 - on start-up the shard is loading: the runtime feeds it the partition's records through
   :meth:`GroupShard.replay` and then calls :meth:`GroupShard.finish_loading` (K3).
 
@@ -46,6 +47,7 @@ from coordinator.messages import (
     DescribedMember,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    FetchedOffset,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -56,6 +58,12 @@ from coordinator.messages import (
     ListedGroup,
     ListGroupsRequest,
     ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     Response,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -66,16 +74,20 @@ from coordinator.schemas import (
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
+    SchemaError,
     UnknownKey,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
     encode_group_metadata_value,
     encode_key,
+    encode_offset_commit_value,
 )
+from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
 from protocol.errors import ErrorCode
 
 __all__ = [
+    "CommitWriteFailed",
     "DeleteWriteFailed",
     "FailureAction",
     "GroupShard",
@@ -136,7 +148,20 @@ class DeleteWriteFailed:
     deleted: frozenset[str]
 
 
-FailureAction = SyncWriteFailed | StaticReplaceWriteFailed | DeleteWriteFailed
+@dataclass(frozen=True, slots=True)
+class CommitWriteFailed:
+    """The offset records of an OffsetCommit failed: put back the cached offsets they
+    replaced (where nothing newer has been written since) and answer the commit with the
+    mapped error for every partition it stored (J6)."""
+
+    handle: Hashable
+    response: OffsetCommitResponse
+    group_id: str
+    written: tuple[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None], ...]
+    """(topic, partition, value written, value it replaced), in emission order."""
+
+
+FailureAction = SyncWriteFailed | StaticReplaceWriteFailed | DeleteWriteFailed | CommitWriteFailed
 
 
 @dataclass(slots=True)
@@ -171,6 +196,7 @@ class ShardMode(Enum):
 _JOIN = 0
 _HEARTBEAT = 1
 _PENDING = 2
+_RETENTION = 3  # the shard's offset-retention check (J2-J4); group id and member id are ""
 _TimerEntry = tuple[int, int, int, str, str]
 
 _COMPACT_MIN = 1024
@@ -195,6 +221,33 @@ def _join_error(member_id: str, error: int) -> JoinGroupResponse:
 
 def _sync_error(error: int) -> SyncGroupResponse:
     return SyncGroupResponse(error=error, protocol_type=None, protocol_name=None, assignment=b"")
+
+
+def _commit_error(req: OffsetCommitRequest, error: int) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        tuple((topic, tuple((p.partition, error) for p in parts)) for topic, parts in req.topics)
+    )
+
+
+def _fetched(partition: int, value: OffsetCommitValue | None) -> FetchedOffset:
+    if value is None:
+        return FetchedOffset(partition, -1, -1, "", ErrorCode.none)
+    return FetchedOffset(
+        partition, value.offset, value.leader_epoch, value.metadata, ErrorCode.none
+    )
+
+
+def map_commit_error(error: int) -> int:
+    """Kafka's mapping of a failed offset-commit append to the error clients see
+    (GroupMetadataManager.storeOffsets): like :func:`map_store_error`, except that
+    oversized batches are INVALID_COMMIT_OFFSET_SIZE."""
+    if error in (
+        ErrorCode.record_list_too_large,
+        ErrorCode.message_too_large,
+        ErrorCode.invalid_fetch_size,
+    ):
+        return ErrorCode.invalid_commit_offset_size
+    return map_store_error(error)
 
 
 def map_store_error(error: int) -> int:
@@ -252,6 +305,7 @@ class GroupShard:
         self._timers: list[_TimerEntry] = []
         self._next_token = 1
         self._compact_at = _COMPACT_MIN
+        self._retention_token = 0
         self._out: Output | None = None
         self.skipped_records = 0
         """Records with keys this shard does not model (KIP-848 key versions), skipped."""
@@ -310,11 +364,13 @@ class GroupShard:
     # ---- timers -------------------------------------------------------------------------
 
     def _push(self, deadline_ms: int, kind: int, group_id: str, member_id: str = "") -> int:
+        # Compact BEFORE pushing: the caller registers the new token only after this
+        # returns, so a compaction that saw the new entry would discard it as stale.
+        if len(self._timers) >= self._compact_at:
+            self._compact_timers()
         token = self._next_token
         self._next_token += 1
         heapq.heappush(self._timers, (deadline_ms, token, kind, group_id, member_id))
-        if len(self._timers) > self._compact_at:
-            self._compact_timers()
         return token
 
     def _compact_timers(self) -> None:
@@ -324,6 +380,8 @@ class GroupShard:
 
     def _timer_live(self, entry: _TimerEntry) -> bool:
         _, token, kind, group_id, member_id = entry
+        if kind == _RETENTION:
+            return token == self._retention_token
         group = self._groups.get(group_id)
         if group is None:
             return False
@@ -351,6 +409,10 @@ class GroupShard:
 
     def _fire(self, entry: _TimerEntry, now_ms: int) -> None:
         _, token, kind, group_id, member_id = entry
+        if kind == _RETENTION:
+            self._expire_offsets(now_ms)
+            self._arm_retention(now_ms + self.config.offsets_retention_check_interval_ms)
+            return
         group = self._groups[group_id]
         if kind == _JOIN:
             timer = group.join_timer
@@ -377,6 +439,9 @@ class GroupShard:
     ) -> None:
         token = self._push(deadline_ms, _JOIN, group.group_id)
         group.join_timer = JoinTimer(token, deadline_ms, initial, delay_ms, remaining_ms)
+
+    def _arm_retention(self, deadline_ms: int) -> None:
+        self._retention_token = self._push(deadline_ms, _RETENTION, "")
 
     def _schedule_heartbeat(
         self, group: ClassicGroup, member: Member, timeout_ms: int, now_ms: int
@@ -1173,6 +1238,294 @@ class GroupShard:
         group.join_timer = None
         del self._groups[group.group_id]
 
+    # ---- OffsetCommit / OffsetFetch / OffsetDelete (J, I6) --------------------------------
+
+    def offset_commit(self, handle: Hashable, req: OffsetCommitRequest, now_ms: int) -> Output:
+        """OffsetCommit (J6, M3), checked in Kafka's order:
+
+        invalid (empty) group id / not coordinator / loading; unknown group: generation < 0
+        creates an Empty group without protocol type (C2), else ILLEGAL_GENERATION; Dead ->
+        COORDINATOR_NOT_AVAILABLE; a commit naming a member (generation >= 0, a member id or
+        an instance id) must come from a current member (FENCED_INSTANCE_ID /
+        UNKNOWN_MEMBER_ID) of the current generation (ILLEGAL_GENERATION); an anonymous
+        commit (generation < 0, no ids) is only accepted by an Empty group (standalone
+        consumer), otherwise UNKNOWN_MEMBER_ID; then by state: Empty -> store; Stable or
+        PreparingRebalance -> re-arm the member's session timer and store; Completing ->
+        REBALANCE_IN_PROGRESS.
+
+        As in Kafka, an unknown group is created before the member checks run, so an
+        anonymous-generation commit carrying a member or instance id leaves an Empty group
+        behind (removed by the next retention check) and gets UNKNOWN_MEMBER_ID.
+
+        Storing: partitions whose metadata exceeds ``offset_metadata_max_bytes`` UTF-8 bytes
+        get OFFSET_METADATA_TOO_LARGE and are skipped; every other partition gets one
+        OffsetCommitKey v1 -> OffsetCommitValue v3 record (commit time ``now_ms``) and is
+        applied to the cache at once; the reply rides in the same Output, so it is sent once
+        the records are durable, and :meth:`append_failed` undoes the cache update.
+        """
+        self._begin()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        if error is None:
+            error = self._commit(handle, req, now_ms)
+        if error is not None:
+            self._reply(handle, _commit_error(req, error))
+        return self._end()
+
+    def _commit(self, handle: Hashable, req: OffsetCommitRequest, now_ms: int) -> int | None:
+        """Validate and store; returns the error for every partition, or None if it replied."""
+        group = self._groups.get(req.group_id)
+        if group is None:
+            if req.generation_id >= 0:
+                # A member of a group this coordinator does not know: an old generation.
+                return ErrorCode.illegal_generation
+            # Not using Kafka for group management: a standalone consumer's group (C2).
+            group = ClassicGroup(req.group_id, state_timestamp_ms=now_ms)
+            self._groups[req.group_id] = group
+            log.info("group %s created by an offset commit (standalone consumer)", req.group_id)
+        error = self._validate_offset_commit(group, req)
+        if error is not None:
+            return error
+        state = group.state
+        if state is GroupState.COMPLETING_REBALANCE:
+            # The member knows the new generation from its JoinGroup response but has no
+            # assignment yet: let it finish the rebalance first.
+            return ErrorCode.rebalance_in_progress
+        if state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # M3: commits during PreparingRebalance succeed; the heartbeat tells the member
+            # about the rebalance.
+            member = group.get(req.member_id)
+            self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        self._store_offsets(handle, group.group_id, req, now_ms)
+        return None
+
+    def _validate_offset_commit(self, group: ClassicGroup, req: OffsetCommitRequest) -> int | None:
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if req.generation_id >= 0 or req.member_id != "" or req.group_instance_id is not None:
+            error = self._validate_current_member(group, req.member_id, req.group_instance_id)
+            if error is not None:
+                return error
+            if req.generation_id != group.generation:
+                return ErrorCode.illegal_generation
+            return None
+        if group.state is not GroupState.EMPTY:
+            # While the group has members, only members may commit.
+            return ErrorCode.unknown_member_id
+        return None
+
+    def _store_offsets(
+        self, handle: Hashable, group_id: str, req: OffsetCommitRequest, now_ms: int
+    ) -> None:
+        max_bytes = self.config.offset_metadata_max_bytes
+        cache = self._offsets.get(group_id)
+        results: list[tuple[str, tuple[tuple[int, int], ...]]] = []
+        written: list[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None]] = []
+        for topic, partitions in req.topics:
+            errors: list[tuple[int, int]] = []
+            for part in partitions:
+                metadata = part.metadata if part.metadata is not None else ""
+                if len(metadata.encode("utf-8")) > max_bytes:
+                    errors.append((part.partition, ErrorCode.offset_metadata_too_large))
+                    continue
+                value = OffsetCommitValue(
+                    offset=part.offset,
+                    metadata=metadata,
+                    commit_timestamp=now_ms,
+                    leader_epoch=part.leader_epoch,
+                )
+                try:
+                    key_bytes = encode_key(OffsetCommitKey(group_id, topic, part.partition))
+                    value_bytes = encode_offset_commit_value(value)
+                except SchemaError:
+                    # A topic name (or metadata) too long for the record's int16 string
+                    # length: no such topic can exist.
+                    errors.append((part.partition, ErrorCode.unknown_topic_or_partition))
+                    continue
+                if cache is None:
+                    cache = self._offsets.setdefault(group_id, {})
+                tp = (topic, part.partition)
+                written.append((topic, part.partition, value, cache.get(tp)))
+                cache[tp] = value
+                self._emit(key_bytes, value_bytes)
+                errors.append((part.partition, ErrorCode.none))
+            results.append((topic, tuple(errors)))
+        response = OffsetCommitResponse(tuple(results))
+        self._reply(handle, response)
+        if written:
+            self._on_failure(CommitWriteFailed(handle, response, group_id, tuple(written)))
+
+    def offset_fetch(self, handle: Hashable, req: OffsetFetchRequest, now_ms: int) -> Output:
+        """OffsetFetch: answered in every group state and for unknown groups (J6).
+
+        Group-level errors (then no topics): not coordinator, COORDINATOR_LOAD_IN_PROGRESS
+        while loading. The empty group id is allowed, as in Kafka (old clients). ``topics``
+        None returns every committed offset of the group, sorted by topic then partition;
+        otherwise every requested partition comes back in request order, -1 when nothing is
+        committed.
+
+        ``require_stable`` is answered like a plain fetch: there are no transactional
+        offset commits yet, and a plain commit's reply and any later fetch reply are
+        delivered only after the commit's records are durable (the runtime completes a
+        shard's Outputs in order), so no fetch can observe an offset that is still pending.
+        """
+        self._begin()
+        error = self._gate(req.group_id, empty_id_ok=True)
+        if error is not None:
+            self._reply(handle, OffsetFetchResponse(error, ()))
+            return self._end()
+        offsets = self._offsets.get(req.group_id, {})
+        topics: tuple[tuple[str, tuple[FetchedOffset, ...]], ...]
+        if req.topics is None:
+            by_topic: dict[str, list[FetchedOffset]] = {}
+            for (topic, partition), value in sorted(offsets.items(), key=lambda kv: kv[0]):
+                by_topic.setdefault(topic, []).append(_fetched(partition, value))
+            topics = tuple((topic, tuple(parts)) for topic, parts in by_topic.items())
+        else:
+            topics = tuple(
+                (topic, tuple(_fetched(p, offsets.get((topic, p))) for p in partitions))
+                for topic, partitions in req.topics
+            )
+        self._reply(handle, OffsetFetchResponse(ErrorCode.none, topics))
+        return self._end()
+
+    def offset_delete(self, handle: Hashable, req: OffsetDeleteRequest, now_ms: int) -> Output:
+        """OffsetDelete (Kafka's handleDeleteOffsets).
+
+        Group-level errors (then no topics): invalid (empty) group id, not coordinator,
+        loading; unknown or Dead group -> GROUP_ID_NOT_FOUND; a group with members whose
+        protocol type is not ``consumer`` -> NON_EMPTY_GROUP (its subscriptions cannot be
+        known). An Empty group loses every requested offset. A ``consumer`` group with
+        members keeps the offsets of topics it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC per
+        partition) and loses the others; when its subscriptions are unknown (no completed
+        generation yet, or unparseable metadata) every topic counts as subscribed.
+
+        Each removed offset gets a tombstone; partitions without an offset still answer
+        NONE. An Empty group left without offsets then goes Dead (I6, with a group
+        tombstone if it ever had a generation). Like Kafka, a failed tombstone append does
+        not change the (successful) reply.
+        """
+        self._begin()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        group = self._groups.get(req.group_id)
+        if error is None and (group is None or group.state is GroupState.DEAD):
+            error = ErrorCode.group_id_not_found
+        if error is None:
+            assert group is not None
+            if (
+                group.state is not GroupState.EMPTY
+                and group.protocol_type != CONSUMER_PROTOCOL_TYPE
+            ):
+                error = ErrorCode.non_empty_group
+        if error is not None:
+            self._reply(handle, OffsetDeleteResponse(error, ()))
+            return self._end()
+        assert group is not None
+        empty = group.state is GroupState.EMPTY
+        cache = self._offsets.get(group.group_id, {})
+        removed: list[tuple[str, int]] = []
+        any_eligible = False
+        results: list[tuple[str, tuple[tuple[int, int], ...]]] = []
+        for topic, partitions in req.topics:
+            if not empty and group.is_subscribed_to(topic):
+                results.append(
+                    (topic, tuple((p, ErrorCode.group_subscribed_to_topic) for p in partitions))
+                )
+                continue
+            for p in partitions:
+                any_eligible = True
+                if cache.pop((topic, p), None) is not None:
+                    removed.append((topic, p))
+            results.append((topic, tuple((p, ErrorCode.none) for p in partitions)))
+        if any_eligible:
+            self._cleanup_group(group, removed, now_ms)
+            log.info("group %s: %d offsets deleted by OffsetDelete", req.group_id, len(removed))
+        self._reply(handle, OffsetDeleteResponse(ErrorCode.none, tuple(results)))
+        return self._end()
+
+    def _cleanup_group(
+        self, group: ClassicGroup, removed: list[tuple[str, int]], now_ms: int
+    ) -> None:
+        """Kafka's cleanupGroupMetadata for one group whose ``removed`` offsets are already
+        gone from the cache: tombstone them; an Empty group without offsets goes Dead, is
+        forgotten and, if it ever reached a generation (so a group record may exist), gets
+        a group tombstone (I6). A generation-0 group only ever stored offsets."""
+        group_id = group.group_id
+        for topic, partition in removed:
+            self._emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
+        cache = self._offsets.get(group_id)
+        if cache is not None and not cache:
+            del self._offsets[group_id]
+            cache = None
+        if group.state is GroupState.EMPTY and cache is None:
+            generation = group.generation
+            group.transition_to(GroupState.DEAD, now_ms)
+            if generation > 0:
+                self._emit(encode_key(GroupMetadataKey(group_id)), None)
+            self._discard_group(group, ErrorCode.coordinator_not_available)
+            log.info("group %s is Dead at generation %d (no offsets left)", group_id, generation)
+
+    # ---- offset retention (J2-J4, I6) ------------------------------------------------------
+
+    def _expire_offsets(self, now_ms: int) -> None:
+        """The periodic retention check: expire offsets and drop Empty groups without
+        offsets (Kafka's cleanupGroupMetadata with removeExpiredOffsets)."""
+        expired_total = 0
+        for group in list(self._groups.values()):
+            expired = self._expired_offsets(group, now_ms)
+            cache = self._offsets.get(group.group_id)
+            if cache is not None:
+                for tp in expired:
+                    del cache[tp]
+            expired_total += len(expired)
+            self._cleanup_group(group, expired, now_ms)
+        if expired_total:
+            log.info("partition %d: %d offsets expired", self.partition, expired_total)
+
+    def _expired_offsets(self, group: ClassicGroup, now_ms: int) -> list[tuple[str, int]]:
+        """J2-J4. Which offsets of ``group`` have expired at ``now_ms``:
+
+        - a group with a protocol type that is Empty: every offset, ``retention`` after the
+          group became Empty (its state timestamp; for groups loaded from records without
+          one, the commit time) (behaviour #10);
+        - a Stable ``consumer`` group with known subscriptions: offsets of topics it does not
+          subscribe to, ``retention`` after their commit;
+        - a standalone group (no protocol type): every offset, ``retention`` after its commit;
+        - otherwise (rebalancing, other protocol types, unknown subscriptions): none.
+
+        An offset read from a v1 value with an explicit expire timestamp expires at that
+        time instead (Kafka's old per-commit retention). There are no pending commits to
+        exclude: a commit is in the cache from the moment its record is emitted, and any
+        tombstone this check emits is appended after that record.
+        """
+        cache = self._offsets.get(group.group_id)
+        if not cache:
+            return []
+        subscribed: frozenset[str] = frozenset()
+        since_empty: int | None = None
+        if group.protocol_type is not None and group.state is GroupState.EMPTY:
+            since_empty = group.state_timestamp_ms
+        elif (
+            group.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and group.subscribed_topics is not None
+            and group.state is GroupState.STABLE
+        ):
+            subscribed = group.subscribed_topics
+        elif group.protocol_type is not None:
+            return []
+        retention = self.config.offsets_retention_ms
+        expired: list[tuple[str, int]] = []
+        for tp, value in cache.items():
+            if tp[0] in subscribed:
+                continue
+            if value.expire_timestamp >= 0:
+                if now_ms >= value.expire_timestamp:
+                    expired.append(tp)
+                continue
+            base = since_empty if since_empty is not None else value.commit_timestamp
+            if now_ms - base >= retention:
+                expired.append(tp)
+        return expired
+
     # ---- persistence (I1, I2, I6) ---------------------------------------------------------
 
     def _emit_group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
@@ -1226,6 +1579,8 @@ class GroupShard:
                 self._sync_write_failed(action, mapped, now_ms)
             elif isinstance(action, StaticReplaceWriteFailed):
                 self._static_replace_write_failed(action, mapped, now_ms)
+            elif isinstance(action, CommitWriteFailed):
+                self._commit_write_failed(action, map_commit_error(error))
             else:
                 self._reply(
                     action.handle,
@@ -1239,6 +1594,41 @@ class GroupShard:
         if output.records and not output.on_failure:
             log.warning("append of %d records failed with %s", len(output.records), error)
         return self._end()
+
+    def _commit_write_failed(self, action: CommitWriteFailed, error: int) -> None:
+        """Undo the cache update of a failed OffsetCommit, newest first, wherever the cache
+        still holds the value it wrote (a later commit or tombstone wins), then answer the
+        stored partitions with ``error``.
+
+        Known limit: when two in-flight commits of the same partition both fail, the later
+        one's undo restores the earlier (also failed) value; nothing durable is lost and
+        the next successful commit or a reload corrects it."""
+        cache = self._offsets.get(action.group_id)
+        if cache is not None:
+            for topic, partition, value, previous in reversed(action.written):
+                tp = (topic, partition)
+                if cache.get(tp) is value:
+                    if previous is None:
+                        del cache[tp]
+                    else:
+                        cache[tp] = previous
+            if not cache:
+                del self._offsets[action.group_id]
+        log.warning(
+            "group %s: storing %d committed offsets failed (%s)",
+            action.group_id,
+            len(action.written),
+            error,
+        )
+        self._reply(
+            action.handle,
+            OffsetCommitResponse(
+                tuple(
+                    (topic, tuple((p, error if e == ErrorCode.none else e) for p, e in parts))
+                    for topic, parts in action.response.topics
+                )
+            ),
+        )
 
     def _sync_write_failed(self, action: SyncWriteFailed, error: int, now_ms: int) -> None:
         for h in action.handles:
@@ -1325,8 +1715,9 @@ class GroupShard:
                 self._loaded[decoded.group] = decode_group_metadata_value(value)
 
     def finish_loading(self, now_ms: int) -> Output:
-        """K3: materialise the loaded groups (Stable with members, else Empty), schedule
-        every member's session timer and start serving."""
+        """K3: materialise the loaded groups (Stable with members, else Empty; groups that
+        only have offsets become Empty standalone groups), schedule every member's session
+        timer and the first offset-retention check (one interval from now), start serving."""
         if self._mode is not ShardMode.LOADING:
             raise RuntimeError("finish_loading() called twice or after unload()")
         self._begin()
@@ -1338,6 +1729,7 @@ class GroupShard:
             if group_id not in self._groups:
                 # Offsets without a group record: a standalone consumer's group (J6).
                 self._groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=now_ms)
+        self._arm_retention(now_ms + self.config.offsets_retention_check_interval_ms)
         for group in self._groups.values():
             if len(group.members) > self.config.max_size:
                 self._prepare_rebalance(group, now_ms, "loaded group is over group.max.size")
@@ -1376,6 +1768,7 @@ class GroupShard:
                 )
             )
         group.protocol_type = value.protocol_type or None
+        group.compute_subscribed_topics()
         return group
 
     def unload(self, now_ms: int) -> Output:
@@ -1389,5 +1782,6 @@ class GroupShard:
         self._offsets.clear()
         self._loaded.clear()
         self._timers.clear()
+        self._retention_token = 0
         self._mode = ShardMode.UNLOADED
         return self._end()

@@ -7,7 +7,8 @@ core contract on every Output: each handle is answered at most once.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Sequence
+import struct
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from coordinator.config import GroupConfig
@@ -26,6 +27,13 @@ from coordinator.messages import (
     LeaveMember,
     ListGroupsRequest,
     ListGroupsResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     Response,
     SyncGroupRequest,
     SyncGroupResponse,
@@ -41,6 +49,19 @@ from protocol.errors import ErrorCode
 
 E = ErrorCode
 PROTOS: tuple[tuple[str, bytes], ...] = (("range", b"sub"),)
+
+
+def subscription(
+    *topics: str, version: int = 0, user_data: bytes | None = None, tail: bytes = b""
+) -> bytes:
+    """A ConsumerProtocol Subscription: version, topics, nullable user data, then ``tail``
+    (owned partitions / generation / rack of later versions, opaque here)."""
+    out = struct.pack(">hi", version, len(topics))
+    for t in topics:
+        raw = t.encode()
+        out += struct.pack(">h", len(raw)) + raw
+    out += struct.pack(">i", -1) if user_data is None else struct.pack(">i", len(user_data))
+    return out + (user_data or b"") + tail
 
 
 class Harness:
@@ -229,6 +250,65 @@ class Harness:
         resp = self.replies[h]
         assert isinstance(resp, DeleteGroupsResponse)
         return dict(resp.results)
+
+    def commit(
+        self,
+        offsets: Mapping[tuple[str, int], int | tuple[int, str | None]],
+        *,
+        group: str = "g",
+        generation: int = -1,
+        member: str = "",
+        instance: str | None = None,
+        leader_epoch: int = -1,
+    ) -> dict[tuple[str, int], int]:
+        """OffsetCommit; ``offsets`` maps (topic, partition) to offset or (offset, metadata).
+        Returns (topic, partition) -> error (``self.last`` holds the Output)."""
+        by_topic: dict[str, list[OffsetCommitPartition]] = {}
+        for (topic, p), spec in offsets.items():
+            offset, metadata = spec if isinstance(spec, tuple) else (spec, None)
+            by_topic.setdefault(topic, []).append(
+                OffsetCommitPartition(p, offset, leader_epoch, metadata)
+            )
+        req = OffsetCommitRequest(
+            group, generation, member, instance, tuple((t, tuple(ps)) for t, ps in by_topic.items())
+        )
+        h = self.handle("commit")
+        self.absorb(self.shard.offset_commit(h, req, self.now))
+        resp = self.replies[h]
+        assert isinstance(resp, OffsetCommitResponse)
+        return {(t, p): err for t, parts in resp.topics for p, err in parts}
+
+    def fetch(
+        self,
+        topics: Mapping[str, Sequence[int]] | None = None,
+        *,
+        group: str = "g",
+        require_stable: bool = False,
+    ) -> OffsetFetchResponse:
+        req = OffsetFetchRequest(
+            group,
+            None if topics is None else tuple((t, tuple(ps)) for t, ps in topics.items()),
+            require_stable,
+        )
+        h = self.handle("fetch")
+        self.absorb(self.shard.offset_fetch(h, req, self.now))
+        resp = self.replies[h]
+        assert isinstance(resp, OffsetFetchResponse)
+        return resp
+
+    def offset_delete(
+        self, topics: Mapping[str, Sequence[int]], *, group: str = "g"
+    ) -> OffsetDeleteResponse:
+        req = OffsetDeleteRequest(group, tuple((t, tuple(ps)) for t, ps in topics.items()))
+        h = self.handle("odel")
+        self.absorb(self.shard.offset_delete(h, req, self.now))
+        resp = self.replies[h]
+        assert isinstance(resp, OffsetDeleteResponse)
+        return resp
+
+    def offsets(self, group: str = "g") -> dict[tuple[str, int], int]:
+        """The cached committed offsets of ``group``: (topic, partition) -> offset."""
+        return {tp: v.offset for tp, v in self.shard.committed_offsets(group).items()}
 
     # ---- composite steps -------------------------------------------------------------------
 

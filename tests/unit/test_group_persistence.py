@@ -1,5 +1,5 @@
 """Records, loading and unloading, admin APIs and timers
-(BEHAVIOR.md A, I1/I2/I5/I6, K3, ListGroups/DescribeGroups/DeleteGroups)."""
+(BEHAVIOR.md A, I1/I2/I5/I6, J, K3, ListGroups/DescribeGroups/DeleteGroups)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from coordinator.schemas import (
 )
 from coordinator.shard import GroupShard, ShardMode
 from protocol.javahash import partition_for
-from tests.unit.test_group_harness import E, Harness
+from tests.unit.test_group_harness import E, Harness, subscription
 
 S = GroupState
 
@@ -328,12 +328,22 @@ def _view(shard: GroupShard) -> dict[str, Any]:
 
 
 _GROUPS = ["g1", "g2"]
+_COMMIT_GROUPS = [*_GROUPS, "s1"]  # s1 only ever sees standalone commits
+_TOPICS = ["t1", "t2", "t3"]
+# Member metadata: real consumer subscriptions (so retention and OffsetDelete see topics)
+# and one that does not parse (subscriptions unknown).
+_METAS = [subscription("t1"), subscription("t1", "t2"), b"junk"]
+_PROPERTY_CONFIG = GroupConfig(
+    initial_rebalance_delay_ms=3000,
+    offsets_retention_ms=30_000,
+    offsets_retention_check_interval_ms=10_000,
+)
 _op = st.one_of(
     st.tuples(
         st.just("join"),
         st.sampled_from(_GROUPS),
         st.sampled_from([None, None, "i1", "i2"]),
-        st.sampled_from([b"m1", b"m2"]),
+        st.sampled_from(_METAS),
         st.booleans(),
         st.sampled_from([6000, 9000]),
     ),
@@ -341,14 +351,27 @@ _op = st.one_of(
         st.just("rejoin"),
         st.sampled_from(_GROUPS),
         st.integers(0, 5),
-        st.sampled_from([b"m1", b"m2"]),
+        st.sampled_from(_METAS),
     ),
     st.tuples(st.just("join_pending"), st.sampled_from(_GROUPS), st.integers(0, 3)),
     st.tuples(st.just("sync"), st.sampled_from(_GROUPS), st.integers(0, 5)),
     st.tuples(st.just("heartbeat"), st.sampled_from(_GROUPS), st.integers(0, 5)),
     st.tuples(st.just("leave"), st.sampled_from(_GROUPS), st.integers(0, 5)),
     st.tuples(st.just("tick"), st.integers(0, 12_000)),
-    st.tuples(st.just("delete"), st.sampled_from(_GROUPS)),
+    st.tuples(st.just("delete"), st.sampled_from(_COMMIT_GROUPS)),
+    st.tuples(
+        st.just("commit"),
+        st.sampled_from(_COMMIT_GROUPS),
+        st.integers(0, 5),
+        st.lists(st.tuples(st.sampled_from(_TOPICS), st.integers(0, 1)), min_size=1, max_size=3),
+        st.integers(0, 1000),
+        st.sampled_from(["member", "stale", "anonymous"]),
+    ),
+    st.tuples(
+        st.just("offset_delete"),
+        st.sampled_from(_COMMIT_GROUPS),
+        st.lists(st.tuples(st.sampled_from(_TOPICS), st.integers(0, 1)), min_size=1, max_size=3),
+    ),
 )
 
 
@@ -412,25 +435,62 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
             h.leave(m.member_id, group=op[1])
     elif kind == "tick":
         h.tick(op[1])
+    elif kind == "commit":
+        _, group, i, tps, offset, mode = op
+        offsets: dict[tuple[str, int], int | tuple[int, str | None]] = {tp: offset for tp in tps}
+        m = _pick(h, group, i)
+        g = h.group(group)
+        if mode == "anonymous" or m is None:
+            h.commit(offsets, group=group)
+        else:
+            gen = g.generation if mode == "member" else g.generation - 1
+            h.commit(
+                offsets,
+                group=group,
+                generation=gen,
+                member=m.member_id,
+                instance=m.group_instance_id,
+            )
+    elif kind == "offset_delete":
+        topics: dict[str, list[int]] = {}
+        for topic, p in op[2]:
+            topics.setdefault(topic, []).append(p)
+        h.offset_delete(topics, group=op[1])
     else:
         h.delete(op[1])
 
 
+def _all_offsets(shard: GroupShard) -> dict[str, dict[tuple[str, int], OffsetCommitValue]]:
+    out = {}
+    for g in shard.groups():
+        offsets = shard.committed_offsets(g.group_id)
+        if offsets:
+            out[g.group_id] = offsets
+    return out
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_op, max_size=40))
-def test_I1_I6_replaying_emitted_records_rebuilds_the_persisted_state(
+def test_I1_I5_I6_J_replaying_emitted_records_rebuilds_the_persisted_state(
     ops: list[tuple[Any, ...]],
 ) -> None:
-    h = Harness(GroupConfig(initial_rebalance_delay_ms=3000))
+    """State is a function of the log: after joins, syncs, expiries, commits, offset
+    deletes, group deletes and offset retention, replaying every emitted record into a fresh
+    shard yields the same persisted groups and the same committed offsets."""
+    h = Harness(_PROPERTY_CONFIG)
     for op in ops:
         _apply(h, op)
-    fresh = GroupShard(0, GroupConfig(), now_ms=h.now)
+    fresh = GroupShard(0, _PROPERTY_CONFIG, now_ms=h.now)
     for key, value in h.records:
         fresh.replay(key, value, h.now)
     fresh.finish_loading(h.now)
     live_view, fresh_view = _view(h.shard), _view(fresh)
     for gid, view in live_view.items():
         assert fresh_view.get(gid) == view, gid
+    live_offsets = _all_offsets(h.shard)
+    assert _all_offsets(fresh) == live_offsets
+    for gid in live_offsets:
+        assert fresh.group(gid) is not None, f"group {gid} with offsets was not rebuilt"
     for g in fresh.groups():
         live = h.shard.group(g.group_id)
         assert live is not None, f"deleted group {g.group_id} came back"
@@ -491,3 +551,26 @@ def test_next_deadline_skips_cancelled_timers() -> None:
     assert first is not None and h.shard.next_deadline() == first + 5_000
     assert h.tick(5_000).replies == []  # the cancelled deadline fires nothing
     assert h.group().has(a)
+
+
+def test_G3_timer_compaction_never_drops_the_timer_being_armed() -> None:
+    """Regression: compacting the heap while pushing a new timer used to discard that very
+    timer (its token was not registered yet), leaving a member that could never expire."""
+    h = Harness()
+    n = 600
+    handles = [h.join(session=30_000, rebalance=60_000) for _ in range(n)]
+    h.run_until(lambda: h.answered(handles[0]))
+    ids = [h.join_response(x).member_id for x in handles]
+    h.sync(ids[0], 1, [(m, b"") for m in ids])
+    g = h.group()
+    compactions = 0
+    for r in range(10):  # enough re-arms to trigger compactions
+        h.tick(1_000)
+        for i, m in enumerate(ids):
+            before = h.shard.pending_timer_count()
+            h.shard.heartbeat(f"hb-{r}-{i}", _hb(m), h.now)
+            if h.shard.pending_timer_count() <= before:  # this push compacted the heap
+                compactions += 1
+                tokens = {entry[1] for entry in h.shard._timers}
+                assert g.members[m].heartbeat_token in tokens
+    assert compactions > 0
