@@ -143,10 +143,7 @@ class Connection(asyncio.Protocol):
             self.abort(f"no handler for api {api_key}")
             return
         try:
-            if api_key == ApiKey.PRODUCE and version <= 2:
-                request: Any = (frame, body_at)  # decoded by the legacy Produce path
-            else:
-                request = decode_request(api_key, version, frame, body_at)
+            request = decode_request(api_key, version, frame, body_at)
         except DecodeError as e:
             self.abort(str(e))
             return

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
 from protocol.codec import RawBody
 from protocol.errors import ErrorCode
-from protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
+from protocol.legacy import encode_legacy_produce_response
 from protocol.records import decode_batch
 from storage.log import PartitionLog
 
@@ -196,12 +196,7 @@ class DataApi:
         return ErrorCode.none, base, plog.log_start_offset
 
     def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:
-        frame, body_at = req
-        decoded = decode_legacy_produce(frame, body_at)
-        if decoded is None:
-            ctx.connection.abort("cannot decode a legacy Produce request")
-            return NO_RESPONSE
-        acks, topics = decoded
+        acks, topics = req
         if acks == 0:
             return NO_RESPONSE
         return RawBody(encode_legacy_produce_response(ctx.version, topics))

@@ -56,8 +56,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
-    ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_COMMIT: (0, 9),
+    ApiKey.OFFSET_FETCH: (0, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
 }
 

@@ -17,6 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from .headers import response_header
+from .legacy import LegacyDecodeError, decode_legacy_produce, decode_offset_commit_v0_v1
 
 _SIZE = struct.Struct(">i")
 
@@ -25,18 +26,43 @@ class DecodeError(ValueError):
     """A request body that does not parse as the schema of its API version."""
 
 
+# Old versions whose bytes are exactly those of a version kio models.
+_REQUEST_ALIAS = {(9, 0): (9, 1)}  # OffsetFetch v0 == v1 on the wire
+_RESPONSE_ALIAS = {(9, 0): (9, 1), (8, 0): (8, 2), (8, 1): (8, 2)}
+
+
+def _legacy_produce(frame: bytes, pos: int) -> Any:
+    decoded = decode_legacy_produce(frame, pos)
+    if decoded is None:
+        raise LegacyDecodeError("cannot decode a Produce v0-v2 request")
+    return decoded
+
+
+# Old versions decoded by hand (protocol/legacy.py).
+_LEGACY_DECODERS: dict[tuple[int, int], Callable[[bytes, int], Any]] = {
+    (0, 0): _legacy_produce,
+    (0, 1): _legacy_produce,
+    (0, 2): _legacy_produce,
+    (8, 0): lambda frame, pos: decode_offset_commit_v0_v1(frame, pos, 0),
+    (8, 1): lambda frame, pos: decode_offset_commit_v0_v1(frame, pos, 1),
+}
+
+
 @cache
 def _reader(api_key: int, version: int) -> Callable[[bytes, int], tuple[Any, int]]:
+    api_key, version = _REQUEST_ALIAS.get((api_key, version), (api_key, version))
     return entity_reader(load_request_schema(api_key, version))  # type: ignore[return-value]
 
 
 @cache
 def request_type(api_key: int, version: int) -> type:
+    api_key, version = _REQUEST_ALIAS.get((api_key, version), (api_key, version))
     return load_request_schema(api_key, version)
 
 
 @cache
 def response_type(api_key: int, version: int) -> type:
+    api_key, version = _RESPONSE_ALIAS.get((api_key, version), (api_key, version))
     return load_response_schema(api_key, version)
 
 
@@ -47,6 +73,12 @@ def _writer(cls: type) -> Callable[[io.BytesIO, Any], None]:
 
 def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
     """Decode the body of ``frame`` starting at ``offset``; DecodeError if it does not parse."""
+    legacy = _LEGACY_DECODERS.get((api_key, version))
+    if legacy is not None:
+        try:
+            return legacy(frame, offset)
+        except LegacyDecodeError as e:
+            raise DecodeError(str(e)) from e
     try:
         value, _size = _reader(api_key, version)(frame, offset)
     except Exception as e:  # kio raises several kinds of error on garbage

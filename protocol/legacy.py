@@ -1,4 +1,8 @@
-"""Produce v0–v2, which kio does not model: enough to answer them with UNSUPPORTED_VERSION.
+"""Old request versions kio does not model: Produce v0–v2 and OffsetCommit v0–v1.
+
+Produce v0–v2 is decoded just enough to answer it with UNSUPPORTED_VERSION (below);
+OffsetCommit v0/v1 is decoded fully into the shape of a kio v2 request (their responses are
+byte-for-byte v2 responses, so kio encodes those).
 
 These versions carry message format v0/v1, which kcoord does not store. Apache Kafka 4 advertises
 Produce from v0 (librdkafka infers features from that range) and answers such requests with an
@@ -10,6 +14,7 @@ message set bytes]]. Response: [topic string, [partition i32, error i16, base of
 from __future__ import annotations
 
 import struct
+from types import SimpleNamespace
 
 from .errors import ErrorCode
 
@@ -46,6 +51,10 @@ class _Cursor:
             self.pos += n
 
 
+class LegacyDecodeError(ValueError):
+    """An old-version request body that does not parse."""
+
+
 def decode_legacy_produce(frame: bytes, pos: int) -> tuple[int, list[tuple[str, list[int]]]] | None:
     """(acks, [(topic, [partitions])]) of a Produce v0–v2 body, or None if it does not parse."""
     try:
@@ -77,3 +86,51 @@ def encode_legacy_produce_response(version: int, topics: list[tuple[str, list[in
     if version >= 1:
         out += _I32.pack(0)
     return bytes(out)
+
+
+def _nullable_string(c: _Cursor) -> str | None:
+    n = c.take(_I16)
+    if n == -1:
+        return None
+    c.pos -= 2
+    return c.string()
+
+
+def decode_offset_commit_v0_v1(frame: bytes, pos: int, version: int) -> SimpleNamespace:
+    """OffsetCommit v0 (group, topics) or v1 (+ generation, member id, per-partition timestamp),
+    as an object with the fields of a kio OffsetCommitRequest v2."""
+    try:
+        c = _Cursor(frame, pos)
+        group_id = c.string()
+        generation, member_id = -1, ""
+        if version >= 1:
+            generation = c.take(_I32)
+            member_id = c.string()
+        topics = []
+        for _ in range(max(0, c.take(_I32))):
+            name = c.string()
+            partitions = []
+            for _ in range(max(0, c.take(_I32))):
+                index = c.take(_I32)
+                offset = c.take(_I64)
+                if version >= 1:
+                    c.take(_I64)  # commit timestamp chosen by the client: the broker's clock wins
+                metadata = _nullable_string(c)
+                partitions.append(
+                    SimpleNamespace(
+                        partition_index=index,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        committed_metadata=metadata,
+                    )
+                )
+            topics.append(SimpleNamespace(name=name, partitions=partitions))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise LegacyDecodeError(f"cannot decode OffsetCommit v{version}: {e}") from e
+    return SimpleNamespace(
+        group_id=group_id,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        topics=topics,
+    )
