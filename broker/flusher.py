@@ -58,7 +58,10 @@ class Flusher:
                 self._dirty, self._waiters = set(), []
                 started = time.perf_counter()
                 try:
-                    await loop.run_in_executor(None, _flush_all, list(dirty))
+                    # One worker per log: fsyncs of different files proceed in parallel.
+                    await asyncio.gather(
+                        *(loop.run_in_executor(None, item.flush) for item in dirty)
+                    )
                 except Exception as e:
                     log.exception("fsync failed")
                     for w in waiters:
@@ -75,8 +78,3 @@ class Flusher:
                         w.set_result(None)
         finally:
             self._running = False
-
-
-def _flush_all(logs: list[Flushable]) -> None:
-    for item in logs:
-        item.flush()

@@ -26,7 +26,7 @@ from coordinator.config import GroupConfig
 from coordinator.shard import GroupShard, Output
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
-from protocol.records import build_batch, decode_batch
+from protocol.records import decode_batch, encode_kv_batch
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
@@ -270,10 +270,7 @@ class GroupRuntime:
         if sr.log is None:
             self.ensure_topic()
         assert sr.log is not None
-        t = now_ms()
-        batch = build_batch(
-            ((key, value, (), t) for key, value in out.records),
-        )
+        batch = encode_kv_batch(out.records, now_ms())
         error: BaseException | None = None
         try:
             sr.log.append(batch)

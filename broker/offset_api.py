@@ -12,6 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
+from protocol.codec import RawBody, encode_body
 from protocol.errors import ErrorCode
 
 from .connection import RequestContext
@@ -21,32 +22,33 @@ if TYPE_CHECKING:
     from .app import Broker
 
 
+_BODY_CACHE_SIZE = 4096
+_LOST = ErrorCode.unknown_server_error  # a partition the shard did not answer (never expected)
+
+
 class OffsetApi:
     def __init__(self, broker: Broker, runtime: GroupRuntime) -> None:
         self.broker = broker
         self.runtime = runtime
-
-    def _exists(self, topic: str, partition: int) -> bool:
-        return self.broker.topics.partition(topic, partition) is not None
+        self._commit_bodies: dict[tuple[int, Any], RawBody] = {}
 
     # OffsetCommit ---------------------------------------------------------------------------------
     async def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
         topics = []
+        make = m.OffsetCommitPartition._make
+        has_epoch = ctx.version >= 6
         for t in req.topics:
+            topic = self.broker.topics.get(t.name)
+            count = len(topic.partitions) if topic is not None else 0
             parts = []
             for p in t.partitions:
-                if not self._exists(t.name, p.partition_index):
-                    unknown[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+                index = p.partition_index
+                if not 0 <= index < count:
+                    unknown[(t.name, index)] = ErrorCode.unknown_topic_or_partition
                     continue
-                parts.append(
-                    m.OffsetCommitPartition(
-                        partition=p.partition_index,
-                        offset=p.committed_offset,
-                        leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                        metadata=p.committed_metadata,
-                    )
-                )
+                epoch = p.committed_leader_epoch if has_epoch else -1
+                parts.append(make((index, p.committed_offset, epoch, p.committed_metadata)))
             if parts:
                 topics.append((t.name, tuple(parts)))
         errors: dict[tuple[str, int], int] = dict(unknown)
@@ -64,22 +66,36 @@ class OffsetApi:
             for name, results in r.topics:
                 for partition, error in results:
                     errors[(name, partition)] = error
-        return ctx.respond(
-            throttle_time=0,
-            topics=[
-                dict(
-                    name=t.name,
-                    partitions=[
-                        dict(
-                            partition_index=p.partition_index,
-                            error_code=errors.get((t.name, p.partition_index), ErrorCode.unknown_server_error),
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ],
+        shape = tuple(
+            (
+                t.name,
+                tuple(
+                    (p.partition_index, errors.get((t.name, p.partition_index), _LOST))
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
         )
+        # Committers send the same partitions over and over, and nearly every answer is "all
+        # NONE": reuse the encoded body of an identical answer instead of rebuilding it.
+        key = (ctx.version, shape)
+        body = self._commit_bodies.get(key)
+        if body is None:
+            response = ctx.respond(
+                throttle_time=0,
+                topics=[
+                    dict(
+                        name=name,
+                        partitions=[dict(partition_index=p, error_code=e) for p, e in parts],
+                    )
+                    for name, parts in shape
+                ],
+            )
+            body = RawBody(encode_body(response))
+            if len(self._commit_bodies) >= _BODY_CACHE_SIZE:
+                self._commit_bodies.clear()
+            self._commit_bodies[key] = body
+        return body
 
     # OffsetFetch ----------------------------------------------------------------------------------
     async def _fetch_group(

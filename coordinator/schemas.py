@@ -269,8 +269,39 @@ def _version(buf: bytes, what: str) -> tuple[int, _Reader]:
 # Keys
 
 
+_KEY_HEAD = struct.Struct(">hh")
+_VALUE_V3_HEAD = struct.Struct(">hqih")
+
+
+def _short_string(v: str) -> bytes:
+    raw = v.encode("utf-8")
+    if len(raw) > 0x7FFF:
+        raise SchemaError(f"string of {len(raw)} bytes does not fit an int16 length")
+    return raw
+
+
+def offset_commit_key_prefix(group: str, topic: str) -> bytes:
+    """Everything of an OffsetCommitKey but its partition: the key of partition p is
+    ``prefix + int32(p)``, so a commit of many partitions encodes group and topic once."""
+    g = _short_string(group)
+    t = _short_string(topic)
+    return b"".join((_KEY_HEAD.pack(OFFSET_COMMIT_KEY_VERSION, len(g)), g, _I16.pack(len(t)), t))
+
+
 def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
     """Encode a key: OffsetCommitKey as version 1, GroupMetadataKey as version 2."""
+    if type(key) is OffsetCommitKey:  # the hot path: one per committed partition
+        group = _short_string(key.group)
+        topic = _short_string(key.topic)
+        return b"".join(
+            (
+                _KEY_HEAD.pack(OFFSET_COMMIT_KEY_VERSION, len(group)),
+                group,
+                _I16.pack(len(topic)),
+                topic,
+                _I32.pack(key.partition),
+            )
+        )
     w = _Writer()
     if isinstance(key, OffsetCommitKey):
         w.int16(OFFSET_COMMIT_KEY_VERSION)
@@ -328,13 +359,16 @@ def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
     Kafka writes v1 only for commits with an explicit expire timestamp (deprecated
     OffsetCommit v1 retention); this broker never does, so ``expire_timestamp`` is dropped.
     """
-    w = _Writer()
-    w.int16(OFFSET_COMMIT_VALUE_VERSION)
-    w.int64(value.offset)
-    w.int32(value.leader_epoch)
-    w.string(value.metadata)
-    w.int64(value.commit_timestamp)
-    return w.getvalue()
+    metadata = _short_string(value.metadata)
+    return b"".join(
+        (
+            _VALUE_V3_HEAD.pack(
+                OFFSET_COMMIT_VALUE_VERSION, value.offset, value.leader_epoch, len(metadata)
+            ),
+            metadata,
+            _I64.pack(value.commit_timestamp),
+        )
+    )
 
 
 def decode_offset_commit_value(buf: bytes) -> OffsetCommitValue:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import struct
 import uuid
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -82,9 +83,12 @@ from coordinator.schemas import (
     encode_group_metadata_value,
     encode_key,
     encode_offset_commit_value,
+    offset_commit_key_prefix,
 )
 from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
 from protocol.errors import ErrorCode
+
+_I32_PACK = struct.Struct(">i").pack
 
 __all__ = [
     "CommitWriteFailed",
@@ -1322,6 +1326,10 @@ class GroupShard:
         written: list[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None]] = []
         for topic, partitions in req.topics:
             errors: list[tuple[int, int]] = []
+            try:
+                key_prefix: bytes | None = offset_commit_key_prefix(group_id, topic)
+            except SchemaError:
+                key_prefix = None
             for part in partitions:
                 metadata = part.metadata if part.metadata is not None else ""
                 if len(metadata.encode("utf-8")) > max_bytes:
@@ -1334,7 +1342,9 @@ class GroupShard:
                     leader_epoch=part.leader_epoch,
                 )
                 try:
-                    key_bytes = encode_key(OffsetCommitKey(group_id, topic, part.partition))
+                    if key_prefix is None:
+                        raise SchemaError("topic or group name too long for a record key")
+                    key_bytes = key_prefix + _I32_PACK(part.partition)
                     value_bytes = encode_offset_commit_value(value)
                 except SchemaError:
                     # A topic name (or metadata) too long for the record's int16 string

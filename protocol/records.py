@@ -467,6 +467,68 @@ def encode_batch(
     return bytes(out)
 
 
+def _varint_table(n: int) -> list[bytes]:
+    table = []
+    for v in range(n):
+        out = bytearray()
+        write_varint(out, v)
+        table.append(bytes(out))
+    return table
+
+
+_SMALL_VARINTS = _varint_table(1 << 14)  # zig-zag varints of 0..16383, precomputed
+
+
+def _varint_bytes(value: int) -> bytes:
+    if 0 <= value < len(_SMALL_VARINTS):
+        return _SMALL_VARINTS[value]
+    out = bytearray()
+    write_varint(out, value)
+    return bytes(out)
+
+
+def encode_kv_batch(pairs: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
+    """One uncompressed batch of keyed records without headers, all stamped ``timestamp_ms``.
+
+    The same bytes :func:`build_batch` would produce for these records, built faster: this is
+    the coordinator's write path (one record per committed partition).
+    """
+    parts: list[bytes] = []
+    append = parts.append
+    varint = _varint_bytes
+    for i, (key, value) in enumerate(pairs):
+        # attributes 0, timestamp delta 0, offset delta i, key, value, no headers
+        head = b"\x00\x00" + varint(i) + varint(len(key)) + key
+        tail = b"\x01\x00" if value is None else varint(len(value)) + value + b"\x00"
+        body = head + tail
+        append(varint(len(body)))
+        append(body)
+    payload = b"".join(parts)
+    size = HEADER_SIZE + len(payload)
+    out = bytearray(size)
+    count = len(pairs)
+    _HEADER.pack_into(
+        out,
+        0,
+        0,
+        size - LOG_OVERHEAD,
+        -1,
+        MAGIC_V2,
+        0,
+        0,
+        max(count - 1, 0),
+        timestamp_ms,
+        timestamp_ms,
+        -1,
+        -1,
+        -1,
+        count,
+    )
+    out[HEADER_SIZE:] = payload
+    _CRC.pack_into(out, _CRC_OFFSET, compute_crc(out, 0, size))
+    return bytes(out)
+
+
 HeaderLike = RecordHeader | tuple[str, bytes | None]
 RecordInput = tuple[bytes | None, bytes | None, Iterable[HeaderLike], int]
 

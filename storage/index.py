@@ -7,7 +7,9 @@ in both fields. One entry is added roughly every ``index_interval_bytes`` of log
 narrows a search to a few kilobytes which the segment then scans header by header.
 
 This module owns the in-memory copy of the entries and the file holding them; it knows nothing
-about batches. It is not thread-safe on its own: the owning ``PartitionLog`` serialises writers.
+about batches. New entries are written to the file lazily (``write_pending``: when the segment
+is synced, sealed or closed), not one small write per append; an index whose tail was never
+written is completed by the segment's consistency check or recovery at the next start. It is not thread-safe on its own: the owning ``PartitionLog`` serialises writers.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ INT32_MAX = 2**31 - 1
 class OffsetIndex:
     """Sorted (relative offset, position) pairs mirrored to an append-only file."""
 
-    __slots__ = ("path", "base_offset", "_rel", "_pos", "_fd")
+    __slots__ = ("path", "base_offset", "_rel", "_pos", "_fd", "_written")
 
     def __init__(self, path: Path, base_offset: int) -> None:
         self.path = path
@@ -34,6 +36,7 @@ class OffsetIndex:
         self._rel: array[int] = array("i")
         self._pos: array[int] = array("i")
         self._fd: int | None = None
+        self._written = 0  # entries already in the file
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -61,6 +64,7 @@ class OffsetIndex:
             pos.append(p)
             prev_rel, prev_pos = r, p
         self._rel, self._pos = rel, pos
+        self._written = len(rel)
         return True
 
     def reset(self, entries: list[tuple[int, int]]) -> None:
@@ -72,6 +76,7 @@ class OffsetIndex:
         if entries:
             blob = b"".join(_ENTRY.pack(r, p) for r, p in entries)
             pwrite_all(fd, blob, 0)
+        self._written = len(entries)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -106,10 +111,18 @@ class OffsetIndex:
             raise ValueError(f"index entry ({last_offset}, {position}) out of range")
         if self._rel and (rel <= self._rel[-1] or position <= self._pos[-1]):
             raise ValueError("index entries must be strictly increasing")
-        n = len(self._rel)
-        pwrite_all(self._open(), _ENTRY.pack(rel, position), n * ENTRY_SIZE)
         self._rel.append(rel)
         self._pos.append(position)
+
+    def write_pending(self) -> None:
+        """Write the entries appended since the last call to the file (one write)."""
+        n = len(self._rel)
+        start = self._written
+        if start >= n:
+            return
+        blob = b"".join(_ENTRY.pack(self._rel[i], self._pos[i]) for i in range(start, n))
+        pwrite_all(self._open(), blob, start * ENTRY_SIZE)
+        self._written = n
 
     def truncate_to_position(self, position: int) -> None:
         """Drop every entry pointing at or beyond ``position``."""
@@ -118,13 +131,17 @@ class OffsetIndex:
             return
         del self._rel[keep:]
         del self._pos[keep:]
-        os.ftruncate(self._open(), keep * ENTRY_SIZE)
+        self._written = min(self._written, keep)
+        os.ftruncate(self._open(), self._written * ENTRY_SIZE)
 
     def sync(self) -> None:
+        self.write_pending()
         if self._fd is not None:
             os.fsync(self._fd)
 
     def close(self) -> None:
+        if self._written < len(self._rel):
+            self.write_pending()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -319,6 +319,7 @@ class PartitionLog:
 
     def _roll(self, base_offset: int) -> Segment:
         seg = Segment.create(self._path, base_offset, self._index_interval_bytes)
+        self._segments[-1].index.write_pending()  # sealed: its index is complete on disk
         self._dirty.append(self._segments[-1])
         self._segments.append(seg)
         self._bases.append(base_offset)

@@ -621,3 +621,13 @@ def test_us_to_kafka_python(codec: Compression, kafka_python_codecs: set[Compres
     got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in theirs]
     want = [(42 + i, ts, k, v, list(hs)) for i, (k, v, hs, ts) in enumerate(entries)]
     assert got == want
+
+
+def test_encode_kv_batch_matches_build_batch() -> None:
+    from protocol.records import build_batch, decode_batch, encode_kv_batch
+
+    pairs = [(b"k%d" % i, b"v" * i if i % 3 else None) for i in range(300)]
+    pairs.append((b"big", b"x" * 20000))
+    fast = encode_kv_batch(pairs, 1_700_000_000_123)
+    assert fast == build_batch([(k, v, (), 1_700_000_000_123) for k, v in pairs])
+    assert [(r.key, r.value) for r in decode_batch(fast).records] == pairs
