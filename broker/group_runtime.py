@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.config import GroupConfig
 from coordinator.shard import GroupShard, Output
+from protocol.batch import HEADER_SIZE
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
-from protocol.records import decode_batch, encode_kv_batch
+from protocol.records import decode_key_values, encode_kv_batch
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
@@ -142,14 +143,16 @@ class GroupRuntime:
             # compacted topic), so keep only those, in order of their last occurrence, and
             # replay them; a key whose newest record is a tombstone needs no replay at all.
             latest: dict[bytes, bytes | None] = {}
-            for i, (_base, _header, data) in enumerate(sr.log.iter_batches()):
-                for rec in decode_batch(data, verify_crc=False).records:
-                    key = rec.key
-                    if key is None:
-                        continue
-                    latest.pop(key, None)
-                    latest[key] = rec.value
-                    records += 1
+            pop = latest.pop
+            for i, (_base, header, data) in enumerate(sr.log.iter_batches()):
+                if header.is_control:
+                    continue
+                pairs = decode_key_values(header, data[HEADER_SIZE:])
+                records += len(pairs)
+                for key, value in pairs:
+                    if key is not None:
+                        pop(key, None)
+                        latest[key] = value
                 if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
                     await asyncio.sleep(0)
             t = now_ms()

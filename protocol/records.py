@@ -267,6 +267,71 @@ def _decode_records(data: bytes, count: int) -> list[Record]:
     return records
 
 
+def decode_key_values(header: BatchHeader, payload: Buffer) -> list[tuple[bytes | None, bytes | None]]:
+    """Only the (key, value) of each record of a batch (``payload`` still compressed).
+
+    The replay path of the coordinator needs nothing else; skipping record objects, deltas
+    and headers makes it several times cheaper than :func:`decode_records`.
+    """
+    data = decompress(header.compression, payload)
+    count = header.records_count
+    if count > len(data) // _MIN_RECORD_SIZE:
+        raise CorruptBatch(f"record count {count} cannot fit in {len(data)} bytes")
+    slow = _read_varint_slow
+    out: list[tuple[bytes | None, bytes | None]] = []
+    append = out.append
+    pos = 0
+    size = len(data)
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = slow(data, pos)
+            end = pos + length
+            if length < _MIN_RECORD_SIZE - 1 or end > size:
+                raise CorruptBatch(f"bad record length {length}")
+            pos += 1  # attributes
+            for _skip in (0, 1):  # timestamp delta, offset delta
+                if data[pos] < 0x80:
+                    pos += 1
+                else:
+                    _, pos = slow(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = slow(data, pos)
+            if n < 0:
+                key = None
+            else:
+                key = data[pos : pos + n]
+                pos += n
+            b = data[pos]
+            if b < 0x80:
+                n = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                n, pos = slow(data, pos)
+            if n < 0:
+                value = None
+            else:
+                value = data[pos : pos + n]
+                pos += n
+            if pos > end:
+                raise CorruptBatch(f"record length {length} does not match its contents")
+            append((key, value))
+            pos = end  # headers are skipped
+    except IndexError:
+        raise CorruptBatch("truncated record") from None
+    if pos != size:
+        raise CorruptBatch(f"{size - pos} bytes left over after {count} records")
+    return out
+
+
 def _decode_headers(
     data: bytes, pos: int, count: int, end: int
 ) -> tuple[tuple[RecordHeader, ...], int]:

@@ -631,3 +631,19 @@ def test_encode_kv_batch_matches_build_batch() -> None:
     fast = encode_kv_batch(pairs, 1_700_000_000_123)
     assert fast == build_batch([(k, v, (), 1_700_000_000_123) for k, v in pairs])
     assert [(r.key, r.value) for r in decode_batch(fast).records] == pairs
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_decode_key_values_matches_full_decode(codec: int) -> None:
+    from protocol.batch import HEADER_SIZE, parse_header
+    from protocol.records import build_batch, decode_batch, decode_key_values
+
+    entries = [
+        (None if i % 7 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v" * (i * 3), (("h", b"x"),) if i % 2 else (), 1_000 + i)
+        for i in range(200)
+    ]
+    raw = build_batch(entries, compression=codec)
+    full = [(r.key, r.value) for r in decode_batch(raw).records]
+    assert decode_key_values(parse_header(raw), memoryview(raw)[HEADER_SIZE:]) == full
+    with pytest.raises(CorruptBatch):
+        decode_key_values(parse_header(raw), memoryview(raw)[HEADER_SIZE:-1])
