@@ -28,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0",
     )
     serve.add_argument("--log-level", default="INFO")
+    try:  # the Spark pipeline is an optional extra
+        from pipeline.cli import add_parser as add_pipeline_parser
+    except ImportError:
+        pass
+    else:
+        add_pipeline_parser(sub)
     return parser
 
 
@@ -71,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             uvloop.run(_serve(config))
         return 0
+    if args.command == "pipeline":
+        from pipeline.cli import run as run_pipeline
+
+        return int(run_pipeline(args))
     return 2
 
 
