@@ -10,6 +10,7 @@ the crash case.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
@@ -54,10 +55,8 @@ def main() -> None:
                     consumer.commit(asynchronous=False)
                 except KafkaException:
                     pass  # a rebalance or coordinator move: the next owner re-reads from the last commit
-        try:
+        with contextlib.suppress(KafkaException):
             consumer.commit(asynchronous=False)
-        except KafkaException:
-            pass
         consumer.close()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -72,10 +73,8 @@ def run_confluent(a: argparse.Namespace, rep: Reporter) -> None:
         rep.assigned([tp.partition for tp in c.assignment()])
         if done:
             rep.out.flush()
-            try:
+            with contextlib.suppress(KafkaException):
                 c.commit(asynchronous=False)
-            except KafkaException:
-                pass
     c.close()
 
 
