@@ -51,10 +51,10 @@ def main() -> None:
                 processed = True
             if processed:
                 out.flush()
-                try:
+                # A rebalance or coordinator move may refuse it: the next owner re-reads from
+                # the last commit.
+                with contextlib.suppress(KafkaException):
                     consumer.commit(asynchronous=False)
-                except KafkaException:
-                    pass  # a rebalance or coordinator move: the next owner re-reads from the last commit
         with contextlib.suppress(KafkaException):
             consumer.commit(asynchronous=False)
         consumer.close()

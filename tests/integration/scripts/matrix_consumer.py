@@ -110,10 +110,8 @@ def run_kafka_python(a: argparse.Namespace, rep: Reporter) -> None:
         rep.assigned([tp.partition for tp in c.assignment()])
         if done:
             rep.out.flush()
-            try:
+            with contextlib.suppress(Exception):  # CommitFailedError during a rebalance
                 c.commit()
-            except Exception:  # CommitFailedError during a rebalance
-                pass
     c.close()
 
 
@@ -146,10 +144,8 @@ def run_aiokafka(a: argparse.Namespace, rep: Reporter) -> None:
             rep.assigned([tp.partition for tp in c.assignment()])
             if done:
                 rep.out.flush()
-                try:
+                with contextlib.suppress(Exception):  # CommitFailedError during a rebalance
                     await c.commit()
-                except Exception:  # CommitFailedError during a rebalance
-                    pass
         await c.stop()
 
     asyncio.run(main())
