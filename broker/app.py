@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
 from .group_runtime import GroupRuntime
+from .metrics import BrokerMetrics, MetricsServer
 from .offset_api import OffsetApi
 from .topics import INTERNAL_TOPICS, LogSettings, TopicStore
 
@@ -47,12 +49,21 @@ class Broker:
         self.connections: set[Connection] = set()
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _read_cluster_id(config.data_dir, config["node.id"])
+        # Metrics exist only when served (--metrics-port): otherwise the hooks cost nothing.
+        self.metrics: BrokerMetrics | None = None
+        self._metrics_server: MetricsServer | None = None
+        if config.metrics_port is not None:
+            self.metrics = BrokerMetrics(self)
         fsync = config["log.flush.interval.messages"] == 1
         self.topics = TopicStore(
             config.data_dir,
             LogSettings(config["log.segment.bytes"], config["log.index.interval.bytes"], fsync),
         )
-        self.flusher = Flusher(enabled=fsync, on_flushed=self.topics.notify_appended)
+        self.flusher = Flusher(
+            enabled=fsync,
+            on_flushed=self.topics.notify_appended,
+            observe=self.metrics.log_flush.observe if self.metrics is not None else None,
+        )
         self.cluster = ClusterApi(self)
         self.data = DataApi(self)
         self.groups = GroupRuntime(self)
@@ -83,10 +94,34 @@ class Broker:
         }
         self._server: asyncio.Server | None = None
 
+    # metrics hooks (no-ops without --metrics-port) ----------------------------------------------
     def metrics_request(self, api_key: int) -> None:
-        """Hook for request metrics (counted by the metrics layer when it is attached)."""
+        """A request arrived (counted by API)."""
+        if self.metrics is not None:
+            self.metrics.request(api_key)
+
+    def metrics_response(self, api_key: int, started: float) -> None:
+        """A request's response is ready; ``started`` is its ``time.perf_counter()`` on arrival."""
+        if self.metrics is not None:
+            self.metrics.response(api_key, time.perf_counter() - started)
+
+    def metrics_append(self, seconds: float) -> None:
+        """A batch was appended to a partition log."""
+        if self.metrics is not None:
+            self.metrics.log_append.observe(seconds)
+
+    @property
+    def serving(self) -> bool:
+        """The Kafka listener is up (``/healthz``)."""
+        return self._server is not None and self._server.is_serving()
 
     async def start(self) -> None:
+        if self.metrics is not None and self.config.metrics_port is not None:
+            # First, so that /healthz and /readyz answer (503) during start-up.
+            self._metrics_server = MetricsServer(
+                self, self.metrics, self.config.host, self.config.metrics_port
+            )
+            await self._metrics_server.start()
         self.topics.load(skip=INTERNAL_TOPICS)
         await self.groups.start()
         loop = asyncio.get_running_loop()
@@ -124,6 +159,8 @@ class Broker:
         if self._server is not None:
             await self._server.wait_closed()
         self.topics.close()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
         log.info("kcoord stopped")
 
     def handler_for(self, api_key: int) -> Any:

@@ -1,9 +1,15 @@
-"""The ``kcoord`` command line: ``kcoord serve`` runs the broker in the foreground."""
+"""The ``kcoord`` command line.
+
+``kcoord serve`` runs the broker in the foreground; ``kcoord config`` prints the effective
+configuration and where each value came from; ``kcoord groups ...`` and ``kcoord offsets ...``
+administer consumer groups of a running broker (or of Apache Kafka) over the Kafka protocol.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -12,22 +18,50 @@ from collections.abc import Sequence
 from .config import Config, ConfigError
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kcoord", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the broker in the foreground")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=9092, help="port to listen on")
-    serve.add_argument("--data-dir", default="data", help="directory holding the logs")
-    serve.add_argument("--config", default=None, help="TOML file of settings")
-    serve.add_argument(
+def _settings_parent() -> argparse.ArgumentParser:
+    """Options shared by ``serve`` and ``config``: where settings come from."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--config", default=None, help="TOML file of settings")
+    parent.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="NAME=VALUE",
         help="a setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0",
     )
+    return parent
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kcoord", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    settings = _settings_parent()
+    serve = sub.add_parser(
+        "serve", parents=[settings], help="run the broker in the foreground"
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=9092, help="port to listen on")
+    serve.add_argument("--data-dir", default="data", help="directory holding the logs")
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port",
+    )
     serve.add_argument("--log-level", default="INFO")
+    show = sub.add_parser(
+        "config",
+        parents=[settings],
+        help="print the effective configuration and where each value came from",
+    )
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show.add_argument(
+        "--verbose", "-v", action="store_true", help="also show allowed values and descriptions"
+    )
+    from .admin_cli import add_parsers as add_admin_parsers
+
+    add_admin_parsers(sub)
     try:  # the Spark pipeline is an optional extra
         from pipeline.cli import add_parser as add_pipeline_parser
     except ImportError:
@@ -51,10 +85,42 @@ async def _serve(config: Config) -> None:
     await broker.stop()
 
 
+def _show_config(args: argparse.Namespace) -> int:
+    """``kcoord config``: the settings ``kcoord serve`` would run with, given the same
+    ``--config``/``--set`` flags and this environment."""
+    try:
+        config = Config.load(config_file=args.config, overrides=args.set)
+    except ConfigError as e:
+        print(f"kcoord: {e}", file=sys.stderr)
+        return 2
+    for warning in config.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    rows = config.describe()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    headers = ["NAME", "VALUE", "SOURCE"] + (["ALLOWED", "DESCRIPTION"] if args.verbose else [])
+    table = [
+        [r["name"], _show_value(r["value"]), r["source"]]
+        + ([r["allowed"], r["doc"]] if args.verbose else [])
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    for row in [headers, *table]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _show_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return '""' if value == "" else str(value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.INFO),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
@@ -66,10 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 data_dir=args.data_dir,
                 config_file=args.config,
                 overrides=args.set,
+                metrics_port=args.metrics_port,
             )
         except ConfigError as e:
             print(f"kcoord: {e}", file=sys.stderr)
             return 2
+        for warning in config.warnings:
+            logging.getLogger("kcoord").warning("%s", warning)
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at run time
@@ -77,6 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             uvloop.run(_serve(config))
         return 0
+    if args.command == "config":
+        return _show_config(args)
+    if args.command in ("groups", "offsets"):
+        from .admin_cli import run as run_admin
+
+        return run_admin(args)
     if args.command == "pipeline":
         from pipeline.cli import run as run_pipeline
 

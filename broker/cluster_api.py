@@ -10,6 +10,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from protocol.apis import SUPPORTED
+from protocol.codec import RawBody, encode_body
 from protocol.errors import ErrorCode
 
 from .connection import RequestContext
@@ -25,6 +26,7 @@ class ClusterApi:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.topics = broker.topics
+        self._api_versions_bodies: dict[int, RawBody] = {}
 
     @property
     def node_id(self) -> int:
@@ -36,18 +38,27 @@ class ClusterApi:
 
     # ApiVersions ----------------------------------------------------------------------------------
     def api_versions(self, ctx: RequestContext, req: Any) -> Any:
-        return ctx.respond(
-            error_code=0,
-            api_keys=[
-                dict(api_key=k, min_version=lo, max_version=hi)
-                for k, (lo, hi) in sorted(SUPPORTED.items())
-            ],
-            throttle_time=0,
-            supported_features=[],
-            finalized_features_epoch=-1,
-            finalized_features=[],
-            zk_migration_ready=False,
-        )
+        # The answer never changes while the broker runs: encode it once per version.
+        body = self._api_versions_bodies.get(ctx.version)
+        if body is None:
+            body = RawBody(
+                encode_body(
+                    ctx.respond(
+                        error_code=0,
+                        api_keys=[
+                            dict(api_key=k, min_version=lo, max_version=hi)
+                            for k, (lo, hi) in sorted(SUPPORTED.items())
+                        ],
+                        throttle_time=0,
+                        supported_features=[],
+                        finalized_features_epoch=-1,
+                        finalized_features=[],
+                        zk_migration_ready=False,
+                    )
+                )
+            )
+            self._api_versions_bodies[ctx.version] = body
+        return body
 
     # Metadata -------------------------------------------------------------------------------------
     def metadata(self, ctx: RequestContext, req: Any) -> Any:

@@ -3,11 +3,14 @@
 Values are layered: built-in defaults ← an optional TOML file (``--config``) ← environment
 variables ``KCOORD_<NAME>`` (upper case, dots as underscores) ← ``--set NAME=VALUE`` flags.
 Setting names are Apache Kafka's wherever Kafka has the setting. An unknown name or a value of the
-wrong type stops start-up with a message naming the setting.
+wrong type stops start-up with a message naming the setting and the values it accepts.
+``KCOORD_*`` environment variables that name no setting are reported in ``Config.warnings``
+(the environment is shared with other programs) rather than refused.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -27,6 +30,15 @@ class Setting:
     default: Any
     doc: str
     minimum: int | None = None
+
+    def allowed(self) -> str:
+        """The values this setting accepts, in words (for error messages and ``kcoord config``)."""
+        if self.type is bool:
+            return "true or false"
+        if self.type is int:
+            low = f" >= {self.minimum}" if self.minimum is not None else ""
+            return f"an integer{low}"
+        return "a string"
 
 
 _INT_MAX = 2**31 - 1
@@ -113,20 +125,43 @@ def _parse(setting: Setting, raw: Any) -> Any:
         else:
             value = str(raw)
     except (TypeError, ValueError):
-        kind = "true or false" if t is bool else ("an integer" if t is int else "a string")
-        raise ConfigError(f"setting {setting.name!r}: {raw!r} is not {kind}") from None
+        raise ConfigError(
+            f"setting {setting.name!r}: {raw!r} is not valid; allowed values: {setting.allowed()}"
+        ) from None
     if setting.minimum is not None and isinstance(value, int) and value < setting.minimum:
-        raise ConfigError(f"setting {setting.name!r}: {value} is below the minimum {setting.minimum}")
+        raise ConfigError(
+            f"setting {setting.name!r}: {value} is below the minimum {setting.minimum};"
+            f" allowed values: {setting.allowed()}"
+        )
     return value
+
+
+def unknown_setting(name: str, source: str) -> ConfigError:
+    """The error for a name that is no setting: the closest known names, then all of them."""
+    close = difflib.get_close_matches(name, list(SETTINGS), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
+    return ConfigError(
+        f"unknown setting {name!r} (from {source}){hint}"
+        f" Known settings: {', '.join(sorted(SETTINGS))}"
+    )
 
 
 class Config:
     """Effective configuration; ``config["group.max.size"]`` reads a value."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 9092, data_dir: Path | str = "data"):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        data_dir: Path | str = "data",
+        metrics_port: int | None = None,
+    ):
         self.host = host
         self.port = port
         self.data_dir = Path(data_dir)
+        self.metrics_port = metrics_port
+        """Port of the /metrics, /healthz and /readyz HTTP server (None: not served)."""
+        self.warnings: list[str] = []
         self._values: dict[str, Any] = {n: s.default for n, s in SETTINGS.items()}
         self._sources: dict[str, str] = {n: "default" for n in SETTINGS}
 
@@ -139,12 +174,26 @@ class Config:
     def set(self, name: str, raw: Any, source: str) -> None:
         setting = SETTINGS.get(name)
         if setting is None:
-            raise ConfigError(f"unknown setting {name!r} (from {source})")
+            raise unknown_setting(name, source)
         self._values[name] = _parse(setting, raw)
         self._sources[name] = source
 
     def items(self) -> list[tuple[str, Any, str]]:
         return [(n, self._values[n], self._sources[n]) for n in sorted(SETTINGS)]
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Every setting with its effective value, where it came from, and what it accepts."""
+        return [
+            {
+                "name": n,
+                "value": self._values[n],
+                "source": self._sources[n],
+                "default": SETTINGS[n].default,
+                "allowed": SETTINGS[n].allowed(),
+                "doc": SETTINGS[n].doc,
+            }
+            for n in sorted(SETTINGS)
+        ]
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -160,7 +209,8 @@ class Config:
             return host.strip("[]") or self.host, int(port)
         except ValueError:
             raise ConfigError(
-                f"setting 'advertised.listeners': {raw!r} is not host:port"
+                f"setting 'advertised.listeners': {raw!r} is not valid; allowed values:"
+                " host:port or PLAINTEXT://host:port (the first of a comma-separated list is used)"
             ) from None
 
     @classmethod
@@ -173,8 +223,9 @@ class Config:
         config_file: Path | str | None = None,
         environ: Mapping[str, str] | None = None,
         overrides: list[str] | None = None,
+        metrics_port: int | None = None,
     ) -> Config:
-        cfg = cls(host, port, data_dir)
+        cfg = cls(host, port, data_dir, metrics_port)
         if config_file is not None:
             try:
                 with open(config_file, "rb") as f:
@@ -188,6 +239,11 @@ class Config:
         for key, raw in env.items():
             if key in by_env:
                 cfg.set(by_env[key], raw, f"env {key}")
+            elif key.startswith("KCOORD_"):
+                cfg.warnings.append(
+                    f"environment variable {key} names no setting, ignored (a setting's variable"
+                    " is KCOORD_ + its name upper-cased with dots as underscores)"
+                )
         for item in overrides or []:
             name, sep, raw = item.partition("=")
             if not sep:

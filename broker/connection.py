@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -76,6 +77,10 @@ class Connection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._paused = False
         self.closed = False
+        # Responses ready to go out, written together once per event-loop pass: a client
+        # pipelining many requests gets one write (one syscall) instead of one per response.
+        self._out: list[bytes] = []
+        self._write_scheduled = False
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -151,6 +156,7 @@ class Connection(asyncio.Protocol):
         # ApiVersions responses always use header v0 (KIP-511).
         flexible_response = flexible and api_key != ApiKey.API_VERSIONS
         self.broker.metrics_request(api_key)
+        started = time.perf_counter()
         try:
             result = handler(ctx, request)
         except Exception:
@@ -161,7 +167,7 @@ class Connection(asyncio.Protocol):
             slot = _Slot()
             self._slots.append(slot)
             task = asyncio.ensure_future(
-                self._await(result, slot, header.correlation_id, flexible_response)
+                self._await(result, slot, header.correlation_id, flexible_response, api_key, started)
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -169,12 +175,19 @@ class Connection(asyncio.Protocol):
                 self._paused = True
                 self.transport.pause_reading()
         elif result is NO_RESPONSE:
-            return
+            self.broker.metrics_response(api_key, started)
         else:
             self._enqueue_ready(encode_response(header.correlation_id, result, flexible_response))
+            self.broker.metrics_response(api_key, started)
 
     async def _await(
-        self, result: Awaitable[Any], slot: _Slot, correlation_id: int, flexible: bool
+        self,
+        result: Awaitable[Any],
+        slot: _Slot,
+        correlation_id: int,
+        flexible: bool,
+        api_key: int = -1,
+        started: float = 0.0,
     ) -> None:
         try:
             response = await result
@@ -186,12 +199,13 @@ class Connection(asyncio.Protocol):
             return
         if response is not NO_RESPONSE:
             slot.data = encode_response(correlation_id, response, flexible)
+        self.broker.metrics_response(api_key, started)
         slot.done = True
         self._flush()
 
     def _enqueue_ready(self, data: bytes) -> None:
-        if not self._slots and self.transport is not None and not self.closed:
-            self.transport.write(data)
+        if not self._slots:
+            self._send([data])
             return
         slot = _Slot()
         slot.data = data
@@ -206,11 +220,23 @@ class Connection(asyncio.Protocol):
             data = slots.popleft().data
             if data is not None:
                 out.append(data)
-        if out and self.transport is not None and not self.closed:
-            self.transport.writelines(out)
+        if out:
+            self._send(out)
         if self._paused and len(slots) < _MAX_IN_FLIGHT // 2 and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
+
+    def _send(self, frames: list[bytes]) -> None:
+        self._out.extend(frames)
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._write_scheduled = False
+        out, self._out = self._out, []
+        if out and self.transport is not None and not self.closed:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """UNSUPPORTED_VERSION in an ApiVersions v0 body listing what we support (KIP-511)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
@@ -26,6 +27,17 @@ if TYPE_CHECKING:
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 _UNKNOWN_OPERATIONS = -2147483648
+
+
+def then(result: Any, finish: Callable[[Any], Any]) -> Any:
+    """``finish(reply)`` now if the shard answered at once, else a coroutine awaiting it."""
+    if isinstance(result, asyncio.Future):
+        return _finish_later(result, finish)
+    return finish(result)
+
+
+async def _finish_later(fut: asyncio.Future[Any], finish: Callable[[Any], Any]) -> Any:
+    return finish(await fut)
 
 
 class GroupApi:
@@ -134,7 +146,7 @@ class GroupApi:
         )
 
     # Heartbeat ------------------------------------------------------------------------------------
-    async def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
+    def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
         request = m.HeartbeatRequest(
             group_id=req.group_id,
             generation_id=req.generation_id,
@@ -143,8 +155,8 @@ class GroupApi:
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
-        r: m.HeartbeatResponse = await runtime.call(p, runtime.shard(p).heartbeat, request)
-        return ctx.respond(throttle_time=0, error_code=r.error)
+        result = runtime.submit(p, runtime.shard(p).heartbeat, request)
+        return then(result, lambda r: ctx.respond(throttle_time=0, error_code=r.error))
 
     # LeaveGroup -----------------------------------------------------------------------------------
     async def leave_group(self, ctx: RequestContext, req: Any) -> Any:

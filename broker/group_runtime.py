@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.config import GroupConfig
+from coordinator.loading import LatestRecords
 from coordinator.shard import GroupShard, Output
 from protocol.batch import HEADER_SIZE
 from protocol.errors import ErrorCode
@@ -38,7 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcoord.coordinator")
 
-_LOAD_YIELD_EVERY = 256  # batches replayed between yields to the event loop
+_LOAD_YIELD_EVERY = 256
+_NO_REPLY = object()  # batches replayed between yields to the event loop
 
 
 def now_ms() -> int:
@@ -89,6 +91,9 @@ class GroupRuntime:
             )
             for p in range(n)
         ]
+        if broker.metrics is not None:
+            for sr in self.shards:
+                sr.shard.rebalance_observer = broker.metrics.rebalance
         self._handles = itertools.count(1)
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
@@ -139,38 +144,48 @@ class GroupRuntime:
         records = 0
         for sr in self.shards:
             assert sr.log is not None
-            # The shard's state is a function of the newest record per key (the log is a
-            # compacted topic), so keep only those, in order of their last occurrence, and
-            # replay them; a key whose newest record is a tombstone needs no replay at all.
-            latest: dict[bytes, bytes | None] = {}
-            pop = latest.pop
+            part_started = time.perf_counter()
+            part_records = records
+            # The shard's state is a function of the newest record per key: collect those,
+            # then replay them (coordinator/loading.py).
+            latest = LatestRecords()
             for i, (_base, header, data) in enumerate(sr.log.iter_batches()):
-                if header.is_control:
-                    continue
-                pairs = decode_key_values(header, data[HEADER_SIZE:])
-                records += len(pairs)
-                for key, value in pairs:
-                    if key is not None:
-                        pop(key, None)
-                        latest[key] = value
+                if not header.is_control:
+                    latest.add(decode_key_values(header, data[HEADER_SIZE:]))
                 if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
                     await asyncio.sleep(0)
-            t = now_ms()
-            replay = sr.shard.replay
-            for n, (key, value) in enumerate(latest.items()):
-                if value is not None:
-                    replay(key, value, t)
-                if n % 4096 == 4095:
-                    await asyncio.sleep(0)
+            records += latest.records
+            latest.replay_into(sr.shard, now_ms())
             self._finish(sr, now_ms())
+            self._loaded_progress(sr, records - part_records, time.perf_counter() - part_started)
         self.load_seconds = time.perf_counter() - started
+        shards = [sr.shard for sr in self.shards]
         log.info(
-            "loaded %s: %d partitions, %d records in %.3f s",
+            "loaded %s: %d partitions, %d groups, %d offsets, %d records in %.3f s",
             OFFSETS_TOPIC,
             self.num_partitions,
+            sum(len(list(s.groups())) for s in shards),
+            sum(s.offset_count() for s in shards),
             records,
             self.load_seconds,
         )
+
+    def _loaded_progress(self, sr: _ShardRuntime, records: int, seconds: float) -> None:
+        """Start-up progress: one line per loaded offsets partition."""
+        done = sum(1 for x in self.shards if x.loaded)
+        log.info(
+            "loading %s: partition %d loaded (%d/%d): %d groups, %d offsets, %d records in %.3f s",
+            OFFSETS_TOPIC,
+            sr.partition,
+            done,
+            self.num_partitions,
+            len(list(sr.shard.groups())),
+            sr.shard.offset_count(),
+            records,
+            seconds,
+        )
+        if self.broker.metrics is not None:
+            self.broker.metrics.partition_load.observe(seconds)
 
     def _finish(self, sr: _ShardRuntime, t: int) -> None:
         out = sr.shard.finish_loading(t)
@@ -239,18 +254,45 @@ class GroupRuntime:
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions)
 
-    async def call(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
-        """Run ``op(handle, request, now)`` on shard ``partition``; await its reply."""
+    def submit(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
+        """Run ``op(handle, request, now)`` on shard ``partition``.
+
+        Returns the reply itself when the shard answered at once and nothing needs to become
+        durable first (heartbeats, fetches, most errors): no future, no task. Otherwise returns
+        an asyncio.Future that the reply will complete.
+        """
         sr = self.shards[partition]
         handle = next(self._handles)
+        out = op(handle, request, now_ms())
+        if not out.records and sr.chain is None:
+            mine: Any = _NO_REPLY
+            waiting = self._waiting
+            for h, response in out.replies:
+                if h == handle:
+                    mine = response
+                else:
+                    fut = waiting.pop(h, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(response)
+            self._reschedule(sr)
+            if mine is not _NO_REPLY:
+                return mine
+            return self._future_for(handle)  # parked: a later output answers it
+        fut = self._future_for(handle)
+        self._process(sr, out)
+        return fut
+
+    def _future_for(self, handle: Hashable) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiting[handle] = fut
-        try:
-            out = op(handle, request, now_ms())
-            self._process(sr, out)
-            return await fut
-        finally:
-            self._waiting.pop(handle, None)
+        return fut
+
+    async def call(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
+        """Run ``op(handle, request, now)`` on shard ``partition``; await its reply."""
+        result = self.submit(partition, op, request)
+        if isinstance(result, asyncio.Future):
+            return await result
+        return result
 
     def shard(self, partition: int) -> GroupShard:
         return self.shards[partition].shard
@@ -276,7 +318,9 @@ class GroupRuntime:
         batch = encode_kv_batch(out.records, now_ms())
         error: BaseException | None = None
         try:
+            started = time.perf_counter()
             sr.log.append(batch)
+            self.broker.metrics_append(time.perf_counter() - started)
         except Exception as e:  # disk full, I/O error: the shard decides what it means
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
             error = e
@@ -317,8 +361,9 @@ class GroupRuntime:
                 sr.chain = None
 
     def _deliver(self, out: Output) -> None:
+        waiting = self._waiting
         for handle, response in out.replies:
-            fut = self._waiting.get(handle)
+            fut = waiting.pop(handle, None)  # every handle gets exactly one reply
             if fut is not None and not fut.done():
                 fut.set_result(response)
 

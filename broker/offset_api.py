@@ -16,6 +16,7 @@ from protocol.codec import RawBody, encode_body
 from protocol.errors import ErrorCode
 
 from .connection import RequestContext
+from .group_api import then
 from .group_runtime import GroupRuntime
 
 if TYPE_CHECKING:
@@ -127,27 +128,44 @@ class OffsetApi:
             for name, parts in r.topics
         ]
 
-    async def offset_fetch(self, ctx: RequestContext, req: Any) -> Any:
+    def offset_fetch(self, ctx: RequestContext, req: Any) -> Any:
         require_stable = bool(getattr(req, "require_stable", False))
         if ctx.version >= 8:
-            answers = await asyncio.gather(
-                *(self._fetch_group(g.group_id, g.topics, require_stable) for g in req.groups)
-            )
-            return ctx.respond(
-                throttle_time=0,
-                groups=[
-                    dict(group_id=g.group_id, topics=self._topics_out(r), error_code=r.error)
-                    for g, r in zip(req.groups, answers, strict=True)
-                ],
-            )
-        r = await self._fetch_group(req.group_id, req.topics, require_stable)
-        topics_out = self._topics_out(r)
-        if ctx.version < 2 and r.error:
-            # v0/v1 have no top-level error: Kafka reports it on every partition.
-            for t in topics_out:
-                for part in t["partitions"]:
-                    part["error_code"] = r.error
-        return ctx.respond(throttle_time=0, topics=topics_out, error_code=r.error)
+            return self._offset_fetch_groups(ctx, req, require_stable)
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        wanted = (
+            None
+            if req.topics is None
+            else tuple((t.name, tuple(t.partition_indexes)) for t in req.topics)
+        )
+        request = m.OffsetFetchRequest(
+            group_id=req.group_id, topics=wanted, require_stable=require_stable
+        )
+        result = runtime.submit(p, runtime.shard(p).offset_fetch, request)
+
+        def finish(r: m.OffsetFetchResponse) -> Any:
+            topics_out = self._topics_out(r)
+            if ctx.version < 2 and r.error:
+                # v0/v1 have no top-level error: Kafka reports it on every partition.
+                for t in topics_out:
+                    for part in t["partitions"]:
+                        part["error_code"] = r.error
+            return ctx.respond(throttle_time=0, topics=topics_out, error_code=r.error)
+
+        return then(result, finish)
+
+    async def _offset_fetch_groups(self, ctx: RequestContext, req: Any, require_stable: bool) -> Any:
+        answers = await asyncio.gather(
+            *(self._fetch_group(g.group_id, g.topics, require_stable) for g in req.groups)
+        )
+        return ctx.respond(
+            throttle_time=0,
+            groups=[
+                dict(group_id=g.group_id, topics=self._topics_out(r), error_code=r.error)
+                for g, r in zip(req.groups, answers, strict=True)
+            ],
+        )
 
     # OffsetDelete ---------------------------------------------------------------------------------
     async def offset_delete(self, ctx: RequestContext, req: Any) -> Any:

@@ -96,6 +96,7 @@ __all__ = [
     "FailureAction",
     "GroupShard",
     "Output",
+    "RebalanceCompleted",
     "ShardMode",
     "StaticReplaceWriteFailed",
     "SyncWriteFailed",
@@ -166,6 +167,18 @@ class CommitWriteFailed:
 
 
 FailureAction = SyncWriteFailed | StaticReplaceWriteFailed | DeleteWriteFailed | CommitWriteFailed
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceCompleted:
+    """A rebalance that ended (the group became Stable, or Empty at a new generation), for
+    the runtime's metrics. ``duration_ms`` runs from the first PreparingRebalance."""
+
+    group_id: str
+    generation: int
+    members: int
+    reason: str
+    duration_ms: int
 
 
 @dataclass(slots=True)
@@ -313,6 +326,11 @@ class GroupShard:
         self._out: Output | None = None
         self.skipped_records = 0
         """Records with keys this shard does not model (KIP-848 key versions), skipped."""
+        self.offsets_committed = 0
+        """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
+        self.rebalance_observer: Callable[[RebalanceCompleted], None] | None = None
+        """Called with each completed rebalance (the runtime's metrics hook)."""
+        self._rebalance_started: dict[str, tuple[int, str]] = {}
 
     # ---- introspection ------------------------------------------------------------------
 
@@ -334,6 +352,10 @@ class GroupShard:
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
         """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""
         return dict(self._offsets.get(group_id, {}))
+
+    def offset_count(self) -> int:
+        """Committed offsets held, over every group."""
+        return sum(len(offsets) for offsets in self._offsets.values())
 
     def pending_timer_count(self) -> int:
         """Heap size including not-yet-discarded cancelled entries (for metrics/tests)."""
@@ -815,6 +837,8 @@ class GroupShard:
                 group, ErrorCode.rebalance_in_progress, now_ms
             )
         initial = group.state is GroupState.EMPTY
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            self._rebalance_started[group.group_id] = (now_ms, reason)
         group.transition_to(GroupState.PREPARING_REBALANCE, now_ms)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
@@ -871,6 +895,7 @@ class GroupShard:
         if group.state is GroupState.EMPTY:
             log.info("group %s is Empty at generation %d", group.group_id, group.generation)
             self._emit_group_record(group, {})
+            self._rebalance_completed(group, now_ms)
             return
         log.info(
             "group %s generation %d: protocol %s, leader %s, %d members",
@@ -1050,7 +1075,24 @@ class GroupShard:
         handles = self._propagate_assignment(group, ErrorCode.none, now_ms)
         group.transition_to(GroupState.STABLE, now_ms)
         log.info("group %s is Stable at generation %d", group.group_id, group.generation)
+        self._rebalance_completed(group, now_ms)
         self._on_failure(SyncWriteFailed(group.group_id, group.generation, tuple(handles)))
+
+    def _rebalance_completed(self, group: ClassicGroup, now_ms: int) -> None:
+        started, reason = self._rebalance_started.pop(group.group_id, (now_ms, "unknown"))
+        done = RebalanceCompleted(
+            group.group_id, group.generation, len(group.members), reason, now_ms - started
+        )
+        log.info(
+            "rebalance completed: group=%s generation=%d members=%d reason=%r duration_ms=%d",
+            done.group_id,
+            done.generation,
+            done.members,
+            done.reason,
+            done.duration_ms,
+        )
+        if self.rebalance_observer is not None:
+            self.rebalance_observer(done)
 
     # ---- Heartbeat (G) --------------------------------------------------------------------
 
@@ -1240,6 +1282,7 @@ class GroupShard:
         for member in list(group.members.values()):
             self._fence_parked(group, member, error)
         group.join_timer = None
+        self._rebalance_started.pop(group.group_id, None)
         del self._groups[group.group_id]
 
     # ---- OffsetCommit / OffsetFetch / OffsetDelete (J, I6) --------------------------------
@@ -1362,6 +1405,7 @@ class GroupShard:
         response = OffsetCommitResponse(tuple(results))
         self._reply(handle, response)
         if written:
+            self.offsets_committed += len(written)
             self._on_failure(CommitWriteFailed(handle, response, group_id, tuple(written)))
 
     def offset_fetch(self, handle: Hashable, req: OffsetFetchRequest, now_ms: int) -> Output:
@@ -1745,7 +1789,7 @@ class GroupShard:
                 self._prepare_rebalance(group, now_ms, "loaded group is over group.max.size")
             for member in group.members.values():
                 self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
-        log.info("partition %d loaded: %d groups", self.partition, len(self._groups))
+        log.debug("partition %d loaded: %d groups", self.partition, len(self._groups))
         return self._end()
 
     @staticmethod

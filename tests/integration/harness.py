@@ -39,10 +39,16 @@ def wait_for(
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, settings: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        settings: dict[str, object] | None = None,
+        metrics_port: int | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.settings = dict(settings or {})
         self.port = free_port()
+        self.metrics_port = metrics_port  # passed as --metrics-port when set
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"broker-{self.port}.log"
 
@@ -65,6 +71,8 @@ class BrokerProcess:
         ]
         for name, value in self.settings.items():
             cmd += ["--set", f"{name}={value}"]
+        if self.metrics_port is not None:
+            cmd += ["--metrics-port", str(self.metrics_port)]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         logf = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child

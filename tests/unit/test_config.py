@@ -52,3 +52,104 @@ def test_advertised_listeners() -> None:
 def test_bad_settings_name_the_setting(override: list[str], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         Config.load(environ={}, overrides=override)
+
+
+# --- allowed values, suggestions, the environment, `kcoord config` -------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        (["num.partitions=many"], ["'num.partitions'", "allowed values: an integer >= 1"]),
+        (["num.partitions=0"], ["'num.partitions'", "minimum 1", "an integer >= 1"]),
+        (["log.cleaner.enable=yes"], ["'log.cleaner.enable'", "allowed values: true or false"]),
+        (["group.max.sise=3"], ["'group.max.sise'", "did you mean 'group.max.size'", "Known settings:"]),
+        (["advertised.listeners=nonsense"], ["'advertised.listeners'", "host:port"]),
+    ],
+)
+def test_bad_settings_name_the_allowed_values(override: list[str], needles: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        Config.load(environ={}, overrides=override)
+    for needle in needles:
+        assert needle in str(info.value)
+
+
+def test_bad_value_from_the_environment_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="group.min.session.timeout.ms.*an integer"):
+        Config.load(environ={"KCOORD_GROUP_MIN_SESSION_TIMEOUT_MS": "soon"})
+
+
+def test_unknown_setting_in_a_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "k.toml"
+    f.write_text("[group]\nmax.sizes = 3\n")
+    with pytest.raises(ConfigError, match=r"unknown setting 'group.max.sizes' \(from file"):
+        Config.load(config_file=f, environ={})
+
+
+def test_unknown_kcoord_environment_variables_are_warned_about_not_fatal() -> None:
+    cfg = Config.load(environ={"KCOORD_GROUP_MAX_SIZ": "3", "KCOORD_NUM_PARTITIONS": "2"})
+    assert cfg["num.partitions"] == 2
+    assert len(cfg.warnings) == 1 and "KCOORD_GROUP_MAX_SIZ" in cfg.warnings[0]
+
+
+def test_every_setting_has_an_environment_name_that_round_trips() -> None:
+    from broker.config import SETTINGS
+
+    for name, setting in SETTINGS.items():
+        env = "KCOORD_" + name.upper().replace(".", "_")
+        raw = "true" if setting.type is bool else "x" if setting.type is str else str(
+            max(7, setting.minimum or 0)
+        )
+        if name == "advertised.listeners":
+            raw = "h:1"
+        cfg = Config.load(environ={env: raw})
+        assert cfg.source(name) == f"env {env}"
+
+
+def test_describe_lists_value_source_and_allowed_values() -> None:
+    cfg = Config.load(environ={"KCOORD_NUM_PARTITIONS": "3"}, overrides=["group.max.size=4"])
+    rows = {r["name"]: r for r in cfg.describe()}
+    assert rows["num.partitions"]["value"] == 3
+    assert rows["num.partitions"]["source"] == "env KCOORD_NUM_PARTITIONS"
+    assert rows["group.max.size"]["source"] == "--set"
+    assert rows["node.id"]["source"] == "default" and rows["node.id"]["allowed"] == "an integer >= 0"
+    assert set(rows) == {r[0] for r in cfg.items()}
+
+
+def test_kcoord_config_prints_effective_values_and_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from broker.cli import main
+
+    f = tmp_path / "k.toml"
+    f.write_text("num.partitions = 6\n")
+    monkeypatch.setenv("KCOORD_GROUP_MAX_SIZE", "11")
+    assert main(["config", "--config", str(f), "--set", "log.cleaner.enable=false"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "VALUE", "SOURCE"]
+    table = {line.split()[0]: line.split(None, 2)[1:] for line in lines[1:]}
+    assert table["num.partitions"] == ["6", f"file {f}"]
+    assert table["group.max.size"] == ["11", "env KCOORD_GROUP_MAX_SIZE"]
+    assert table["log.cleaner.enable"] == ["false", "--set"]
+    assert table["node.id"] == ["0", "default"]
+
+    assert main(["config", "--json"]) == 0
+    import json
+
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"]: r["value"] for r in rows}["group.max.size"] == 11
+
+
+@pytest.mark.parametrize("command", ["serve", "config"])
+def test_bad_configuration_stops_start_up_with_a_message(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from broker.cli import main
+
+    args = [command, "--set", "group.initial.rebalance.delay.ms=-5"]
+    if command == "serve":
+        args += ["--data-dir", str(tmp_path / "d"), "--port", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "group.initial.rebalance.delay.ms" in err and "an integer >= 0" in err
+    assert not (tmp_path / "d").exists()  # refused before touching anything

@@ -1,0 +1,305 @@
+"""Prometheus metrics and the operator's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``.
+
+Served by ``kcoord serve --metrics-port N`` from the broker's own event loop (a tiny HTTP/1.1
+server), so a scrape reads the coordinator's state between two requests, never during one.
+
+Two kinds of metrics:
+
+- event metrics, updated as things happen through the broker's hooks: requests and their
+  latency by API, completed rebalances and their duration, log append and fsync latency, the
+  load time of each ``__consumer_offsets`` partition;
+- state metrics, computed at scrape time from the shards (:class:`_CoordinatorCollector`):
+  groups by state, committed offsets, and kafka_exporter's consumer-group series
+  (``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag``,
+  ``kafka_consumergroup_members``, with its labels ``consumergroup``, ``topic``, ``partition``).
+  Lag is the partition's high watermark (what Fetch reports) minus the committed offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from coordinator.group import GroupState
+from coordinator.shard import RebalanceCompleted
+from protocol.apis import ApiKey
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from .app import Broker
+
+log = logging.getLogger("kcoord.metrics")
+
+_LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+_REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's request name for an API key (``OFFSET_COMMIT`` -> ``OffsetCommit``)."""
+    try:
+        name = ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+class BrokerMetrics:
+    """Every metric of one broker, in its own registry (so several brokers can share a process)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        disable_created_metrics()  # no *_created series: they only add noise to every scrape
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "kcoord_requests", "Requests received, by API.", ["api"], registry=r
+        )
+        self.request_latency = Histogram(
+            "kcoord_request_latency_seconds",
+            "Time from a request's arrival to its response being ready, by API.",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rebalances = Counter(
+            "kcoord_group_rebalances", "Completed rebalances of classic groups.", registry=r
+        )
+        self.rebalance_duration = Histogram(
+            "kcoord_group_rebalance_duration_seconds",
+            "Time from a group's PreparingRebalance to Stable (or Empty at a new generation).",
+            buckets=_REBALANCE_BUCKETS,
+            registry=r,
+        )
+        self.log_append = Histogram(
+            "kcoord_log_append_seconds",
+            "Time to append a batch of records to a partition log (without fsync).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.log_flush = Histogram(
+            "kcoord_log_flush_seconds",
+            "Time of one group-commit fsync round over the dirty logs.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.partition_load = Histogram(
+            "kcoord_offsets_partition_load_seconds",
+            "Time to load one __consumer_offsets partition at start-up.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        ProcessCollector(registry=r)
+        r.register(_CoordinatorCollector(broker))
+        self._requests_by_key: dict[int, Counter] = {}
+        self._latency_by_key: dict[int, Histogram] = {}
+
+    # hooks ------------------------------------------------------------------------------------
+    def request(self, api_key: int) -> None:
+        child = self._requests_by_key.get(api_key)
+        if child is None:
+            child = self._requests_by_key[api_key] = self.requests.labels(api_name(api_key))
+        child.inc()
+
+    def response(self, api_key: int, seconds: float) -> None:
+        child = self._latency_by_key.get(api_key)
+        if child is None:
+            child = self._latency_by_key[api_key] = self.request_latency.labels(api_name(api_key))
+        child.observe(seconds)
+
+    def rebalance(self, done: RebalanceCompleted) -> None:
+        self.rebalances.inc()
+        self.rebalance_duration.observe(done.duration_ms / 1000.0)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _CoordinatorCollector(Collector):
+    """State metrics read from the shards at scrape time."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def describe(self) -> list[Metric]:
+        return []  # computed at scrape time; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.broker.groups
+        topics = self.broker.topics
+        by_state = GaugeMetricFamily(
+            "kcoord_groups", "Classic groups by state.", labels=["state"]
+        )
+        commits = CounterMetricFamily(
+            "kcoord_offset_commits", "Partition offsets committed (OffsetCommit) since start."
+        )
+        offsets = GaugeMetricFamily("kcoord_offsets", "Committed offsets held, all groups.")
+        loaded = GaugeMetricFamily(
+            "kcoord_offsets_partitions_loaded", "__consumer_offsets partitions loaded and serving."
+        )
+        partitions = GaugeMetricFamily(
+            "kcoord_offsets_partitions", "Partitions of __consumer_offsets (coordinator shards)."
+        )
+        members = GaugeMetricFamily(
+            "kafka_consumergroup_members",
+            "Amount of members in a consumer group",
+            labels=["consumergroup"],
+        )
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset",
+            "Current Offset of a ConsumerGroup at Topic/Partition",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        current_sum = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset_sum",
+            "Current Offset of a ConsumerGroup at Topic for all partitions",
+            labels=["consumergroup", "topic"],
+        )
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "Current Approximate Lag of a ConsumerGroup at Topic/Partition",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        lag_sum = GaugeMetricFamily(
+            "kafka_consumergroup_lag_sum",
+            "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
+            labels=["consumergroup", "topic"],
+        )
+        counts = dict.fromkeys(GroupState, 0)
+        committed_total = 0
+        offsets_total = 0
+        loaded_count = 0
+        for sr in runtime.shards:
+            shard = sr.shard
+            loaded_count += sr.loaded
+            committed_total += shard.offsets_committed
+            offsets_total += shard.offset_count()
+            for group in shard.groups():
+                gid = group.group_id
+                counts[group.state] += 1
+                members.add_metric([gid], len(group.members))
+                sums: dict[str, tuple[int, int]] = {}
+                for (topic, partition), value in sorted(shard.committed_offsets(gid).items()):
+                    if value.offset < 0:
+                        continue
+                    current.add_metric([gid, topic, str(partition)], value.offset)
+                    c_sum, l_sum = sums.get(topic, (0, 0))
+                    plog = topics.partition(topic, partition)
+                    if plog is not None:
+                        behind = plog.flushed_offset - value.offset
+                        lag.add_metric([gid, topic, str(partition)], behind)
+                        l_sum += behind
+                    sums[topic] = (c_sum + value.offset, l_sum)
+                for topic, (c_sum, l_sum) in sums.items():
+                    current_sum.add_metric([gid, topic], c_sum)
+                    lag_sum.add_metric([gid, topic], l_sum)
+        for state, n in counts.items():
+            by_state.add_metric([state.value], n)
+        commits.add_metric([], committed_total)
+        offsets.add_metric([], offsets_total)
+        loaded.add_metric([], loaded_count)
+        partitions.add_metric([], len(runtime.shards))
+        yield from (by_state, commits, offsets, loaded, partitions)
+        yield from (members, current, current_sum, lag, lag_sum)
+        if runtime.load_seconds is not None:
+            yield GaugeMetricFamily(
+                "kcoord_offsets_load_seconds",
+                "Time to load every __consumer_offsets partition at start-up.",
+                value=runtime.load_seconds,
+            )
+
+
+# HTTP -------------------------------------------------------------------------------------------
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class MetricsServer:
+    """``/metrics`` (Prometheus text format), ``/healthz`` (200 while the Kafka listener is up)
+    and ``/readyz`` (200 once every offsets partition is loaded, else 503)."""
+
+    def __init__(self, broker: Broker, metrics: BrokerMetrics, host: str, port: int) -> None:
+        self.broker = broker
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, reuse_address=True
+        )
+        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz)", self.host, self.bound_port)
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    def answer(self, method: str, path: str) -> tuple[int, str, bytes]:
+        path = path.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, self.metrics.exposition()
+        if path == "/healthz":
+            if self.broker.serving:
+                return 200, "text/plain; charset=utf-8", b"ok\n"
+            return 503, "text/plain; charset=utf-8", b"not serving\n"
+        if path == "/readyz":
+            runtime = self.broker.groups
+            done = sum(sr.loaded for sr in runtime.shards)
+            total = len(runtime.shards)
+            if self.broker.serving and done == total:
+                return 200, "text/plain; charset=utf-8", b"ready\n"
+            body = f"loading {done}/{total} offsets partitions\n".encode()
+            return 503, "text/plain; charset=utf-8", body
+        return 404, "text/plain; charset=utf-8", b"not found: try /metrics, /healthz, /readyz\n"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 10)
+            while True:  # headers: read and ignore
+                header = await asyncio.wait_for(reader.readline(), 10)
+                if header in (b"\r\n", b"\n", b""):
+                    break
+            parts = line.decode("latin-1").split()
+            if len(parts) < 2:
+                return
+            method, path = parts[0].upper(), parts[1]
+            status, ctype, body = self.answer(method, path)
+            head = (
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode("latin-1")
+            writer.write(head if method == "HEAD" else head + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()
