@@ -19,7 +19,7 @@ from protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
 from protocol.codec import RawBody
 from protocol.errors import ErrorCode
 from protocol.legacy import encode_legacy_produce_response
-from protocol.records import decode_batch
+from protocol.records import decode_batch, decode_batches
 from storage.log import PartitionLog
 
 from .connection import NO_RESPONSE, RequestContext
@@ -38,6 +38,22 @@ MAX_TIMESTAMP = -3
 def high_watermark(plog: PartitionLog) -> int:
     """The last offset + 1 that consumers may read: what is durable (flushed)."""
     return plog.flushed_offset
+
+
+def first_record_at_or_after(plog: PartitionLog, ts_ms: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record whose timestamp is >= ``ts_ms`` (ListOffsets).
+
+    The log's time index finds the first batch whose max timestamp qualifies; that batch is
+    decoded to answer with the exact record, as Kafka does.
+    """
+    found = plog.offset_for_timestamp(ts_ms)
+    if found is None:
+        return None
+    for batch in decode_batches(plog.read(found[0], 1)):
+        for offset, timestamp, _record in batch.iter_records():
+            if offset >= found[0] and timestamp >= ts_ms:
+                return offset, timestamp
+    return found
 
 
 def max_timestamp_offset(plog: PartitionLog) -> tuple[int, int] | None:
@@ -185,7 +201,9 @@ class DataApi:
                 ):
                     return ErrorCode.none, sent.base_offset, plog.log_start_offset
         try:
+            started = time.perf_counter()
             base, _last = plog.append(bytes(records))
+            self.broker.metrics_append(time.perf_counter() - started)
         except CorruptBatch as e:
             log.info("rejected produce to %s-%d: %s", name, index, e)
             return ErrorCode.corrupt_message, -1, plog.log_start_offset
@@ -290,7 +308,7 @@ class DataApi:
                 elif p.timestamp < 0:
                     entry["error_code"] = ErrorCode.invalid_request
                 else:
-                    found = plog.offset_for_timestamp(p.timestamp)
+                    found = first_record_at_or_after(plog, p.timestamp)
                     if found is not None and found[0] < high_watermark(plog):
                         entry["offset"], entry["timestamp"] = found
                 parts.append(entry)
