@@ -43,7 +43,8 @@ class MemberProc:
             cmd = ["node", str(JS_DIR / "consumer.js"), *common]
         else:
             cmd = [sys.executable, str(PY_SCRIPT), "--client", client, "--assignor", assignor, *common]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
+        with open(out.with_suffix(".err"), "ab") as err:  # kept for post-mortems
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, cwd=ROOT)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         wait_for(lambda: any(e["event"] == "started" for e in self.events), 30, what=f"{client} started")
@@ -58,6 +59,12 @@ class MemberProc:
             self.events.append(event)
             if event["event"] == "assigned":
                 self.partitions = frozenset(event["partitions"])  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        err = self.out.with_suffix(".err")
+        tail = err.read_text(errors="replace").strip().splitlines()[-3:] if err.exists() else []
+        return f"{self.client} {sorted(self.partitions)} {state} {tail}"
 
     def terminate(self) -> None:
         if self.proc.poll() is None:
@@ -78,9 +85,10 @@ def _balanced(members: Iterable[MemberProc]) -> bool:
 
 
 def _wait_balanced(members: list[MemberProc], timeout: float = 60) -> None:
-    wait_for(lambda: _balanced(members), timeout,
-             what="complete disjoint assignment: " + repr({m.client + str(i): sorted(m.partitions)
-                                                            for i, m in enumerate(members)}))
+    try:
+        wait_for(lambda: _balanced(members), timeout, what="a complete disjoint assignment")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; members: {[m.describe() for m in members]}") from None
 
 
 def _processed(path: Path) -> list[tuple[int, int]]:

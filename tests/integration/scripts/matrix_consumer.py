@@ -17,6 +17,7 @@ import contextlib
 import json
 import signal
 import sys
+import traceback
 from typing import Any
 
 stopping = False
@@ -101,7 +102,11 @@ def run_kafka_python(a: argparse.Namespace, rep: Reporter) -> None:
     )
     _say("started")
     while not stopping:
-        batches = c.poll(timeout_ms=100)
+        try:
+            batches = c.poll(timeout_ms=100)
+        except Exception:  # a resilient consumer logs and polls again
+            traceback.print_exc()
+            continue
         done = False
         for records in batches.values():
             for r in records:
@@ -135,7 +140,11 @@ def run_aiokafka(a: argparse.Namespace, rep: Reporter) -> None:
         await c.start()
         _say("started")
         while not stopping:
-            batches = await c.getmany(timeout_ms=100)
+            try:
+                batches = await c.getmany(timeout_ms=100)
+            except Exception:  # a resilient consumer logs and polls again
+                traceback.print_exc()
+                continue
             done = False
             for records in batches.values():
                 for r in records:
