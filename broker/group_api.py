@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
@@ -211,16 +211,26 @@ class GroupApi:
         )
 
     # DescribeGroups -------------------------------------------------------------------------------
-    async def describe_groups(self, ctx: RequestContext, req: Any) -> Any:
-        by_shard: dict[int, list[str]] = defaultdict(list)
-        for group_id in req.groups:
-            by_shard[self.runtime.partition_of(group_id)].append(group_id)
+    async def _per_shard(
+        self, group_ids: Iterable[str], op_name: str, make: Callable[[tuple[str, ...]], Any]
+    ) -> list[Any]:
+        """Ask each shard owning some of ``group_ids`` about its own groups, concurrently."""
         runtime = self.runtime
-        answers: list[m.DescribeGroupsResponse] = await asyncio.gather(
-            *(
-                runtime.call(p, runtime.shard(p).describe_groups, m.DescribeGroupsRequest(tuple(ids)))
-                for p, ids in by_shard.items()
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for group_id in group_ids:
+            by_shard[runtime.partition_of(group_id)].append(group_id)
+        return list(
+            await asyncio.gather(
+                *(
+                    runtime.call(p, getattr(runtime.shard(p), op_name), make(tuple(ids)))
+                    for p, ids in by_shard.items()
+                )
             )
+        )
+
+    async def describe_groups(self, ctx: RequestContext, req: Any) -> Any:
+        answers: list[m.DescribeGroupsResponse] = await self._per_shard(
+            req.groups, "describe_groups", m.DescribeGroupsRequest
         )
         found = {g.group_id: g for a in answers for g in a.groups}
         include_ops = getattr(req, "include_authorized_operations", False)
@@ -253,15 +263,8 @@ class GroupApi:
 
     # DeleteGroups ---------------------------------------------------------------------------------
     async def delete_groups(self, ctx: RequestContext, req: Any) -> Any:
-        by_shard: dict[int, list[str]] = defaultdict(list)
-        for group_id in req.groups_names:
-            by_shard[self.runtime.partition_of(group_id)].append(group_id)
-        runtime = self.runtime
-        answers: list[m.DeleteGroupsResponse] = await asyncio.gather(
-            *(
-                runtime.call(p, runtime.shard(p).delete_groups, m.DeleteGroupsRequest(tuple(ids)))
-                for p, ids in by_shard.items()
-            )
+        answers: list[m.DeleteGroupsResponse] = await self._per_shard(
+            req.groups_names, "delete_groups", m.DeleteGroupsRequest
         )
         found = {r.group_id: r.error for a in answers for r in a.results}
         return ctx.respond(
