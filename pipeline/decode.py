@@ -1,0 +1,393 @@
+"""Decoding one ``__consumer_offsets`` segment into Arrow record batches (no Spark here).
+
+Two views of a segment, both produced with the coordinator's own codecs
+(``coordinator.schemas``) on top of ``protocol.records.decode_key_values``:
+
+* **commits**: every offset commit record, fully decoded (the ``offset_commits`` table).
+* **state**: what survives compaction *within the segment* -- the newest record per offset key
+  (tombstones included, so a later stage can apply them) -- plus every group metadata record
+  and group tombstone, one ``segment`` row with the segment's statistics, or one ``problem``
+  row if the segment cannot be read. Only surviving offset values are decoded, so the shuffle
+  that follows carries a few rows per key instead of the whole history.
+
+A segment is all or nothing: if any batch is torn, fails its CRC or holds a record the schemas
+reject, the segment produces no rows but a problem naming it (the Spark reader buffers a
+segment's batches until it has been read to the end).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from coordinator.schemas import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    RecordKey,
+    SchemaError,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+)
+from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
+from protocol.records import decode_key_values, decode_records
+
+from . import fs
+from .logs import Problem, ScanStats, SegmentRef, scan_batches
+
+ROWS_PER_BATCH = 65536
+
+# ----------------------------------------------------------------------------- schemas
+
+COMMIT_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("leader_epoch", pa.int32()),  # null: unknown (-1 on the wire)
+        ("metadata", pa.string()),
+        ("commit_timestamp", pa.int64()),  # ms since the epoch, from the record value
+        ("log_partition", pa.int32()),  # N of __consumer_offsets-N
+        ("log_offset", pa.int64()),
+    ]
+)
+
+MEMBER_TYPE = pa.struct(
+    [
+        ("member_id", pa.string()),
+        ("group_instance_id", pa.string()),
+        ("client_id", pa.string()),
+        ("client_host", pa.string()),
+        ("session_timeout_ms", pa.int32()),
+        ("rebalance_timeout_ms", pa.int32()),
+        ("assigned_partitions", pa.int32()),  # null unless a parsable consumer assignment
+    ]
+)
+
+STATE_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),  # offset | group | segment | problem
+        ("log_partition", pa.int32()),
+        ("log_offset", pa.int64()),
+        ("record_timestamp", pa.int64()),
+        ("tombstone", pa.bool_()),
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("leader_epoch", pa.int32()),
+        ("metadata", pa.string()),
+        ("commit_timestamp", pa.int64()),
+        ("generation", pa.int32()),
+        ("protocol_type", pa.string()),
+        ("protocol", pa.string()),
+        ("leader", pa.string()),
+        ("state_timestamp", pa.int64()),
+        ("members", pa.list_(MEMBER_TYPE)),
+        ("segment", pa.string()),  # segment and problem rows: which file
+        ("detail", pa.string()),  # segment rows: statistics as JSON; problem rows: the message
+    ]
+)
+
+_SPARK_TYPES = {
+    pa.string(): "string",
+    pa.int32(): "int",
+    pa.int64(): "bigint",
+    pa.bool_(): "boolean",
+}
+
+
+def _spark_type(t: pa.DataType) -> str:
+    if pa.types.is_list(t):
+        return f"array<{_spark_type(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ", ".join(f"{f.name}: {_spark_type(f.type)}" for f in t) + ">"
+    return _SPARK_TYPES[t]
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """The same schema as a Spark DDL string (Arrow batches must match it exactly)."""
+    return ", ".join(f"`{f.name}` {_spark_type(f.type)}" for f in schema)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class SegmentError(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(f"{problem.name}: {problem.message}")
+        self.problem = problem
+
+
+@dataclass(slots=True)
+class SegmentStats:
+    records: int = 0
+    offset_commits: int = 0
+    offset_tombstones: int = 0
+    group_records: int = 0
+    group_tombstones: int = 0
+    other_records: int = 0  # KIP-848 and unknown key versions, records without a key
+    batches: int = 0
+    control_batches: int = 0
+    transactional_batches: int = 0
+    bytes: int = 0
+    torn_tail_bytes: int = 0
+
+
+Pairs = list[tuple[bytes | None, bytes | None]]
+
+
+def _batches(ref: SegmentRef, stats: SegmentStats) -> Iterator[tuple[BatchHeader, list[int] | None, Pairs]]:
+    """(header, offsets or None when they are base_offset + i, key/value pairs) per data batch."""
+    try:
+        f = fs.open_read(ref.uri)
+    except FileNotFoundError:
+        raise SegmentError(Problem(ref.name, "segment file missing (listed, then gone)")) from None
+    scan = ScanStats()
+    try:
+        for h, batch in scan_batches(f, scan, allow_torn_tail=ref.last):
+            if h.is_control:
+                stats.control_batches += 1
+                continue
+            if h.is_transactional:
+                stats.transactional_batches += 1
+            payload = batch[HEADER_SIZE:]
+            if h.records_count == h.last_offset_delta + 1:
+                yield h, None, decode_key_values(h, payload)
+            else:  # a compacted batch: offsets have gaps, so the deltas are needed
+                records = decode_records(h, payload)
+                yield (
+                    h,
+                    [h.base_offset + r.offset_delta for r in records],
+                    [(r.key, r.value) for r in records],
+                )
+    except (CorruptBatch, SchemaError) as e:
+        raise SegmentError(Problem(ref.name, f"corrupt: {e}")) from None
+    except OSError as e:
+        raise SegmentError(Problem(ref.name, f"unreadable: {e}")) from None
+    finally:
+        f.close()
+        stats.batches = scan.batches
+        stats.bytes = scan.bytes
+        stats.torn_tail_bytes = scan.torn_tail_bytes
+
+
+def _key_decoder() -> Callable[[bytes | None], RecordKey | None]:
+    """decode_key memoised per segment: a few distinct keys are committed over and over."""
+    cache: dict[bytes, RecordKey] = {}
+
+    def decode(key: bytes | None) -> RecordKey | None:
+        if key is None:
+            return None
+        k = cache.get(key)
+        if k is None:
+            k = cache[key] = decode_key(key)
+        return k
+
+    return decode
+
+
+def segment_commits(ref: SegmentRef, rows_per_batch: int = ROWS_PER_BATCH) -> tuple[list[pa.RecordBatch], SegmentStats]:
+    """Every offset commit of the segment as record batches of COMMIT_SCHEMA.
+
+    Raises SegmentError (naming the file) if the segment cannot be read completely.
+    """
+    stats = SegmentStats()
+    out: list[pa.RecordBatch] = []
+    cols: list[list[Any]] = [[] for _ in COMMIT_SCHEMA]
+    g, t, p, o, e, m, c, lp, lo = cols
+    log_partition = ref.log_partition
+    key_of = _key_decoder()
+    offset_key = OffsetCommitKey
+
+    def flush() -> None:
+        if g:
+            lp.extend([log_partition] * (len(g) - len(lp)))
+            out.append(pa.RecordBatch.from_arrays([pa.array(col, f.type) for col, f in zip(cols, COMMIT_SCHEMA, strict=True)], schema=COMMIT_SCHEMA))
+            for col in cols:
+                col.clear()
+
+    try:
+        for h, offsets, pairs in _batches(ref, stats):
+            stats.records += len(pairs)
+            base = h.base_offset
+            for i, (key, value) in enumerate(pairs):
+                k = key_of(key)
+                if type(k) is offset_key:
+                    if value is None:
+                        stats.offset_tombstones += 1
+                        continue
+                    v = decode_offset_commit_value(value)
+                    g.append(k.group)
+                    t.append(k.topic)
+                    p.append(k.partition)
+                    o.append(v.offset)
+                    e.append(v.leader_epoch if v.leader_epoch >= 0 else None)
+                    m.append(v.metadata)
+                    c.append(v.commit_timestamp)
+                    lo.append(base + i if offsets is None else offsets[i])
+                elif isinstance(k, GroupMetadataKey):
+                    if value is None:
+                        stats.group_tombstones += 1
+                    else:
+                        stats.group_records += 1
+                else:
+                    stats.other_records += 1
+            if len(g) >= rows_per_batch:
+                flush()
+        flush()
+    except SchemaError as exc:
+        raise SegmentError(Problem(ref.name, f"corrupt: {exc}")) from None
+    stats.offset_commits = sum(b.num_rows for b in out)
+    return out, stats
+
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def assigned_partitions(assignment: bytes) -> int | None:
+    """How many partitions a Kafka ConsumerProtocol Assignment gives its member, or None if
+    the bytes are not one (int16 version, int32 topic count, per topic a string and an int32
+    array of partitions, then user data)."""
+    try:
+        pos = 2
+        (topics,) = _I32.unpack_from(assignment, pos)
+        pos += 4
+        if topics < 0 or topics > len(assignment):
+            return None
+        total = 0
+        for _ in range(topics):
+            (n,) = _I16.unpack_from(assignment, pos)
+            pos += 2 + max(n, 0)
+            (count,) = _I32.unpack_from(assignment, pos)
+            pos += 4
+            if count < 0 or pos + 4 * count > len(assignment):
+                return None
+            pos += 4 * count
+            total += count
+        return total
+    except struct.error:
+        return None
+
+
+def _group_row(
+    ref: SegmentRef, log_offset: int, ts: int, group: str, value: bytes | None
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "kind": "group",
+        "log_partition": ref.log_partition,
+        "log_offset": log_offset,
+        "record_timestamp": ts,
+        "tombstone": value is None,
+        "group": group,
+    }
+    if value is None:
+        return row
+    v = decode_group_metadata_value(value)
+    consumer = v.protocol_type == "consumer"
+    row.update(
+        generation=v.generation,
+        protocol_type=v.protocol_type,
+        protocol=v.protocol,
+        leader=v.leader,
+        state_timestamp=v.current_state_timestamp if v.current_state_timestamp >= 0 else None,
+        members=[
+            {
+                "member_id": mm.member_id,
+                "group_instance_id": mm.group_instance_id,
+                "client_id": mm.client_id,
+                "client_host": mm.client_host,
+                "session_timeout_ms": mm.session_timeout,
+                "rebalance_timeout_ms": mm.rebalance_timeout if mm.rebalance_timeout >= 0 else None,
+                "assigned_partitions": assigned_partitions(mm.assignment) if consumer else None,
+            }
+            for mm in v.members
+        ],
+    )
+    return row
+
+
+def segment_state(ref: SegmentRef) -> tuple[list[dict[str, Any]], SegmentStats]:
+    """The segment compacted in itself: newest record per offset key (tombstones too), every
+    group record, then one ``segment`` statistics row. Raises SegmentError."""
+    stats = SegmentStats()
+    newest: dict[bytes, tuple[int, int, OffsetCommitKey, bytes | None]] = {}
+    rows: list[dict[str, Any]] = []
+    key_of = _key_decoder()
+    try:
+        for h, offsets, pairs in _batches(ref, stats):
+            stats.records += len(pairs)
+            base, ts = h.base_offset, h.max_timestamp
+            for i, (key, value) in enumerate(pairs):
+                k = key_of(key)
+                log_offset = base + i if offsets is None else offsets[i]
+                if type(k) is OffsetCommitKey:
+                    assert key is not None
+                    newest[key] = (log_offset, ts, k, value)
+                    if value is None:
+                        stats.offset_tombstones += 1
+                    else:
+                        stats.offset_commits += 1
+                elif type(k) is GroupMetadataKey:
+                    rows.append(_group_row(ref, log_offset, ts, k.group, value))
+                    if value is None:
+                        stats.group_tombstones += 1
+                    else:
+                        stats.group_records += 1
+                else:
+                    stats.other_records += 1
+        for log_offset, ts, k, value in newest.values():
+            row: dict[str, Any] = {
+                "kind": "offset",
+                "log_partition": ref.log_partition,
+                "log_offset": log_offset,
+                "record_timestamp": ts,
+                "tombstone": value is None,
+                "group": k.group,
+                "topic": k.topic,
+                "partition": k.partition,
+            }
+            if value is not None:
+                v = decode_offset_commit_value(value)
+                row.update(
+                    offset=v.offset,
+                    leader_epoch=v.leader_epoch if v.leader_epoch >= 0 else None,
+                    metadata=v.metadata,
+                    commit_timestamp=v.commit_timestamp,
+                )
+            rows.append(row)
+    except SchemaError as exc:
+        raise SegmentError(Problem(ref.name, f"corrupt: {exc}")) from None
+    rows.append(segment_row(ref, stats))
+    return rows, stats
+
+
+def segment_row(ref: SegmentRef, stats: SegmentStats) -> dict[str, Any]:
+    return {
+        "kind": "segment",
+        "log_partition": ref.log_partition,
+        "log_offset": ref.base_offset,
+        "segment": ref.name,
+        "detail": json.dumps(asdict(stats), sort_keys=True),
+    }
+
+
+def problem_row(problem: Problem, log_partition: int | None = None) -> dict[str, Any]:
+    return {
+        "kind": "problem",
+        "log_partition": log_partition,
+        "segment": problem.name,
+        "detail": problem.message,
+    }
+
+
+def state_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Rows (dicts with any subset of the STATE_SCHEMA columns) as one record batch."""
+    return pa.RecordBatch.from_pylist(rows, schema=STATE_SCHEMA)

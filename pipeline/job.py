@@ -1,0 +1,253 @@
+"""The Spark job: four Parquet tables (and a report) from a broker's data directory.
+
+Tables under ``out``:
+
+* ``offset_commits``: every offset commit in the ``__consumer_offsets`` log.
+* ``offsets_latest``: compaction semantics -- the newest record per (group, topic, partition)
+  by log position; a tombstone removes the key. Equals what OffsetFetch answers.
+* ``group_generations``: one row per group metadata record, the rebalance history; records
+  before a group's latest deletion (group tombstone) are left out, like the group itself.
+* ``consumer_lag``: ``offsets_latest`` joined with every topic partition's log start and end
+  offset (read from the topic logs in the same data directory): lag in messages,
+  ``log_end_offset - max(committed, log_start_offset)``, and in time, the age (at ``as_of``) of
+  the oldest unconsumed record. Offsets of topics without a log there have null lag.
+
+Unreadable segments are skipped and named in ``summary.json``, in the report and by the CLI
+(exit status 3), never silently.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import fs
+from .decode import spark_ddl
+from .logs import first_record_at_or_after
+from .source import register
+
+TABLES = ("offset_commits", "offsets_latest", "group_generations", "consumer_lag")
+
+LAG_OUT_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("committed_offset", pa.int64()),
+        ("log_start_offset", pa.int64()),
+        ("log_end_offset", pa.int64()),
+        ("lag", pa.int64()),
+        ("oldest_unconsumed_offset", pa.int64()),
+        ("oldest_unconsumed_timestamp", pa.int64()),
+    ]
+)
+
+
+@dataclass
+class Summary:
+    data_dir: str
+    out: str
+    as_of_ms: int
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=2, sort_keys=True)
+
+
+def _oldest_unconsumed(data_dir: str) -> Any:
+    """mapInArrow function: the first record at or after the effective committed offset."""
+
+    def lookup(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cache: dict[tuple[str, int], tuple[int, int] | None] = {}
+        for batch in batches:
+            rows = batch.to_pylist()
+            out = []
+            for r in rows:
+                offset = ts = None
+                start, end = r["effective_offset"], r["log_end_offset"]
+                if start is not None and end is not None and start < end:
+                    key = (r["dirname"], start)
+                    if key not in cache:
+                        cache[key] = first_record_at_or_after(
+                            data_dir, r["dirname"], r["segment_bases"], start
+                        )
+                    found = cache[key]
+                    if found is not None:
+                        offset, ts = found
+                out.append(
+                    {
+                        "group": r["group"],
+                        "topic": r["topic"],
+                        "partition": r["partition"],
+                        "committed_offset": r["committed_offset"],
+                        "log_start_offset": r["log_start_offset"],
+                        "log_end_offset": end,
+                        "lag": r["lag"],
+                        "oldest_unconsumed_offset": offset,
+                        "oldest_unconsumed_timestamp": ts,
+                    }
+                )
+            yield pa.RecordBatch.from_pylist(out, schema=LAG_OUT_SCHEMA)
+
+    return lookup
+
+
+def offsets_latest(state: DataFrame) -> DataFrame:
+    """Newest record per key by log position (partial aggregation before the shuffle); keys
+    whose newest record is a tombstone are gone."""
+    newest = (
+        state.where(F.col("kind") == "offset")
+        .groupBy("group", "topic", "partition")
+        .agg(
+            F.max(
+                F.struct(
+                    "log_offset",
+                    "tombstone",
+                    "offset",
+                    "leader_epoch",
+                    "metadata",
+                    "commit_timestamp",
+                    "log_partition",
+                )
+            ).alias("n")
+        )
+    )
+    return newest.where(~F.col("n.tombstone")).select(
+        "group",
+        "topic",
+        "partition",
+        F.col("n.offset").alias("offset"),
+        F.col("n.leader_epoch").alias("leader_epoch"),
+        F.col("n.metadata").alias("metadata"),
+        F.col("n.commit_timestamp").alias("commit_timestamp"),
+        F.timestamp_millis(F.col("n.commit_timestamp")).alias("commit_time"),
+        F.col("n.log_partition").alias("log_partition"),
+        F.col("n.log_offset").alias("log_offset"),
+    )
+
+
+def group_generations(state: DataFrame) -> DataFrame:
+    groups = state.where(F.col("kind") == "group")
+    deleted = (
+        groups.where(F.col("tombstone")).groupBy("group").agg(F.max("log_offset").alias("deleted_at"))
+    )
+    live = groups.where(~F.col("tombstone")).join(deleted, "group", "left")
+    live = live.where(F.col("deleted_at").isNull() | (F.col("log_offset") > F.col("deleted_at")))
+    return live.select(
+        "group",
+        "generation",
+        "protocol_type",
+        "protocol",
+        "leader",
+        F.size("members").alias("member_count"),
+        F.transform(
+            "members",
+            lambda m: F.struct(
+                m["member_id"].alias("member_id"),
+                m["client_id"].alias("client_id"),
+                m["group_instance_id"].alias("group_instance_id"),
+                m["assigned_partitions"].alias("partitions"),
+            ),
+        ).alias("partitions_per_member"),
+        F.col("members"),
+        F.timestamp_millis(F.coalesce("state_timestamp", "record_timestamp")).alias("time"),
+        F.timestamp_millis("record_timestamp").alias("record_time"),
+        "log_partition",
+        "log_offset",
+    )
+
+
+def consumer_lag(latest: DataFrame, topics: DataFrame, data_dir: str, as_of_ms: int) -> DataFrame:
+    joined = latest.select(
+        "group", "topic", "partition", F.col("offset").alias("committed_offset")
+    ).join(topics, ["topic", "partition"], "left")
+    effective = F.greatest(F.col("committed_offset"), F.col("log_start_offset"))
+    joined = joined.withColumn("effective_offset", effective).withColumn(
+        "lag",
+        F.when(F.col("log_end_offset").isNull(), F.lit(None)).otherwise(
+            F.greatest(F.col("log_end_offset") - effective, F.lit(0))
+        ),
+    )
+    looked_up = joined.repartition("topic", "partition").mapInArrow(
+        _oldest_unconsumed(data_dir), spark_ddl(LAG_OUT_SCHEMA)
+    )
+    return looked_up.select(
+        "*",
+        F.when(F.col("lag") == 0, F.lit(0))
+        .otherwise(F.lit(as_of_ms) - F.col("oldest_unconsumed_timestamp"))
+        .alias("lag_ms"),
+        F.timestamp_millis(F.lit(as_of_ms)).alias("as_of"),
+    )
+
+
+def run_job(
+    spark: SparkSession,
+    data_dir: str,
+    out: str,
+    *,
+    as_of_ms: int | None = None,
+    report: bool = True,
+) -> Summary:
+    """Read ``data_dir``, write the four tables (and the report) under ``out``."""
+    started = time.monotonic()
+    register(spark)
+    as_of_ms = int(time.time() * 1000) if as_of_ms is None else as_of_ms
+    summary = Summary(data_dir, out, as_of_ms)
+
+    def write(df: DataFrame, name: str) -> None:
+        df.write.mode("overwrite").parquet(fs.join(out, name))
+
+    def offsets_log(view: str) -> DataFrame:
+        return spark.read.format("kcoord_offsets").option("view", view).load(data_dir)
+
+    commits = offsets_log("commits").withColumn(
+        "commit_time", F.timestamp_millis("commit_timestamp")
+    )
+    write(commits, "offset_commits")
+
+    state = offsets_log("state").persist()
+    try:
+        for r in state.where(F.col("kind").isin("segment", "problem")).collect():
+            if r["kind"] == "problem":
+                summary.problems.append({"name": r["segment"], "message": r["detail"]})
+            else:
+                summary.segments.append({"name": r["segment"], **json.loads(r["detail"])})
+        summary.segments.sort(key=lambda s: s["name"])
+        summary.problems.sort(key=lambda p: p["name"])
+        for key in ("records", "offset_commits", "offset_tombstones", "group_records",
+                    "group_tombstones", "other_records", "bytes", "control_batches",
+                    "transactional_batches", "torn_tail_bytes"):
+            summary.totals[key] = sum(int(s.get(key, 0)) for s in summary.segments)
+
+        latest = offsets_latest(state)
+        write(latest, "offsets_latest")
+        write(group_generations(state), "group_generations")
+    finally:
+        state.unpersist()
+
+    latest_table = spark.read.parquet(fs.join(out, "offsets_latest"))
+    topics = spark.read.format("kcoord_topic_logs").load(data_dir)
+    write(consumer_lag(latest_table, topics, data_dir, as_of_ms), "consumer_lag")
+
+    tables = {name: spark.read.parquet(fs.join(out, name)) for name in TABLES}
+    for name, df in tables.items():
+        # offset_commits holds every commit of the segments read; no need to scan it again.
+        summary.rows[name] = summary.totals["offset_commits"] if name == "offset_commits" else df.count()
+    if report:
+        from .report import write_report
+
+        write_report(spark, tables, summary)
+    summary.seconds = round(time.monotonic() - started, 3)
+    fs.write_bytes(fs.join(out, "summary.json"), summary.to_json().encode())
+    return summary

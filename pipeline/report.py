@@ -1,0 +1,232 @@
+"""A static HTML page with PNG charts, written next to the tables (``<out>/report/``).
+
+Charts: lag per group (messages, with the age of the oldest unconsumed record), rebalances per
+group over time (cumulative group records, the groups with the most), and the commit rate.
+Below them: problems (skipped segments), the most lagging partitions and each group's latest
+generation. Only small aggregates are collected to the driver; matplotlib draws them with its
+Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import io
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import fs
+
+TOP_GROUPS = 25
+REBALANCE_GROUPS = 8
+TABLE_ROWS = 20
+_NICE_BUCKETS_S = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 21600, 86400, 604800)
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def _figure(width: float = 9.0, height: float = 4.0) -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _age(ms: int) -> str:
+    s = ms / 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.1f} {unit}"
+    return f"{s:.1f} s"
+
+
+def _time_axis(ax: Any) -> None:
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+
+
+def _empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def lag_chart(rows: list[dict[str, Any]]) -> bytes:
+    fig, ax = _figure(9.0, max(2.5, 0.35 * len(rows) + 1.2))
+    if not rows:
+        _empty(ax, "no committed offsets with a topic log in this data directory")
+    else:
+        rows = list(reversed(rows))
+        names = [r["group"] for r in rows]
+        lags = [r["lag"] for r in rows]
+        bars = ax.barh(names, lags, color="#d9534f")
+        for bar, r in zip(bars, rows, strict=True):
+            age = r["max_lag_ms"]
+            label = f" {r['lag']:,}" + (f"  (oldest unconsumed: {_age(age)} old)" if age else "")
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=8)
+        ax.set_xlabel("lag (messages), summed over the group's partitions")
+        ax.margins(x=0.6)
+    ax.set_title("Consumer lag per group")
+    return _png(fig)
+
+
+def rebalance_chart(series: dict[str, list[tuple[dt.datetime, int]]]) -> bytes:
+    fig, ax = _figure()
+    if not series:
+        _empty(ax, "no group metadata records")
+    else:
+        for group, points in series.items():
+            times = [t for t, _ in points]
+            counts = list(range(1, len(points) + 1))
+            ax.step(times, counts, where="post", marker=".", label=group)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.set_ylabel("group records (rebalances), cumulative")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8, loc="upper left")
+        _time_axis(ax)
+    ax.set_title("Rebalances per group over time")
+    return _png(fig)
+
+
+def commit_rate_chart(points: list[tuple[dt.datetime, float]], bucket_s: int) -> bytes:
+    fig, ax = _figure()
+    if not points:
+        _empty(ax, "no offset commits")
+    else:
+        ax.plot([t for t, _ in points], [r for _, r in points], drawstyle="steps-post", color="#337ab7")
+        ax.fill_between([t for t, _ in points], [r for _, r in points], step="post", alpha=0.2)
+        ax.set_ylabel(f"commits per second ({bucket_s} s buckets)")
+        ax.set_ylim(bottom=0)
+        _time_axis(ax)
+    ax.set_title("Offset commit rate")
+    return _png(fig)
+
+
+def _bucket_seconds(span_ms: int, buckets: int = 60) -> int:
+    want = max(span_ms / 1000 / buckets, 1)
+    return next((b for b in _NICE_BUCKETS_S if b >= want), _NICE_BUCKETS_S[-1])
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    if not rows:
+        return "<p class=muted>none</p>"
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape('' if r.get(c) is None else str(r.get(c)))}</td>" for c in columns) + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;font-size:13px;margin-bottom:1.5em}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3} .muted{color:#888} .problem{background:#fdecea;border:1px solid #d9534f;
+padding:0.5em 1em} img{max-width:100%;border:1px solid #eee;margin-bottom:1.5em}
+"""
+
+
+def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any) -> str:
+    """Collect the aggregates, draw the charts, write ``report/index.html``; return its URI."""
+    out_dir = fs.join(summary.out, "report")
+    lag = tables["consumer_lag"]
+    per_group = [
+        r.asDict()
+        for r in lag.where(F.col("lag").isNotNull())
+        .groupBy("group")
+        .agg(F.sum("lag").alias("lag"), F.max("lag_ms").alias("max_lag_ms"), F.count("*").alias("partitions"))
+        .orderBy(F.desc("lag"), "group")
+        .limit(TOP_GROUPS)
+        .collect()
+    ]
+
+    gens = tables["group_generations"]
+    busiest = [
+        r["group"]
+        for r in gens.groupBy("group").count().orderBy(F.desc("count"), "group").limit(REBALANCE_GROUPS).collect()
+    ]
+    series: dict[str, list[tuple[dt.datetime, int]]] = {g: [] for g in busiest}
+    for r in (
+        gens.where(F.col("group").isin(busiest)).select("group", "time", "generation")
+        .orderBy("group", "log_offset").collect()
+    ):
+        series[r["group"]].append((r["time"], r["generation"]))
+
+    commits = tables["offset_commits"]
+    bounds = commits.agg(F.min("commit_timestamp").alias("lo"), F.max("commit_timestamp").alias("hi")).first()
+    rate: list[tuple[dt.datetime, float]] = []
+    bucket_s = 1
+    if bounds is not None and bounds["lo"] is not None:
+        bucket_s = _bucket_seconds(int(bounds["hi"]) - int(bounds["lo"]))
+        width = bucket_s * 1000
+        counts = (
+            commits.groupBy(F.floor(F.col("commit_timestamp") / width).alias("b")).count().orderBy("b").collect()
+        )
+        for r in counts:
+            start = dt.datetime.fromtimestamp(r["b"] * bucket_s, tz=dt.UTC)
+            rate.append((start, r["count"] / bucket_s))
+        if rate:  # close the last step
+            rate.append((rate[-1][0] + dt.timedelta(seconds=bucket_s), rate[-1][1]))
+
+    fs.write_bytes(fs.join(out_dir, "lag_per_group.png"), lag_chart(per_group))
+    fs.write_bytes(fs.join(out_dir, "rebalances.png"), rebalance_chart(series))
+    fs.write_bytes(fs.join(out_dir, "commit_rate.png"), commit_rate_chart(rate, bucket_s))
+
+    top_partitions = [
+        r.asDict()
+        for r in lag.where(F.col("lag") > 0).orderBy(F.desc("lag")).limit(TABLE_ROWS)
+        .select("group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "lag_ms").collect()
+    ]
+    latest_gen = [
+        r.asDict()
+        for r in gens.groupBy("group")
+        .agg(F.max(F.struct("log_offset", "generation", "leader", "member_count", "protocol", "time")).alias("g"),
+             F.count("*").alias("records"))
+        .select("group", "g.generation", "g.protocol", "g.member_count", "g.leader", "g.time", "records")
+        .orderBy("group").limit(200).collect()
+    ]
+
+    as_of = dt.datetime.fromtimestamp(summary.as_of_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    problems = "".join(
+        f"<li><code>{html.escape(p['name'])}</code>: {html.escape(p['message'])}</li>" for p in summary.problems
+    )
+    problem_html = (
+        f"<div class=problem><b>{len(summary.problems)} problem(s): these were skipped, so the "
+        f"tables may be incomplete.</b><ul>{problems}</ul></div>"
+        if summary.problems
+        else "<p>No problems: every segment was read completely.</p>"
+    )
+    t = summary.totals
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>kcoord pipeline report</title><style>{_STYLE}</style></head>
+<body>
+<h1>Consumer groups: offsets, lag and rebalances</h1>
+<p>Data directory <code>{html.escape(summary.data_dir)}</code>, as of {as_of}.
+{len(summary.segments)} segments read ({t.get('bytes', 0):,} bytes, {t.get('records', 0):,} records):
+{t.get('offset_commits', 0):,} offset commits, {t.get('offset_tombstones', 0):,} offset tombstones,
+{t.get('group_records', 0):,} group records, {t.get('group_tombstones', 0):,} group tombstones.
+Tables: {', '.join(f'<code>{n}</code> ({summary.rows.get(n, 0):,} rows)' for n in tables)}.</p>
+{problem_html}
+<h2>Lag per group</h2><img src="lag_per_group.png" alt="lag per group">
+<h2>Rebalances per group</h2><img src="rebalances.png" alt="rebalances per group over time">
+<h2>Commit rate</h2><img src="commit_rate.png" alt="offset commit rate">
+<h2>Most lagging partitions</h2>
+{_table(top_partitions, ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "lag_ms"])}
+<h2>Latest generation per group</h2>
+{_table(latest_gen, ["group", "generation", "protocol", "member_count", "leader", "time", "records"])}
+</body></html>
+"""
+    index = fs.join(out_dir, "index.html")
+    fs.write_bytes(index, page.encode())
+    return index
