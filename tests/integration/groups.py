@@ -133,6 +133,9 @@ class KafkaPythonMember(Member):
         from kafka import KafkaConsumer
 
         consumer = KafkaConsumer(**self._kwargs)
+        # Learn the topic's partitions before joining: kafka-python 3.0.12 otherwise assigns
+        # nothing, rejoins at once, and now and then hangs in that rejoin (a client race).
+        consumer.partitions_for_topic(self._topic)
         consumer.subscribe([self._topic])
         try:
             while not self._stop.is_set():

@@ -139,10 +139,15 @@ def test_kafka_python_commits_fetches_and_auto_commits_across_rebalance(
     explicit.close()
 
     def consumer() -> KafkaConsumer:
-        return KafkaConsumer("kp", bootstrap_servers=broker.bootstrap, group_id="kp-auto",
-                             enable_auto_commit=True, auto_commit_interval_ms=200,
-                             auto_offset_reset="earliest", session_timeout_ms=6000,
-                             heartbeat_interval_ms=300)
+        c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="kp-auto",
+                          enable_auto_commit=True, auto_commit_interval_ms=200,
+                          auto_offset_reset="earliest", session_timeout_ms=6000,
+                          heartbeat_interval_ms=300)
+        # Learn the topic's partitions before joining: kafka-python 3.0.12 otherwise assigns
+        # nothing, rejoins at once, and now and then hangs in that rejoin (a client race).
+        c.partitions_for_topic("kp")
+        c.subscribe(["kp"])
+        return c
 
     first = consumer()
     seen = 0

@@ -104,6 +104,9 @@ class RecordingMember:
 
         coordinator._on_join_complete_async = on_join_complete
         coordinator._perform_assignment = perform_assignment
+        # Learn the topic's partitions before joining: kafka-python 3.0.12 otherwise assigns
+        # nothing, rejoins at once, and now and then hangs in that rejoin (a client race).
+        consumer.partitions_for_topic(TOPIC)
         consumer.subscribe([TOPIC])
         try:
             while not self._stop.is_set():

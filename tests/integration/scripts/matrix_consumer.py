@@ -91,7 +91,6 @@ def run_kafka_python(a: argparse.Namespace, rep: Reporter) -> None:
         "sticky": StickyPartitionAssignor,
     }
     c = KafkaConsumer(
-        a.topic,
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
         partition_assignment_strategy=[assignors[a.assignor]],
@@ -100,6 +99,10 @@ def run_kafka_python(a: argparse.Namespace, rep: Reporter) -> None:
         session_timeout_ms=a.session_ms,
         heartbeat_interval_ms=300,
     )
+    # Learn the topic's partitions before joining: kafka-python 3.0.12 otherwise assigns
+    # nothing, rejoins at once, and now and then hangs in that rejoin (a client race).
+    c.partitions_for_topic(a.topic)
+    c.subscribe([a.topic])
     _say("started")
     while not stopping:
         try:
