@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
+from protocol.codec import RawBody, encode_body
 from protocol.errors import ErrorCode
 from protocol.responses import to_millis
 
@@ -44,6 +45,7 @@ class GroupApi:
     def __init__(self, broker: Broker, runtime: GroupRuntime) -> None:
         self.broker = broker
         self.runtime = runtime
+        self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
 
     def _client_host(self, ctx: RequestContext) -> str:
         return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
@@ -156,7 +158,16 @@ class GroupApi:
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
         result = runtime.submit(p, runtime.shard(p).heartbeat, request)
-        return then(result, lambda r: ctx.respond(throttle_time=0, error_code=r.error))
+        return then(result, lambda r: self._heartbeat_body(ctx, r.error))
+
+    def _heartbeat_body(self, ctx: RequestContext, error: int) -> RawBody:
+        """Heartbeat answers differ only by version and error code: encode each once."""
+        key = (ctx.version, error)
+        body = self._heartbeat_bodies.get(key)
+        if body is None:
+            body = RawBody(encode_body(ctx.respond(throttle_time=0, error_code=error)))
+            self._heartbeat_bodies[key] = body
+        return body
 
     # LeaveGroup -----------------------------------------------------------------------------------
     async def leave_group(self, ctx: RequestContext, req: Any) -> Any:

@@ -95,6 +95,7 @@ class GroupRuntime:
             for sr in self.shards:
                 sr.shard.rebalance_observer = broker.metrics.rebalance
         self._handles = itertools.count(1)
+        self._partition_cache: dict[str, int] = {}
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
         self._load_task: asyncio.Task[None] | None = None
@@ -252,7 +253,13 @@ class GroupRuntime:
 
     # routing ------------------------------------------------------------------------------------
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
+        # Java's String.hashCode is a Python loop over the id: remember it per group.
+        p = self._partition_cache.get(group_id)
+        if p is None:
+            if len(self._partition_cache) >= 65536:
+                self._partition_cache.clear()
+            p = self._partition_cache[group_id] = partition_for(group_id, self.num_partitions)
+        return p
 
     def submit(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
         """Run ``op(handle, request, now)`` on shard ``partition``.
