@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -21,17 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._peers import cpu_seconds  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.groups import ConfluentMember, Member, balanced  # noqa: E402
 from tests.integration.harness import BrokerProcess  # noqa: E402
 
 HEARTBEAT_MS = 500
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def time_until_balanced(members: list[Member], partitions: int, timeout: float = 120.0) -> float:
