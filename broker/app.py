@@ -10,7 +10,6 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from protocol.apis import ApiKey
 
@@ -162,6 +161,3 @@ class Broker:
         if self._metrics_server is not None:
             await self._metrics_server.stop()
         log.info("kcoord stopped")
-
-    def handler_for(self, api_key: int) -> Any:
-        return self.handlers.get(api_key)
