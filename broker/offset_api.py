@@ -99,15 +99,22 @@ class OffsetApi:
         return body
 
     # OffsetFetch ----------------------------------------------------------------------------------
-    async def _fetch_group(
-        self, group_id: str, topics: Any, require_stable: bool
-    ) -> m.OffsetFetchResponse:
+    def _submit_fetch(self, group_id: str, topics: Any, require_stable: bool) -> Any:
+        """Ask the group's shard; the reply itself, or a future of it (GroupRuntime.submit)."""
         wanted = None if topics is None else tuple((t.name, tuple(t.partition_indexes)) for t in topics)
         runtime = self.runtime
         p = runtime.partition_of(group_id)
         request = m.OffsetFetchRequest(group_id=group_id, topics=wanted, require_stable=require_stable)
-        result: m.OffsetFetchResponse = await runtime.call(p, runtime.shard(p).offset_fetch, request)
-        return result
+        return runtime.submit(p, runtime.shard(p).offset_fetch, request)
+
+    async def _fetch_group(
+        self, group_id: str, topics: Any, require_stable: bool
+    ) -> m.OffsetFetchResponse:
+        result = self._submit_fetch(group_id, topics, require_stable)
+        if isinstance(result, asyncio.Future):
+            result = await result
+        answer: m.OffsetFetchResponse = result
+        return answer
 
     @staticmethod
     def _topics_out(r: m.OffsetFetchResponse) -> list[dict[str, Any]]:
@@ -132,17 +139,7 @@ class OffsetApi:
         require_stable = bool(getattr(req, "require_stable", False))
         if ctx.version >= 8:
             return self._offset_fetch_groups(ctx, req, require_stable)
-        runtime = self.runtime
-        p = runtime.partition_of(req.group_id)
-        wanted = (
-            None
-            if req.topics is None
-            else tuple((t.name, tuple(t.partition_indexes)) for t in req.topics)
-        )
-        request = m.OffsetFetchRequest(
-            group_id=req.group_id, topics=wanted, require_stable=require_stable
-        )
-        result = runtime.submit(p, runtime.shard(p).offset_fetch, request)
+        result = self._submit_fetch(req.group_id, req.topics, require_stable)
 
         def finish(r: m.OffsetFetchResponse) -> Any:
             topics_out = self._topics_out(r)
