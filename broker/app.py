@@ -15,7 +15,7 @@ from protocol.apis import ApiKey
 
 from .cluster_api import ClusterApi
 from .config import Config
-from .connection import Connection, Handler
+from .connection import Connection, DirectHandler, Handler
 from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
@@ -90,6 +90,10 @@ class Broker:
             ApiKey.OFFSET_COMMIT: o.offset_commit,
             ApiKey.OFFSET_FETCH: o.offset_fetch,
             ApiKey.OFFSET_DELETE: o.offset_delete,
+        }
+        # APIs with a hand-written hot path, tried before the generic decode (connection.py).
+        self.direct_handlers: dict[int, DirectHandler] = {
+            ApiKey.HEARTBEAT: g.heartbeat_direct,
         }
         self._server: asyncio.Server | None = None
 

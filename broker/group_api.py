@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
-from protocol.codec import RawBody, encode_body
+from protocol.apis import ApiKey
+from protocol.codec import RawBody, encode_body, response_type
 from protocol.errors import ErrorCode
-from protocol.responses import to_millis
+from protocol.heartbeat import HeartbeatAnswers, decode_heartbeat
+from protocol.responses import build, to_millis
 
 from .connection import RequestContext
 from .group_runtime import GroupRuntime
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 _UNKNOWN_OPERATIONS = -2147483648
+
+
+def _encode_heartbeat_body(version: int, error: int) -> bytes:
+    return encode_body(build(response_type(ApiKey.HEARTBEAT, version), throttle_time=0, error_code=error))
 
 
 def then(result: Any, finish: Callable[[Any], Any]) -> Any:
@@ -46,6 +52,7 @@ class GroupApi:
         self.broker = broker
         self.runtime = runtime
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
+        self._heartbeat_answers = HeartbeatAnswers(_encode_heartbeat_body)
 
     def _client_host(self, ctx: RequestContext) -> str:
         return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
@@ -160,13 +167,21 @@ class GroupApi:
         result = runtime.submit(p, runtime.shard(p).heartbeat, request)
         return then(result, lambda r: self._heartbeat_body(ctx, r.error))
 
+    def heartbeat_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes | None:
+        """The hot path: a Heartbeat decoded by hand and answered with a whole response frame,
+        no header object, no kio entity, no Output. None when the generic path must answer."""
+        group_id, generation_id, member_id, instance_id = decode_heartbeat(frame, version)
+        error = self.runtime.heartbeat(group_id, generation_id, member_id, instance_id)
+        if error is None:
+            return None
+        return self._heartbeat_answers.frame(version, error, correlation_id)
+
     def _heartbeat_body(self, ctx: RequestContext, error: int) -> RawBody:
         """Heartbeat answers differ only by version and error code: encode each once."""
         key = (ctx.version, error)
         body = self._heartbeat_bodies.get(key)
         if body is None:
-            body = RawBody(encode_body(ctx.respond(throttle_time=0, error_code=error)))
-            self._heartbeat_bodies[key] = body
+            body = self._heartbeat_bodies[key] = RawBody(_encode_heartbeat_body(ctx.version, error))
         return body
 
     # LeaveGroup -----------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ class GroupRuntime:
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
         )
         start = now_ms()
-        n = self.num_partitions
+        self._partition_cache: dict[str, int] = {}
         self.shards = [
             _ShardRuntime(
                 p,
@@ -86,16 +86,15 @@ class GroupRuntime:
                     p,
                     self.group_config,
                     now_ms=start,
-                    partition_for=lambda g: partition_for(g, n),
+                    partition_for=self.partition_of,
                 ),
             )
-            for p in range(n)
+            for p in range(self.num_partitions)
         ]
         if broker.metrics is not None:
             for sr in self.shards:
                 sr.shard.rebalance_observer = broker.metrics.rebalance
         self._handles = itertools.count(1)
-        self._partition_cache: dict[str, int] = {}
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
         self._load_task: asyncio.Task[None] | None = None
@@ -261,6 +260,19 @@ class GroupRuntime:
             p = self._partition_cache[group_id] = partition_for(group_id, self.num_partitions)
         return p
 
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> int | None:
+        """A Heartbeat's error code, answered on the spot; None when the owning shard still has
+        outputs waiting to become durable (then use :meth:`submit`, which keeps replies in order)."""
+        sr = self.shards[self.partition_of(group_id)]
+        if sr.chain is not None:
+            return None
+        error = sr.shard.heartbeat_now(group_id, generation_id, member_id, group_instance_id, now_ms())
+        if sr.shard.next_wakeup() != sr.timer_at:
+            self._reschedule(sr)
+        return error
+
     def submit(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
         """Run ``op(handle, request, now)`` on shard ``partition``.
 
@@ -376,7 +388,9 @@ class GroupRuntime:
 
     # timers -------------------------------------------------------------------------------------
     def _reschedule(self, sr: _ShardRuntime) -> None:
-        deadline = sr.shard.next_deadline()
+        # The heap's first entry, even a stale one: waking early costs one advance() that finds
+        # nothing due (or re-queues a session timer that heartbeats moved on).
+        deadline = sr.shard.next_wakeup()
         if deadline == sr.timer_at:
             return
         if sr.timer is not None:

@@ -73,7 +73,9 @@ class Member:
     sync_handle: Hashable = None
     is_new: bool = False
     heartbeat_token: int = 0
-    """Token of the member's live session/new-member timer; older heap entries are stale."""
+    """Token of the member's armed session/new-member timer (0: none); other entries are stale."""
+    heartbeat_deadline: int = 0
+    """When that timer is due: at or after its queued entry's deadline (heartbeats move it)."""
 
     @property
     def is_static(self) -> bool:

@@ -418,18 +418,53 @@ class GroupShard:
             return member is not None and member.heartbeat_token == token
         return group.pending_members.get(member_id) == token
 
+    def _moved_deadline(self, entry: _TimerEntry) -> int | None:
+        """The later deadline a live session timer has been pushed to since ``entry`` was
+        queued (heartbeats only move it in the member), None if ``entry`` is still its due."""
+        if entry[2] != _HEARTBEAT:
+            return None
+        deadline = self._groups[entry[3]].members[entry[4]].heartbeat_deadline
+        return deadline if deadline > entry[0] else None
+
+    def _requeue(self, entry: _TimerEntry, deadline_ms: int) -> None:
+        """Queue ``entry`` again, same token, at its member's later deadline."""
+        if len(self._timers) >= self._compact_at:
+            self._compact_timers()
+        heapq.heappush(self._timers, (deadline_ms, entry[1], entry[2], entry[3], entry[4]))
+
     def next_deadline(self) -> int | None:
-        """The earliest live timer deadline, None if there is none."""
-        while self._timers and not self._timer_live(self._timers[0]):
-            heapq.heappop(self._timers)
+        """The earliest live timer deadline, None if there is none (exact: entries of cancelled
+        timers are dropped, session timers that heartbeats moved later are re-queued)."""
+        timers = self._timers
+        while timers:
+            top = timers[0]
+            if not self._timer_live(top):
+                heapq.heappop(timers)
+                continue
+            moved = self._moved_deadline(top)
+            if moved is None:
+                return top[0]
+            heapq.heappop(timers)
+            self._requeue(top, moved)
+        return None
+
+    def next_wakeup(self) -> int | None:
+        """A cheap lower bound of :meth:`next_deadline` (the heap's first entry, live or not):
+        when to call :meth:`advance` next. Heartbeats leave it unchanged."""
         return self._timers[0][0] if self._timers else None
 
     def advance(self, now_ms: int) -> Output:
         """Fire every timer due at or before ``now_ms``, in deadline order."""
         self._begin()
-        while self._timers and self._timers[0][0] <= now_ms:
-            entry = heapq.heappop(self._timers)
-            if self._timer_live(entry):
+        timers = self._timers
+        while timers and timers[0][0] <= now_ms:
+            entry = heapq.heappop(timers)
+            if not self._timer_live(entry):
+                continue
+            moved = self._moved_deadline(entry)
+            if moved is not None:
+                self._requeue(entry, moved)
+            else:
                 self._fire(entry, now_ms)
         return self._end()
 
@@ -445,7 +480,9 @@ class GroupShard:
             assert timer is not None
             self._on_join_timer(group, timer, now_ms)
         elif kind == _HEARTBEAT:
-            self._on_heartbeat_expired(group, group.members[member_id], now_ms)
+            member = group.members[member_id]
+            member.heartbeat_token = 0  # this timer is spent; the next arm queues a new one
+            self._on_heartbeat_expired(group, member, now_ms)
         else:
             log.info(
                 "pending member %s of group %s expired after its session timeout",
@@ -472,10 +509,20 @@ class GroupShard:
     def _schedule_heartbeat(
         self, group: ClassicGroup, member: Member, timeout_ms: int, now_ms: int
     ) -> None:
-        """G3: (re-)arm the member's liveness timer; any older one becomes stale."""
+        """G3: (re-)arm the member's liveness timer.
+
+        A later deadline than the armed one (every heartbeat's case) only moves
+        ``member.heartbeat_deadline``: the queued entry, due earlier, re-queues itself there when
+        it comes up. An earlier deadline, or no armed timer, queues a new entry; older entries
+        become stale by their token."""
+        deadline = now_ms + timeout_ms
+        if member.heartbeat_token and deadline >= member.heartbeat_deadline:
+            member.heartbeat_deadline = deadline
+            return
         member.heartbeat_token = self._push(
-            now_ms + timeout_ms, _HEARTBEAT, group.group_id, member.member_id
+            deadline, _HEARTBEAT, group.group_id, member.member_id
         )
+        member.heartbeat_deadline = deadline
 
     def _on_heartbeat_expired(self, group: ClassicGroup, member: Member, now_ms: int) -> None:
         """G4: expire unless awaiting join or sync (new members: only their 5-minute timer
@@ -1098,30 +1145,48 @@ class GroupShard:
 
     def heartbeat(self, handle: Hashable, req: HeartbeatRequest, now_ms: int) -> Output:
         """Heartbeat (G2)."""
+        error = self.heartbeat_now(
+            req.group_id, req.generation_id, req.member_id, req.group_instance_id, now_ms
+        )
         self._begin()
-        self._reply(handle, HeartbeatResponse(self._heartbeat(req, now_ms)))
+        self._reply(handle, HeartbeatResponse(error))
         return self._end()
 
-    def _heartbeat(self, req: HeartbeatRequest, now_ms: int) -> int:
-        error = self._gate(req.group_id, empty_id_ok=False)
+    def heartbeat_now(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        now_ms: int,
+    ) -> int:
+        """Heartbeat (G2) without the Output plumbing: its error code. A heartbeat never emits
+        records nor answers another request, so the hot path of a busy coordinator can skip
+        building an Output for it."""
+        if self._out is not None:
+            raise RuntimeError("GroupShard is not re-entrant")
+        error = self._gate(group_id, empty_id_ok=False)
         if error == ErrorCode.coordinator_load_in_progress:
             return ErrorCode.none  # K3: answer blindly while loading
         if error is not None:
             return error
-        group = self._groups.get(req.group_id)
+        group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        error = self._validate_current_member(group, req.member_id, req.group_instance_id)
-        if error is not None:
-            return error
-        if req.generation_id != group.generation:
+        if group_instance_id is not None:
+            error = self._validate_current_member(group, member_id, group_instance_id)
+            if error is not None:
+                return error
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation:
             return ErrorCode.illegal_generation
         state = group.state
         if state is GroupState.EMPTY:
             return ErrorCode.unknown_member_id
-        member = group.get(req.member_id)
         self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
         if state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress

@@ -553,24 +553,39 @@ def test_next_deadline_skips_cancelled_timers() -> None:
     assert h.group().has(a)
 
 
-def test_G3_timer_compaction_never_drops_the_timer_being_armed() -> None:
-    """Regression: compacting the heap while pushing a new timer used to discard that very
-    timer (its token was not registered yet), leaving a member that could never expire."""
+def test_G3_timer_compaction_never_drops_a_live_session_timer() -> None:
+    """Heartbeats only move a member's deadline; its queued entry re-queues itself there when
+    it comes up, and compacting the heap while timers are queued never drops a live one.
+    (Regression: compacting while arming used to discard the very timer being armed.)"""
     h = Harness()
-    n = 600
+    n = 1100  # above the heap size that triggers compaction
     handles = [h.join(session=30_000, rebalance=60_000) for _ in range(n)]
     h.run_until(lambda: h.answered(handles[0]))
     ids = [h.join_response(x).member_id for x in handles]
     h.sync(ids[0], 1, [(m, b"") for m in ids])
     g = h.group()
     compactions = 0
-    for r in range(10):  # enough re-arms to trigger compactions
+    compact = h.shard._compact_timers
+
+    def counting() -> None:
+        nonlocal compactions
+        compactions += 1
+        compact()
+
+    h.shard._compact_timers = counting  # type: ignore[method-assign]
+    h.shard._compact_at = len(h.shard._timers) // 2  # the first re-queue compacts
+    for r in range(40):  # past the first deadlines: every entry re-queues itself once
         h.tick(1_000)
         for i, m in enumerate(ids):
-            before = h.shard.pending_timer_count()
-            h.shard.heartbeat(f"hb-{r}-{i}", _hb(m), h.now)
-            if h.shard.pending_timer_count() <= before:  # this push compacted the heap
-                compactions += 1
-                tokens = {entry[1] for entry in h.shard._timers}
-                assert g.members[m].heartbeat_token in tokens
+            out = h.shard.heartbeat(f"hb-{r}-{i}", _hb(m), h.now)
+            assert out.replies[0][1].error == E.none  # type: ignore[union-attr]
+        tokens = {entry[1] for entry in h.shard._timers}
+        assert all(g.members[m].heartbeat_token in tokens for m in ids)
     assert compactions > 0
+    assert len(g.members) == n
+    last_round = h.now
+    assert h.shard.next_deadline() == last_round + 30_000
+    h.tick(29_999)
+    assert len(g.members) == n
+    h.tick(1)
+    assert g.state is S.EMPTY and not g.members
