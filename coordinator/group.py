@@ -12,8 +12,10 @@ which handles it displaced so that every handle gets exactly one reply.
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from coordinator.messages import JoinMember
 from coordinator.subscription import subscribed_topics
@@ -114,6 +116,9 @@ class JoinTimer:
     remaining_ms: int = 0
 
 
+_NONE: Mapping[str, Any] = MappingProxyType({})
+
+
 @dataclass(eq=False, slots=True)
 class ClassicGroup:
     """B1. A classic group; mutated only by its shard."""
@@ -126,10 +131,11 @@ class ClassicGroup:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending_members: dict[str, int] = field(default_factory=dict)
-    """Pending member id -> token of its expiry timer (D3, G6)."""
-    static_members: dict[str, str] = field(default_factory=dict)
-    """Group instance id -> member id (L)."""
+    pending_members: Mapping[str, int] = field(default_factory=lambda: _NONE)
+    """Pending member id -> token of its expiry timer (D3, G6). Read-only here: written through
+    :meth:`add_pending` (a shared empty mapping until the first entry, to keep idle groups small)."""
+    static_members: Mapping[str, str] = field(default_factory=lambda: _NONE)
+    """Group instance id -> member id (L); read-only like ``pending_members``."""
     protocol_votes: dict[str, int] = field(default_factory=dict)
     """Protocol name -> number of members supporting it (B4-B6)."""
     num_awaiting_join: int = 0
@@ -198,7 +204,7 @@ class ClassicGroup:
                     f"group {self.group_id!r}: instance {member.group_instance_id!r} "
                     "is already registered"
                 )
-            self.static_members[member.group_instance_id] = member.member_id
+            self._statics()[member.group_instance_id] = member.member_id
         if not self.members:
             self.protocol_type = member.protocol_type
         if self.leader_id is None:
@@ -209,7 +215,7 @@ class ClassicGroup:
         member.join_handle = join_handle if awaiting else None
         if awaiting:
             self.num_awaiting_join += 1
-        self.pending_members.pop(member.member_id, None)
+        self.drop_pending(member.member_id)
 
     def remove(self, member_id: str) -> Member | None:
         """B5: drop the member (and its static mapping and pending entry). A removed leader
@@ -223,11 +229,26 @@ class ClassicGroup:
                 member.group_instance_id is not None
                 and self.static_members.get(member.group_instance_id) == member_id
             ):
-                del self.static_members[member.group_instance_id]
+                del self._statics()[member.group_instance_id]
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
-        self.pending_members.pop(member_id, None)
+        self.drop_pending(member_id)
         return member
+
+    def add_pending(self, member_id: str, token: int) -> None:
+        """D3: a member id handed out, awaiting its member's second JoinGroup."""
+        if type(self.pending_members) is not dict:
+            self.pending_members = {}
+        self.pending_members[member_id] = token  # type: ignore[index]
+
+    def drop_pending(self, member_id: str) -> None:
+        if member_id in self.pending_members:
+            del self.pending_members[member_id]  # type: ignore[attr-defined]
+
+    def _statics(self) -> dict[str, str]:
+        if type(self.static_members) is not dict:
+            self.static_members = {}
+        return self.static_members  # type: ignore[return-value]
 
     def update_member(
         self,
@@ -275,7 +296,7 @@ class ClassicGroup:
         self.members[new_member_id] = member
         if self.leader_id == old_member_id:
             self.leader_id = new_member_id
-        self.static_members[instance_id] = new_member_id
+        self._statics()[instance_id] = new_member_id
         return member
 
     def all_members_joined(self) -> bool:

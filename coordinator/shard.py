@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import logging
 import struct
+import sys
 import uuid
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
@@ -216,7 +217,17 @@ _PENDING = 2
 _RETENTION = 3  # the shard's offset-retention check (J2-J4); group id and member id are ""
 _TimerEntry = tuple[int, int, int, str, str]
 
-_COMPACT_MIN = 1024
+_COMPACT_MIN = 64
+
+
+def _shared(text: str) -> str:
+    """One copy of strings that thousands of members repeat (client ids and hosts, protocol
+    types and names), however many requests brought them."""
+    return sys.intern(text)
+
+
+def _shared_protocols(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((sys.intern(name), metadata) for name, metadata in protocols)
 
 
 def _default_member_id(prefix: str) -> str:
@@ -402,7 +413,9 @@ class GroupShard:
     def _compact_timers(self) -> None:
         self._timers = [e for e in self._timers if self._timer_live(e)]
         heapq.heapify(self._timers)
-        self._compact_at = max(_COMPACT_MIN, 2 * len(self._timers))
+        # Stale entries (timers re-armed earlier or cancelled) stay at most a quarter of the heap:
+        # with many idle groups the heap is a good part of their memory.
+        self._compact_at = len(self._timers) + max(_COMPACT_MIN, len(self._timers) // 4)
 
     def _timer_live(self, entry: _TimerEntry) -> bool:
         _, token, kind, group_id, member_id = entry
@@ -658,7 +671,7 @@ class GroupShard:
         elif req.require_known_member_id:
             # D3/D4: hand out an id and wait for the member to come back with it.
             token = self._push(now_ms + req.session_timeout_ms, _PENDING, group.group_id, new_id)
-            group.pending_members[new_id] = token
+            group.add_pending(new_id, token)
             self._reply(handle, _join_error(new_id, ErrorCode.member_id_required))
         else:
             self._add_member_and_rebalance(handle, group, req, new_id, now_ms)
@@ -726,12 +739,12 @@ class GroupShard:
         member = Member(
             member_id=member_id,
             group_instance_id=req.group_instance_id,
-            client_id=req.client_id,
-            client_host=req.client_host,
+            client_id=_shared(req.client_id),
+            client_host=_shared(req.client_host),
             rebalance_timeout_ms=req.rebalance_timeout_ms,
             session_timeout_ms=req.session_timeout_ms,
-            protocol_type=req.protocol_type,
-            protocols=tuple(req.protocols),
+            protocol_type=_shared(req.protocol_type),
+            protocols=_shared_protocols(req.protocols),
             is_new=True,
         )
         if group.state is GroupState.PREPARING_REBALANCE and group.generation == 0:
@@ -1875,8 +1888,8 @@ class GroupShard:
                 Member(
                     member_id=mm.member_id,
                     group_instance_id=mm.group_instance_id,
-                    client_id=mm.client_id,
-                    client_host=mm.client_host,
+                    client_id=_shared(mm.client_id),
+                    client_host=_shared(mm.client_host),
                     rebalance_timeout_ms=(
                         mm.rebalance_timeout if mm.rebalance_timeout >= 0 else mm.session_timeout
                     ),

@@ -55,6 +55,9 @@ def parse_subscription_topics(metadata: bytes) -> frozenset[str] | None:
     return frozenset(topics)
 
 
+_NO_TOPICS: frozenset[str] = frozenset()
+
+
 def subscribed_topics(
     protocol_type: str | None, protocol_name: str | None, metadatas: Iterable[bytes]
 ) -> frozenset[str] | None:
@@ -66,7 +69,7 @@ def subscribed_topics(
         return None
     metadatas = list(metadatas)
     if not metadatas:
-        return frozenset()
+        return _NO_TOPICS
     if protocol_name is None:
         return None
     union: set[str] = set()
@@ -75,4 +78,19 @@ def subscribed_topics(
         if topics is None:
             return None
         union.update(topics)
-    return frozenset(union)
+    return shared_topic_set(frozenset(union))
+
+
+_SHARED_SETS: dict[frozenset[str], frozenset[str]] = {}
+_SHARED_SETS_MAX = 65536
+
+
+def shared_topic_set(topics: frozenset[str]) -> frozenset[str]:
+    """One object per distinct topic set: thousands of groups usually subscribe to a handful
+    of the same sets, and each group keeps its set for as long as it lives."""
+    shared = _SHARED_SETS.get(topics)
+    if shared is None:
+        if len(_SHARED_SETS) >= _SHARED_SETS_MAX:
+            return topics
+        shared = _SHARED_SETS[topics] = topics
+    return shared

@@ -94,7 +94,7 @@ def test_B4_add_sets_type_leader_votes_awaiting() -> None:
 
 def test_B4_add_registers_static_member_and_drops_pending() -> None:
     g = ClassicGroup("g")
-    g.pending_members["p"] = 1
+    g.add_pending("p", 1)
     g.add(member("p"))
     assert not g.pending_members
     g.add(member("s", instance="i1"))
@@ -140,7 +140,7 @@ def test_B7_all_members_joined() -> None:
     g.add(member("b"))
     assert not g.all_members_joined()
     g.remove("b")
-    g.pending_members["p"] = 1
+    g.add_pending("p", 1)
     assert not g.all_members_joined()
 
 
