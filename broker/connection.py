@@ -113,9 +113,26 @@ class Connection(asyncio.Protocol):
         except FrameError as e:
             self.abort(f"bad frame: {e}")
             return
+        direct_handlers = self._direct_handlers
         for frame in frames:
             if self.closed:
                 return
+            # The hot path (see DirectHandler), tried first: a supported version of an API with
+            # a direct handler, nothing earlier still awaiting its answer, no metrics to keep.
+            if len(frame) >= 8 and not self._slots and self.broker.metrics is None:
+                api_key, version, correlation_id = _HEAD.unpack_from(frame)
+                direct = direct_handlers.get(api_key)
+                if direct is not None and is_supported(api_key, version):
+                    try:
+                        answer = direct(frame, version, correlation_id)
+                    except Exception:
+                        answer = None  # the generic path reports it, the same way as always
+                    if answer is not None:
+                        self._out.append(answer)
+                        if not self._write_scheduled:
+                            self._write_scheduled = True
+                            self._loop.call_soon(self._write_out)
+                        continue
             self._on_frame(frame)
 
     def eof_received(self) -> bool | None:

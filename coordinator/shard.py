@@ -1178,11 +1178,17 @@ class GroupShard:
         building an Output for it."""
         if self._out is not None:
             raise RuntimeError("GroupShard is not re-entrant")
-        error = self._gate(group_id, empty_id_ok=False)
-        if error == ErrorCode.coordinator_load_in_progress:
-            return ErrorCode.none  # K3: answer blindly while loading
-        if error is not None:
-            return error
+        route = self._partition_for
+        if (
+            self._mode is not ShardMode.ACTIVE
+            or not group_id
+            or (route is not None and route(group_id) != self.partition)
+        ):
+            error = self._gate(group_id, empty_id_ok=False)
+            if error == ErrorCode.coordinator_load_in_progress:
+                return ErrorCode.none  # K3: answer blindly while loading
+            if error is not None:
+                return error
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -1200,7 +1206,11 @@ class GroupShard:
         state = group.state
         if state is GroupState.EMPTY:
             return ErrorCode.unknown_member_id
-        self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        deadline = now_ms + member.session_timeout_ms
+        if member.heartbeat_token and deadline >= member.heartbeat_deadline:
+            member.heartbeat_deadline = deadline  # G3, _schedule_heartbeat's usual case inlined
+        else:
+            self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
         if state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
