@@ -10,6 +10,7 @@ affected.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import struct
@@ -189,7 +190,20 @@ class Connection(asyncio.Protocol):
             log.exception("handler for api %d v%d failed; closing %s", api_key, version, self.peer)
             self.abort("internal error")
             return
-        if inspect.isawaitable(result):
+        if isinstance(result, asyncio.Future):
+            # An answer still to come from the coordinator (GroupRuntime.submit, then()): a
+            # callback, not a task, carries it to the slot.
+            slot = _Slot()
+            self._slots.append(slot)
+            result.add_done_callback(
+                functools.partial(
+                    self._settle, slot, header.correlation_id, flexible_response, api_key, started
+                )
+            )
+            if len(self._slots) >= _MAX_IN_FLIGHT and not self._paused and self.transport:
+                self._paused = True
+                self.transport.pause_reading()
+        elif inspect.isawaitable(result):
             slot = _Slot()
             self._slots.append(slot)
             task = asyncio.ensure_future(
@@ -234,6 +248,32 @@ class Connection(asyncio.Protocol):
                 self._write_scheduled = True
                 self._loop.call_soon(self._write_out)
         return True
+
+    def _settle(
+        self,
+        slot: _Slot,
+        correlation_id: int,
+        flexible: bool,
+        api_key: int,
+        started: float,
+        fut: asyncio.Future[Any],
+    ) -> None:
+        if self.closed:
+            return
+        if fut.cancelled():
+            self.abort("request cancelled")
+            return
+        error = fut.exception()
+        if error is not None:
+            log.error("request failed; closing %s", self.peer, exc_info=error)
+            self.abort("internal error")
+            return
+        response = fut.result()
+        if response is not NO_RESPONSE:
+            slot.data = encode_response(correlation_id, response, flexible)
+        self.broker.metrics_response(api_key, started)
+        slot.done = True
+        self._flush()
 
     async def _await(
         self,

@@ -38,17 +38,25 @@ class Flusher:
 
     async def sync(self, logs: Iterable[Flushable]) -> None:
         """Return once everything appended to ``logs`` before this call is on disk."""
+        fut = self.synced(logs)
+        if fut is not None:
+            await fut
+
+    def synced(self, logs: Iterable[Flushable]) -> asyncio.Future[None] | None:
+        """A future done once everything appended to ``logs`` before this call is on disk;
+        None if that is already so (fsync disabled). For callers chaining callbacks rather
+        than awaiting."""
         if not self.enabled:
             if self._on_flushed is not None:
                 self._on_flushed()
-            return
+            return None
         self._dirty.update(logs)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(fut)
         if not self._running:
             self._running = True
             asyncio.ensure_future(self._run())
-        await fut
+        return fut
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

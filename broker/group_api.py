@@ -37,14 +37,29 @@ def _encode_heartbeat_body(version: int, error: int) -> bytes:
 
 
 def then(result: Any, finish: Callable[[Any], Any]) -> Any:
-    """``finish(reply)`` now if the shard answered at once, else a coroutine awaiting it."""
-    if isinstance(result, asyncio.Future):
-        return _finish_later(result, finish)
-    return finish(result)
+    """``finish(reply)`` now if the shard answered at once, else a future of it (chained by a
+    callback: no task per request)."""
+    if not isinstance(result, asyncio.Future):
+        return finish(result)
+    answer: asyncio.Future[Any] = result.get_loop().create_future()
 
+    def settle(reply: asyncio.Future[Any]) -> None:
+        if answer.done():
+            return
+        if reply.cancelled():
+            answer.cancel()
+            return
+        error = reply.exception()
+        if error is not None:
+            answer.set_exception(error)
+            return
+        try:
+            answer.set_result(finish(reply.result()))
+        except Exception as e:
+            answer.set_exception(e)
 
-async def _finish_later(fut: asyncio.Future[Any], finish: Callable[[Any], Any]) -> Any:
-    return finish(await fut)
+    result.add_done_callback(settle)
+    return answer
 
 
 class GroupApi:

@@ -62,6 +62,50 @@ class _ShardRuntime:
         self.loaded = False
 
 
+class _Completion:
+    """One shard output on its way to its replies: first its fsync (if it appended), then the
+    shard's previous output, then :meth:`GroupRuntime._finish_output`."""
+
+    __slots__ = ("done", "error", "out", "prev", "runtime", "sr")
+
+    def __init__(
+        self,
+        runtime: GroupRuntime,
+        sr: _ShardRuntime,
+        prev: asyncio.Future[None] | None,
+        out: Output,
+        done: asyncio.Future[None],
+        error: BaseException | None,
+    ) -> None:
+        self.runtime = runtime
+        self.sr = sr
+        self.prev = prev
+        self.out = out
+        self.done = done
+        self.error = error
+
+    def start(self, flushed: asyncio.Future[None] | None) -> None:
+        if flushed is None:
+            self._after_flush(None)
+        else:
+            flushed.add_done_callback(self._after_flush)
+
+    def _after_flush(self, flushed: asyncio.Future[None] | None) -> None:
+        if flushed is not None and self.error is None:
+            if flushed.cancelled():
+                self.error = RuntimeError("fsync cancelled")
+            else:
+                self.error = flushed.exception()
+        prev = self.prev
+        if prev is not None and not prev.done():
+            prev.add_done_callback(self._finish)
+        else:
+            self._finish(None)
+
+    def _finish(self, _prev: asyncio.Future[None] | None) -> None:
+        self.runtime._finish_output(self.sr, self.out, self.done, self.error)
+
+
 class GroupRuntime:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -324,10 +368,7 @@ class GroupRuntime:
         elif out.replies and sr.chain is None:
             self._deliver(out)
         elif out.replies:
-            prev = sr.chain
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            sr.chain = done
-            asyncio.ensure_future(self._after(sr, prev, None, out, done))
+            self._complete_in_order(sr, None, out, None)
         self._reschedule(sr)
 
     def _append(self, sr: _ShardRuntime, out: Output) -> None:
@@ -343,28 +384,28 @@ class GroupRuntime:
         except Exception as e:  # disk full, I/O error: the shard decides what it means
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
             error = e
-        prev = sr.chain
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        sr.chain = done
-        asyncio.ensure_future(self._after(sr, prev, sr.log if error is None else None, out, done, error))
+        self._complete_in_order(sr, sr.log if error is None else None, out, error)
 
-    async def _after(
+    def _complete_in_order(
         self,
         sr: _ShardRuntime,
-        prev: asyncio.Future[None] | None,
         plog: PartitionLog | None,
         out: Output,
-        done: asyncio.Future[None],
-        error: BaseException | None = None,
+        error: BaseException | None,
+    ) -> None:
+        """Deliver ``out``'s replies once ``plog`` is flushed and the shard's previous output
+        is complete (or hand a failed append back to the shard). Callbacks, not a task: this
+        runs for every offset commit."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        _Completion(self, sr, sr.chain, out, done, error).start(
+            self.broker.flusher.synced([plog]) if plog is not None else None
+        )
+        sr.chain = done
+
+    def _finish_output(
+        self, sr: _ShardRuntime, out: Output, done: asyncio.Future[None], error: BaseException | None
     ) -> None:
         try:
-            if plog is not None:
-                try:
-                    await self.broker.flusher.sync([plog])
-                except Exception as e:
-                    error = e
-            if prev is not None and not prev.done():
-                await asyncio.shield(prev)
             if error is not None:
                 code = (
                     ErrorCode.kafka_storage_error

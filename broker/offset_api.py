@@ -34,7 +34,7 @@ class OffsetApi:
         self._commit_bodies: dict[tuple[int, Any], RawBody] = {}
 
     # OffsetCommit ---------------------------------------------------------------------------------
-    async def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
+    def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
         topics = []
         make = m.OffsetCommitPartition._make
@@ -52,31 +52,48 @@ class OffsetApi:
                 parts.append(make((index, p.committed_offset, epoch, p.committed_metadata)))
             if parts:
                 topics.append((t.name, tuple(parts)))
-        errors: dict[tuple[str, int], int] = dict(unknown)
-        if topics:
-            request = m.OffsetCommitRequest(
-                group_id=req.group_id,
-                generation_id=req.generation_id_or_member_epoch,
-                member_id=req.member_id,
-                group_instance_id=getattr(req, "group_instance_id", None),
-                topics=tuple(topics),
-            )
-            runtime = self.runtime
-            p = runtime.partition_of(req.group_id)
-            r: m.OffsetCommitResponse = await runtime.call(p, runtime.shard(p).offset_commit, request)
-            for name, results in r.topics:
-                for partition, error in results:
-                    errors[(name, partition)] = error
-        shape = tuple(
-            (
-                t.name,
-                tuple(
-                    (p.partition_index, errors.get((t.name, p.partition_index), _LOST))
-                    for p in t.partitions
-                ),
-            )
-            for t in req.topics
+        if not topics:
+            return self._commit_answer(ctx, req, unknown, None)
+        request = m.OffsetCommitRequest(
+            group_id=req.group_id,
+            generation_id=req.generation_id_or_member_epoch,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            topics=tuple(topics),
         )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        result = runtime.submit(p, runtime.shard(p).offset_commit, request)
+        return then(result, lambda r: self._commit_answer(ctx, req, unknown, r))
+
+    def _commit_answer(
+        self,
+        ctx: RequestContext,
+        req: Any,
+        unknown: dict[tuple[str, int], int],
+        r: m.OffsetCommitResponse | None,
+    ) -> RawBody:
+        """The response body: the shard's errors and the partitions of unknown topics, in
+        request order."""
+        shape: Any = None
+        if r is not None and not unknown and len(r.topics) == len(req.topics):
+            shape = r.topics  # the shard answered every partition, in request order
+        if shape is None:
+            errors: dict[tuple[str, int], int] = dict(unknown)
+            if r is not None:
+                for name, results in r.topics:
+                    for partition, error in results:
+                        errors[(name, partition)] = error
+            shape = tuple(
+                (
+                    t.name,
+                    tuple(
+                        (p.partition_index, errors.get((t.name, p.partition_index), _LOST))
+                        for p in t.partitions
+                    ),
+                )
+                for t in req.topics
+            )
         # Committers send the same partitions over and over, and nearly every answer is "all
         # NONE": reuse the encoded body of an identical answer instead of rebuilding it.
         key = (ctx.version, shape)

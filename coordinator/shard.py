@@ -83,7 +83,7 @@ from coordinator.schemas import (
     decode_offset_commit_value,
     encode_group_metadata_value,
     encode_key,
-    encode_offset_commit_value,
+    encode_offset_commit_fields,
     offset_commit_key_prefix,
 )
 from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
@@ -1453,6 +1453,13 @@ class GroupShard:
     ) -> None:
         max_bytes = self.config.offset_metadata_max_bytes
         cache = self._offsets.get(group_id)
+        assert self._out is not None
+        emit = self._out.records.append  # the hot loop: one record per partition
+        ok, too_large, no_topic = (
+            ErrorCode.none,
+            ErrorCode.offset_metadata_too_large,
+            ErrorCode.unknown_topic_or_partition,
+        )
         results: list[tuple[str, tuple[tuple[int, int], ...]]] = []
         written: list[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None]] = []
         for topic, partitions in req.topics:
@@ -1461,34 +1468,29 @@ class GroupShard:
                 key_prefix: bytes | None = offset_commit_key_prefix(group_id, topic)
             except SchemaError:
                 key_prefix = None
-            for part in partitions:
-                metadata = part.metadata if part.metadata is not None else ""
-                if len(metadata.encode("utf-8")) > max_bytes:
-                    errors.append((part.partition, ErrorCode.offset_metadata_too_large))
+            for partition, offset, leader_epoch, metadata in partitions:
+                if metadata is None:
+                    metadata = ""
+                elif len(metadata) * 4 > max_bytes and len(metadata.encode("utf-8")) > max_bytes:
+                    errors.append((partition, too_large))
                     continue
-                value = OffsetCommitValue(
-                    offset=part.offset,
-                    metadata=metadata,
-                    commit_timestamp=now_ms,
-                    leader_epoch=part.leader_epoch,
-                )
+                if key_prefix is None:
+                    # A topic or group name too long for the record key: no such topic exists.
+                    errors.append((partition, no_topic))
+                    continue
                 try:
-                    if key_prefix is None:
-                        raise SchemaError("topic or group name too long for a record key")
-                    key_bytes = key_prefix + _I32_PACK(part.partition)
-                    value_bytes = encode_offset_commit_value(value)
+                    value_bytes = encode_offset_commit_fields(offset, leader_epoch, metadata, now_ms)
                 except SchemaError:
-                    # A topic name (or metadata) too long for the record's int16 string
-                    # length: no such topic can exist.
-                    errors.append((part.partition, ErrorCode.unknown_topic_or_partition))
+                    errors.append((partition, no_topic))  # metadata over an int16 length
                     continue
+                value = OffsetCommitValue(offset, metadata, now_ms, leader_epoch)
                 if cache is None:
                     cache = self._offsets.setdefault(group_id, {})
-                tp = (topic, part.partition)
-                written.append((topic, part.partition, value, cache.get(tp)))
+                tp = (topic, partition)
+                written.append((topic, partition, value, cache.get(tp)))
                 cache[tp] = value
-                self._emit(key_bytes, value_bytes)
-                errors.append((part.partition, ErrorCode.none))
+                emit((key_prefix + _I32_PACK(partition), value_bytes))
+                errors.append((partition, ok))
             results.append((topic, tuple(errors)))
         response = OffsetCommitResponse(tuple(results))
         self._reply(handle, response)

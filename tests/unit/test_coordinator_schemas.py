@@ -282,7 +282,7 @@ def test_group_metadata_value_round_trip(value: GroupMetadataValue) -> None:
     assert decode_group_metadata_value(encode_group_metadata_value(value)) == value
 
 
-@given(st.builds(OffsetCommitValue, _i64, _text, _i64, _i32))
+@given(st.builds(OffsetCommitValue, _i64, _text, _i64, _i32, st.just(-1)))
 def test_offset_commit_value_round_trip(value: OffsetCommitValue) -> None:
     assert decode_offset_commit_value(encode_offset_commit_value(value)) == value
 

@@ -1,0 +1,65 @@
+"""GroupRuntime's completion chain, in process: a commit is answered only after its fsync, and a
+commit whose fsync fails is answered with an error and undone (the shard's append_failed)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from broker.app import Broker
+from broker.config import Config
+from protocol.errors import ErrorCode
+from protocol.javahash import partition_for
+from tests.integration.rawclient import RawClient
+
+GROUP = "completion"
+
+
+def _commit(client: RawClient, offset: int) -> list[int]:
+    r = client.request(
+        8, 8, group_id=GROUP, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=[dict(name="t", partitions=[
+            dict(partition_index=p, committed_offset=offset + p, committed_leader_epoch=-1,
+                 committed_metadata=None) for p in range(2)])],
+    )
+    return [int(p.error_code) for t in r.topics for p in t.partitions]
+
+
+def _fetch(client: RawClient) -> list[int]:
+    r = client.request(9, 6, group_id=GROUP, topics=[dict(name="t", partition_indexes=[0, 1])])
+    return [int(p.committed_offset) for t in r.topics for p in t.partitions]
+
+
+async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(tmp_path: Path) -> None:
+    config = Config.load(port=0, data_dir=tmp_path / "data", environ={},
+                         overrides=["group.initial.rebalance.delay.ms=0"])
+    broker = Broker(config)
+    await broker.start()
+    client: Any = None
+    try:
+        broker.topics.create("t", 2)
+        client = await asyncio.to_thread(RawClient, broker.bound_port)
+        assert await asyncio.to_thread(_commit, client, 100) == [0, 0]
+        assert await asyncio.to_thread(_fetch, client) == [100, 101]
+
+        plog = broker.groups.shards[partition_for(GROUP, 50)].log
+        assert plog is not None
+        flush = plog.flush
+        failures = []
+
+        def failing_flush() -> None:
+            failures.append(1)
+            raise OSError(5, "simulated I/O error")
+
+        plog.flush = failing_flush  # type: ignore[method-assign]
+        errors = await asyncio.to_thread(_commit, client, 200)
+        assert failures and errors == [ErrorCode.not_coordinator] * 2  # KAFKA_STORAGE_ERROR, mapped
+        plog.flush = flush  # type: ignore[method-assign]
+        assert await asyncio.to_thread(_fetch, client) == [100, 101]  # the failed commit undone
+        assert await asyncio.to_thread(_commit, client, 300) == [0, 0]
+        assert await asyncio.to_thread(_fetch, client) == [300, 301]
+    finally:
+        if client is not None:
+            client.close()
+        await broker.stop()
