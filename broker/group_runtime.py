@@ -19,11 +19,12 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator.config import GroupConfig
 from coordinator.loading import LatestRecords
+from coordinator.messages import OffsetFetchResponse
 from coordinator.shard import GroupShard, Output
 from protocol.batch import HEADER_SIZE
 from protocol.errors import ErrorCode
@@ -316,6 +317,16 @@ class GroupRuntime:
         if sr.shard.next_wakeup() != sr.timer_at:
             self._reschedule(sr)
         return error
+
+    def fetch_offsets(
+        self, group_id: str, wanted: Iterable[tuple[str, Iterable[int]]] | None
+    ) -> OffsetFetchResponse | None:
+        """An OffsetFetch answered on the spot; None when the owning shard has outputs still
+        waiting to become durable (a fetch must not overtake them: then use :meth:`submit`)."""
+        sr = self.shards[self.partition_of(group_id)]
+        if sr.chain is not None:
+            return None
+        return sr.shard.fetch_offsets(group_id, wanted)
 
     def submit(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
         """Run ``op(handle, request, now)`` on shard ``partition``.

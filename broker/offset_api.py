@@ -12,8 +12,12 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
-from protocol.codec import RawBody, encode_body
+from protocol.apis import ApiKey
+from protocol.codec import DecodeError, RawBody, decode_request, encode_body
 from protocol.errors import ErrorCode
+from protocol.headers import HeaderError, parse_request_header
+from protocol.offset_fetch import MAX_VERSION as OFFSET_FETCH_DIRECT_MAX
+from protocol.offset_fetch import encode_offset_fetch_response
 
 from .connection import RequestContext
 from .group_api import then
@@ -25,6 +29,18 @@ if TYPE_CHECKING:
 
 _BODY_CACHE_SIZE = 4096
 _LOST = ErrorCode.unknown_server_error  # a partition the shard did not answer (never expected)
+
+
+def _error_on_every_partition(req: Any, error: int) -> m.OffsetFetchResponse:
+    """OffsetFetch v0/v1 have no top-level error: Kafka reports a group-level error on every
+    requested partition, with no offset."""
+    return m.OffsetFetchResponse(
+        error,
+        tuple(
+            (t.name, tuple(m.FetchedOffset(p, -1, -1, "", error) for p in t.partition_indexes))
+            for t in req.topics or ()
+        ),
+    )
 
 
 class OffsetApi:
@@ -159,15 +175,30 @@ class OffsetApi:
         result = self._submit_fetch(req.group_id, req.topics, require_stable)
 
         def finish(r: m.OffsetFetchResponse) -> Any:
-            topics_out = self._topics_out(r)
             if ctx.version < 2 and r.error:
-                # v0/v1 have no top-level error: Kafka reports it on every partition.
-                for t in topics_out:
-                    for part in t["partitions"]:
-                        part["error_code"] = r.error
-            return ctx.respond(throttle_time=0, topics=topics_out, error_code=r.error)
+                r = _error_on_every_partition(req, r.error)
+            return ctx.respond(throttle_time=0, topics=self._topics_out(r), error_code=r.error)
 
         return then(result, finish)
+
+    def offset_fetch_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes | None:
+        """The hot path of OffsetFetch v0-v7 (monitoring tools poll it for every group): the
+        shard's answer written straight to the wire by protocol/offset_fetch.py. None when the
+        generic path must answer (v8+, or the shard has commits still becoming durable)."""
+        if version > OFFSET_FETCH_DIRECT_MAX:
+            return None
+        try:
+            _header, body_at = parse_request_header(frame, version >= 6)
+        except HeaderError as e:
+            raise DecodeError(f"bad request header: {e}") from e
+        req = decode_request(ApiKey.OFFSET_FETCH, version, frame, body_at)
+        wanted = None if req.topics is None else [(t.name, t.partition_indexes) for t in req.topics]
+        r = self.runtime.fetch_offsets(req.group_id, wanted)
+        if r is None:
+            return None
+        if version < 2 and r.error:
+            r = _error_on_every_partition(req, r.error)
+        return encode_offset_fetch_response(version, correlation_id, r.error, r.topics)
 
     async def _offset_fetch_groups(self, ctx: RequestContext, req: Any, require_stable: bool) -> Any:
         answers = await asyncio.gather(

@@ -35,7 +35,7 @@ import logging
 import struct
 import sys
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -218,6 +218,7 @@ _RETENTION = 3  # the shard's offset-retention check (J2-J4); group id and membe
 _TimerEntry = tuple[int, int, int, str, str]
 
 _COMPACT_MIN = 64
+_NONE = ErrorCode.none
 
 
 def _shared(text: str) -> str:
@@ -257,12 +258,13 @@ def _commit_error(req: OffsetCommitRequest, error: int) -> OffsetCommitResponse:
     )
 
 
+_NO_OFFSETS: dict[tuple[str, int], OffsetCommitValue] = {}  # never written
+
+
 def _fetched(partition: int, value: OffsetCommitValue | None) -> FetchedOffset:
     if value is None:
-        return FetchedOffset(partition, -1, -1, "", ErrorCode.none)
-    return FetchedOffset(
-        partition, value.offset, value.leader_epoch, value.metadata, ErrorCode.none
-    )
+        return FetchedOffset(partition, -1, -1, "", _NONE)
+    return FetchedOffset(partition, value.offset, value.leader_epoch, value.metadata, _NONE)
 
 
 def map_commit_error(error: int) -> int:
@@ -1512,25 +1514,48 @@ class GroupShard:
         delivered only after the commit's records are durable (the runtime completes a
         shard's Outputs in order), so no fetch can observe an offset that is still pending.
         """
+        response = self.fetch_offsets(req.group_id, req.topics)
         self._begin()
-        error = self._gate(req.group_id, empty_id_ok=True)
+        self._reply(handle, response)
+        return self._end()
+
+    def fetch_offsets(
+        self, group_id: str, wanted: Iterable[tuple[str, Iterable[int]]] | None
+    ) -> OffsetFetchResponse:
+        """:meth:`offset_fetch` without the Output plumbing: a fetch emits no records and
+        answers no other request. ``wanted`` None: every committed offset of the group."""
+        if self._out is not None:
+            raise RuntimeError("GroupShard is not re-entrant")
+        error = self._gate(group_id, empty_id_ok=True)
         if error is not None:
-            self._reply(handle, OffsetFetchResponse(error, ()))
-            return self._end()
-        offsets = self._offsets.get(req.group_id, {})
+            return OffsetFetchResponse(error, ())
+        offsets = self._offsets.get(group_id, _NO_OFFSETS)
         topics: tuple[tuple[str, tuple[FetchedOffset, ...]], ...]
-        if req.topics is None:
+        if wanted is None:
             by_topic: dict[str, list[FetchedOffset]] = {}
             for (topic, partition), value in sorted(offsets.items(), key=lambda kv: kv[0]):
                 by_topic.setdefault(topic, []).append(_fetched(partition, value))
             topics = tuple((topic, tuple(parts)) for topic, parts in by_topic.items())
         else:
+            # _fetched inlined (the monitoring-poll hot path): tuple.__new__ skips the named
+            # tuple's constructor frame.
+            make = tuple.__new__
+            fo = FetchedOffset
             topics = tuple(
-                (topic, tuple(_fetched(p, offsets.get((topic, p))) for p in partitions))
-                for topic, partitions in req.topics
+                (
+                    topic,
+                    tuple(
+                        [
+                            make(fo, (p, v.offset, v.leader_epoch, v.metadata, _NONE))
+                            if (v := offsets.get((topic, p))) is not None
+                            else make(fo, (p, -1, -1, "", _NONE))
+                            for p in partitions
+                        ]
+                    ),
+                )
+                for topic, partitions in wanted
             )
-        self._reply(handle, OffsetFetchResponse(ErrorCode.none, topics))
-        return self._end()
+        return OffsetFetchResponse(ErrorCode.none, topics)
 
     def offset_delete(self, handle: Hashable, req: OffsetDeleteRequest, now_ms: int) -> Output:
         """OffsetDelete (Kafka's handleDeleteOffsets).
