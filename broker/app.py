@@ -93,6 +93,7 @@ class Broker:
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         self.direct_handlers: dict[int, DirectHandler] = {
+            ApiKey.API_VERSIONS: self.cluster.api_versions_direct,
             ApiKey.HEARTBEAT: g.heartbeat_direct,
             ApiKey.OFFSET_FETCH: o.offset_fetch_direct,
         }

@@ -6,15 +6,20 @@ Metadata and FindCoordinator agree, and so several nodes can follow later.
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from protocol.apis import SUPPORTED
-from protocol.codec import RawBody, encode_body
+from protocol.apis import SUPPORTED, ApiKey, is_flexible
+from protocol.codec import DecodeError, RawBody, decode_request, encode_body, response_type
 from protocol.errors import ErrorCode
+from protocol.headers import HeaderError, parse_request_header
+from protocol.responses import build
 
 from .connection import RequestContext
 from .topics import OFFSETS_TOPIC, Topic, TopicError, topic_name_problem
+
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -38,12 +43,28 @@ class ClusterApi:
 
     # ApiVersions ----------------------------------------------------------------------------------
     def api_versions(self, ctx: RequestContext, req: Any) -> Any:
+        return self._api_versions_body(ctx.version)
+
+    def api_versions_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes:
+        """The hot path: every client opens every connection with ApiVersions, and the answer
+        depends on the version alone. The body is still decoded, so garbage closes the
+        connection as on the generic path. (ApiVersions answers always use header v0.)"""
+        try:
+            _header, body_at = parse_request_header(frame, is_flexible(ApiKey.API_VERSIONS, version))
+        except HeaderError as e:
+            raise DecodeError(f"bad request header: {e}") from e
+        decode_request(ApiKey.API_VERSIONS, version, frame, body_at)
+        body = self._api_versions_body(version)
+        return _SIZE_AND_CORRELATION.pack(4 + len(body), correlation_id) + body
+
+    def _api_versions_body(self, version: int) -> RawBody:
         # The answer never changes while the broker runs: encode it once per version.
-        body = self._api_versions_bodies.get(ctx.version)
+        body = self._api_versions_bodies.get(version)
         if body is None:
             body = RawBody(
                 encode_body(
-                    ctx.respond(
+                    build(
+                        response_type(ApiKey.API_VERSIONS, version),
                         error_code=0,
                         api_keys=[
                             dict(api_key=k, min_version=lo, max_version=hi)
@@ -57,7 +78,7 @@ class ClusterApi:
                     )
                 )
             )
-            self._api_versions_bodies[ctx.version] = body
+            self._api_versions_bodies[version] = body
         return body
 
     # Metadata -------------------------------------------------------------------------------------
