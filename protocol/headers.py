@@ -29,6 +29,23 @@ class RequestHeader:
     client_id: str | None
 
 
+def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos``: (value, position after it); HeaderError if malformed."""
+    return _read_uvarint(buf, pos)
+
+
+def skip_tagged_fields(buf: bytes, pos: int) -> int:
+    """The position after the tagged-field section at ``pos``; HeaderError if malformed."""
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise HeaderError("tagged field runs past the frame")
+    return pos
+
+
 def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
@@ -64,13 +81,7 @@ def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, i
     elif client_len != -1:
         raise HeaderError(f"bad client id length {client_len}")
     if flexible:
-        count, pos = _read_uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = _read_uvarint(frame, pos)
-            size, pos = _read_uvarint(frame, pos)
-            pos += size
-            if pos > len(frame):
-                raise HeaderError("tagged field runs past the frame")
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, version, correlation_id, client_id), pos
 
 

@@ -13,6 +13,7 @@ import struct
 from collections.abc import Callable
 
 from .codec import DecodeError
+from .headers import HeaderError, read_uvarint, skip_tagged_fields
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -23,30 +24,17 @@ HeartbeatFields = tuple[str, int, str, str | None]
 
 
 def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(frame):
-            raise DecodeError("truncated varint")
-        b = frame[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise DecodeError("varint too long")
+    try:
+        return read_uvarint(frame, pos)
+    except HeaderError as e:
+        raise DecodeError(str(e)) from e
 
 
 def _skip_tagged_fields(frame: bytes, pos: int) -> int:
-    count, pos = _uvarint(frame, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint(frame, pos)
-        size, pos = _uvarint(frame, pos)
-        pos += size
-    if pos > len(frame):
-        raise DecodeError("tagged field runs past the frame")
-    return pos
+    try:
+        return skip_tagged_fields(frame, pos)
+    except HeaderError as e:
+        raise DecodeError(str(e)) from e
 
 
 def _text(frame: bytes, start: int, end: int) -> str:
