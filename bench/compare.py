@@ -116,6 +116,20 @@ def start(name: str, tmp: Path, tag: str, settings: dict[str, object] | None = N
     return broker
 
 
+def _checkout() -> str:
+    """The commit measured (with "+changes" when the tree differs from it), or "unknown"."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH.parent,
+                              capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=BENCH.parent,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
 def describe(name: str, tmp: Path) -> dict[str, Any]:
     """Which build each broker is, or why it is unavailable."""
     try:
@@ -129,7 +143,7 @@ def describe(name: str, tmp: Path) -> dict[str, Any]:
     try:
         info: dict[str, Any] = {"available": True}
         if name == "kcoord":
-            info.update(build="this checkout", storage="disk, fsync before acknowledging (log.flush.interval.messages=1)",
+            info.update(build=f"this checkout ({_checkout()})", storage="disk, fsync before acknowledging (log.flush.interval.messages=1)",
                         settings={"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000})
         elif name == "mock":
             info.update(build=getattr(broker, "version", "?"), storage="memory",
