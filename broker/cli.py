@@ -119,6 +119,10 @@ def _show_value(value: object) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # The format names no thread or process: do not look them up for every record.
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     logging.basicConfig(
         level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.INFO),
         stream=sys.stderr,

@@ -112,7 +112,7 @@ class GroupApi:
         )
 
     # JoinGroup ------------------------------------------------------------------------------------
-    async def join_group(self, ctx: RequestContext, req: Any) -> Any:
+    def join_group(self, ctx: RequestContext, req: Any) -> Any:
         session_ms = to_millis(req.session_timeout)
         rebalance_ms = to_millis(req.rebalance_timeout) if ctx.version >= 1 else session_ms
         request = m.JoinGroupRequest(
@@ -131,7 +131,11 @@ class GroupApi:
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
-        r: m.JoinGroupResponse = await runtime.call(p, runtime.shard(p).join_group, request)
+        result = runtime.submit(p, runtime.shard(p).join_group, request)
+        return then(result, lambda r: self._join_answer(ctx, r))
+
+    @staticmethod
+    def _join_answer(ctx: RequestContext, r: m.JoinGroupResponse) -> Any:
         return ctx.respond(
             throttle_time=0,
             error_code=r.error,
@@ -148,7 +152,7 @@ class GroupApi:
         )
 
     # SyncGroup ------------------------------------------------------------------------------------
-    async def sync_group(self, ctx: RequestContext, req: Any) -> Any:
+    def sync_group(self, ctx: RequestContext, req: Any) -> Any:
         request = m.SyncGroupRequest(
             group_id=req.group_id,
             generation_id=req.generation_id,
@@ -160,7 +164,11 @@ class GroupApi:
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
-        r: m.SyncGroupResponse = await runtime.call(p, runtime.shard(p).sync_group, request)
+        result = runtime.submit(p, runtime.shard(p).sync_group, request)
+        return then(result, lambda r: self._sync_answer(ctx, r))
+
+    @staticmethod
+    def _sync_answer(ctx: RequestContext, r: m.SyncGroupResponse) -> Any:
         return ctx.respond(
             throttle_time=0,
             error_code=r.error,

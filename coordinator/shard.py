@@ -754,7 +754,7 @@ class GroupShard:
         group.add(member, handle, awaiting=True)
         # New members cannot heartbeat yet: only the new-member join timeout applies.
         self._schedule_heartbeat(group, member, self.config.new_member_join_timeout_ms, now_ms)
-        log.info(
+        log.debug(
             "member %s (instance %s) joins group %s in state %s",
             member_id,
             req.group_instance_id,
@@ -959,7 +959,7 @@ class GroupShard:
             self._emit_group_record(group, {})
             self._rebalance_completed(group, now_ms)
             return
-        log.info(
+        log.debug(
             "group %s generation %d: protocol %s, leader %s, %d members",
             group.group_id,
             group.generation,
@@ -1136,7 +1136,8 @@ class GroupShard:
             member.assignment = assignment[mid]
         handles = self._propagate_assignment(group, ErrorCode.none, now_ms)
         group.transition_to(GroupState.STABLE, now_ms)
-        log.info("group %s is Stable at generation %d", group.group_id, group.generation)
+        # At INFO the "rebalance completed" line below says as much.
+        log.debug("group %s is Stable at generation %d", group.group_id, group.generation)
         self._rebalance_completed(group, now_ms)
         self._on_failure(SyncWriteFailed(group.group_id, group.generation, tuple(handles)))
 
