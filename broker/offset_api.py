@@ -53,7 +53,7 @@ class OffsetApi:
     def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
         topics = []
-        make = m.OffsetCommitPartition._make
+        new, cls = tuple.__new__, m.OffsetCommitPartition  # per partition: skip _make's frame
         has_epoch = ctx.version >= 6
         for t in req.topics:
             topic = self.broker.topics.get(t.name)
@@ -65,7 +65,7 @@ class OffsetApi:
                     unknown[(t.name, index)] = ErrorCode.unknown_topic_or_partition
                     continue
                 epoch = p.committed_leader_epoch if has_epoch else -1
-                parts.append(make((index, p.committed_offset, epoch, p.committed_metadata)))
+                parts.append(new(cls, (index, p.committed_offset, epoch, p.committed_metadata)))
             if parts:
                 topics.append((t.name, tuple(parts)))
         if not topics:

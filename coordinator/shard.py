@@ -1458,6 +1458,7 @@ class GroupShard:
         cache = self._offsets.get(group_id)
         assert self._out is not None
         emit = self._out.records.append  # the hot loop: one record per partition
+        new_value = tuple.__new__  # OffsetCommitValue without its constructor's frame
         ok, too_large, no_topic = (
             ErrorCode.none,
             ErrorCode.offset_metadata_too_large,
@@ -1486,7 +1487,7 @@ class GroupShard:
                 except SchemaError:
                     errors.append((partition, no_topic))  # metadata over an int16 length
                     continue
-                value = OffsetCommitValue(offset, metadata, now_ms, leader_epoch)
+                value = new_value(OffsetCommitValue, (offset, metadata, now_ms, leader_epoch, -1))
                 if cache is None:
                     cache = self._offsets.setdefault(group_id, {})
                 tp = (topic, partition)
