@@ -6,20 +6,22 @@ Metadata and FindCoordinator agree, and so several nodes can follow later.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from protocol.apis import SUPPORTED, ApiKey, is_flexible
-from protocol.codec import DecodeError, RawBody, decode_request, encode_body, response_type
+from protocol.apis import SUPPORTED, ApiKey
+from protocol.codec import (
+    RawBody,
+    decode_request_frame,
+    encode_body,
+    encode_response,
+    response_type,
+)
 from protocol.errors import ErrorCode
-from protocol.headers import HeaderError, parse_request_header
 from protocol.responses import build
 
 from .connection import RequestContext
 from .topics import OFFSETS_TOPIC, Topic, TopicError, topic_name_problem
-
-_SIZE_AND_CORRELATION = struct.Struct(">ii")
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -49,13 +51,8 @@ class ClusterApi:
         """The hot path: every client opens every connection with ApiVersions, and the answer
         depends on the version alone. The body is still decoded, so garbage closes the
         connection as on the generic path. (ApiVersions answers always use header v0.)"""
-        try:
-            _header, body_at = parse_request_header(frame, is_flexible(ApiKey.API_VERSIONS, version))
-        except HeaderError as e:
-            raise DecodeError(f"bad request header: {e}") from e
-        decode_request(ApiKey.API_VERSIONS, version, frame, body_at)
-        body = self._api_versions_body(version)
-        return _SIZE_AND_CORRELATION.pack(4 + len(body), correlation_id) + body
+        decode_request_frame(ApiKey.API_VERSIONS, version, frame)
+        return encode_response(correlation_id, self._api_versions_body(version), False)
 
     def _api_versions_body(self, version: int) -> RawBody:
         # The answer never changes while the broker runs: encode it once per version.

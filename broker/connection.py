@@ -117,27 +117,11 @@ class Connection(asyncio.Protocol):
         except FrameError as e:
             self.abort(f"bad frame: {e}")
             return
-        direct_handlers = self._direct_handlers
         for frame in frames:
             if self.closed:
                 return
-            # The hot path (see DirectHandler), tried first: a supported version of an API with
-            # a direct handler, nothing earlier still awaiting its answer, no metrics to keep.
-            if len(frame) >= 8 and not self._slots and self.broker.metrics is None:
-                api_key, version, correlation_id = _HEAD.unpack_from(frame)
-                direct = direct_handlers.get(api_key)
-                if direct is not None and is_supported(api_key, version):
-                    try:
-                        answer = direct(frame, version, correlation_id)
-                    except Exception:
-                        answer = None  # the generic path reports it, the same way as always
-                    if answer is not None:
-                        self._out.append(answer)
-                        if not self._write_scheduled:
-                            self._write_scheduled = True
-                            self._loop.call_soon(self._write_out)
-                        continue
-            self._on_frame(frame)
+            if not self._direct(frame):
+                self._on_frame(frame)
 
     def eof_received(self) -> bool | None:
         if self.decoder.buffered:
@@ -163,9 +147,6 @@ class Connection(asyncio.Protocol):
                 self._enqueue_ready(self._api_versions_fallback(correlation_id))
                 return
             self.abort(f"unsupported api {api_key} version {version}")
-            return
-        direct = self._direct_handlers.get(api_key)
-        if direct is not None and self._direct(direct, frame, api_key, version, correlation_id):
             return
         flexible = is_flexible(api_key, version)
         try:
@@ -223,10 +204,15 @@ class Connection(asyncio.Protocol):
             self._enqueue_ready(encode_response(header.correlation_id, result, flexible_response))
             self.broker.metrics_response(api_key, started)
 
-    def _direct(
-        self, direct: DirectHandler, frame: bytes, api_key: int, version: int, correlation_id: int
-    ) -> bool:
-        """Try the API's hot path; False if the generic path must handle the frame."""
+    def _direct(self, frame: bytes) -> bool:
+        """Answer ``frame`` through its API's direct handler (see DirectHandler), tried before
+        the generic path; False if there is none for it or it declined."""
+        if len(frame) < 8:
+            return False
+        api_key, version, correlation_id = _HEAD.unpack_from(frame)
+        direct = self._direct_handlers.get(api_key)
+        if direct is None or not is_supported(api_key, version):
+            return False
         metered = self.broker.metrics is not None
         started = time.perf_counter() if metered else 0.0
         try:
@@ -243,13 +229,7 @@ class Connection(asyncio.Protocol):
         if metered:
             self.broker.metrics_request(api_key)
             self.broker.metrics_response(api_key, started)
-        if self._slots:
-            self._enqueue_ready(data)
-        else:
-            self._out.append(data)
-            if not self._write_scheduled:
-                self._write_scheduled = True
-                self._loop.call_soon(self._write_out)
+        self._enqueue_ready(data)
         return True
 
     def _settle(
@@ -303,7 +283,8 @@ class Connection(asyncio.Protocol):
 
     def _enqueue_ready(self, data: bytes) -> None:
         if not self._slots:
-            self._send([data])
+            self._out.append(data)
+            self._schedule_write()
             return
         slot = _Slot()
         slot.data = data
@@ -326,6 +307,9 @@ class Connection(asyncio.Protocol):
 
     def _send(self, frames: list[bytes]) -> None:
         self._out.extend(frames)
+        self._schedule_write()
+
+    def _schedule_write(self) -> None:
         if not self._write_scheduled:
             self._write_scheduled = True
             self._loop.call_soon(self._write_out)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
 from protocol.apis import ApiKey
-from protocol.codec import RawBody, encode_body, response_type
+from protocol.codec import RawBody, encode_body, encode_response, response_type
 from protocol.errors import ErrorCode
-from protocol.heartbeat import HeartbeatAnswers, decode_heartbeat
+from protocol.heartbeat import decode_heartbeat
 from protocol.responses import build, to_millis
 
 from .connection import RequestContext
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 _UNKNOWN_OPERATIONS = -2147483648
-
-
-def _encode_heartbeat_body(version: int, error: int) -> bytes:
-    return encode_body(build(response_type(ApiKey.HEARTBEAT, version), throttle_time=0, error_code=error))
 
 
 def then(result: Any, finish: Callable[[Any], Any]) -> Any:
@@ -67,7 +63,6 @@ class GroupApi:
         self.broker = broker
         self.runtime = runtime
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
-        self._heartbeat_answers = HeartbeatAnswers(_encode_heartbeat_body)
 
     def _client_host(self, ctx: RequestContext) -> str:
         return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
@@ -188,23 +183,26 @@ class GroupApi:
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
         result = runtime.submit(p, runtime.shard(p).heartbeat, request)
-        return then(result, lambda r: self._heartbeat_body(ctx, r.error))
+        return then(result, lambda r: self._heartbeat_body(ctx.version, r.error))
 
     def heartbeat_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes | None:
-        """The hot path: a Heartbeat decoded by hand and answered with a whole response frame,
-        no header object, no kio entity, no Output. None when the generic path must answer."""
+        """The hot path: a Heartbeat decoded straight from the frame and answered with a whole
+        response frame, no header object, no Output. None when the generic path must answer."""
         group_id, generation_id, member_id, instance_id = decode_heartbeat(frame, version)
         error = self.runtime.heartbeat(group_id, generation_id, member_id, instance_id)
         if error is None:
             return None
-        return self._heartbeat_answers.frame(version, error, correlation_id)
+        return encode_response(correlation_id, self._heartbeat_body(version, error), version >= 4)
 
-    def _heartbeat_body(self, ctx: RequestContext, error: int) -> RawBody:
+    def _heartbeat_body(self, version: int, error: int) -> RawBody:
         """Heartbeat answers differ only by version and error code: encode each once."""
-        key = (ctx.version, error)
+        key = (version, error)
         body = self._heartbeat_bodies.get(key)
         if body is None:
-            body = self._heartbeat_bodies[key] = RawBody(_encode_heartbeat_body(ctx.version, error))
+            response = build(
+                response_type(ApiKey.HEARTBEAT, version), throttle_time=0, error_code=error
+            )
+            body = self._heartbeat_bodies[key] = RawBody(encode_body(response))
         return body
 
     # LeaveGroup -----------------------------------------------------------------------------------

@@ -310,8 +310,8 @@ class GroupRuntime:
     ) -> int | None:
         """A Heartbeat's error code, answered on the spot; None when the owning shard still has
         outputs waiting to become durable (then use :meth:`submit`, which keeps replies in order)."""
-        sr = self.shards[self.partition_of(group_id)]
-        if sr.chain is not None:
+        sr = self._idle_shard(group_id)
+        if sr is None:
             return None
         error = sr.shard.heartbeat_now(group_id, generation_id, member_id, group_instance_id, now_ms())
         if sr.shard.next_wakeup() != sr.timer_at:
@@ -323,10 +323,16 @@ class GroupRuntime:
     ) -> OffsetFetchResponse | None:
         """An OffsetFetch answered on the spot; None when the owning shard has outputs still
         waiting to become durable (a fetch must not overtake them: then use :meth:`submit`)."""
-        sr = self.shards[self.partition_of(group_id)]
-        if sr.chain is not None:
+        sr = self._idle_shard(group_id)
+        if sr is None:
             return None
         return sr.shard.fetch_offsets(group_id, wanted)
+
+    def _idle_shard(self, group_id: str) -> _ShardRuntime | None:
+        """The shard of ``group_id`` if no output of it is still waiting to become durable, so
+        that a reply given on the spot overtakes none; None otherwise."""
+        sr = self.shards[self.partition_of(group_id)]
+        return sr if sr.chain is None else None
 
     def submit(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
         """Run ``op(handle, request, now)`` on shard ``partition``.

@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
 from protocol.apis import ApiKey
-from protocol.codec import DecodeError, RawBody, decode_request, encode_body
+from protocol.codec import RawBody, decode_request_frame, encode_body
 from protocol.errors import ErrorCode
-from protocol.headers import HeaderError, parse_request_header
 from protocol.offset_fetch import MAX_VERSION as OFFSET_FETCH_DIRECT_MAX
 from protocol.offset_fetch import encode_offset_fetch_response
 
@@ -29,6 +28,13 @@ if TYPE_CHECKING:
 
 _BODY_CACHE_SIZE = 4096
 _LOST = ErrorCode.unknown_server_error  # a partition the shard did not answer (never expected)
+
+
+def _wanted(topics: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """The partitions an OffsetFetch asks about, None for all of the group's."""
+    if topics is None:
+        return None
+    return tuple((t.name, tuple(t.partition_indexes)) for t in topics)
 
 
 def _error_on_every_partition(req: Any, error: int) -> m.OffsetFetchResponse:
@@ -91,10 +97,10 @@ class OffsetApi:
     ) -> RawBody:
         """The response body: the shard's errors and the partitions of unknown topics, in
         request order."""
-        shape: Any = None
+        shape: Any
         if r is not None and not unknown and len(r.topics) == len(req.topics):
             shape = r.topics  # the shard answered every partition, in request order
-        if shape is None:
+        else:
             errors: dict[tuple[str, int], int] = dict(unknown)
             if r is not None:
                 for name, results in r.topics:
@@ -134,10 +140,11 @@ class OffsetApi:
     # OffsetFetch ----------------------------------------------------------------------------------
     def _submit_fetch(self, group_id: str, topics: Any, require_stable: bool) -> Any:
         """Ask the group's shard; the reply itself, or a future of it (GroupRuntime.submit)."""
-        wanted = None if topics is None else tuple((t.name, tuple(t.partition_indexes)) for t in topics)
         runtime = self.runtime
         p = runtime.partition_of(group_id)
-        request = m.OffsetFetchRequest(group_id=group_id, topics=wanted, require_stable=require_stable)
+        request = m.OffsetFetchRequest(
+            group_id=group_id, topics=_wanted(topics), require_stable=require_stable
+        )
         return runtime.submit(p, runtime.shard(p).offset_fetch, request)
 
     async def _fetch_group(
@@ -187,13 +194,8 @@ class OffsetApi:
         generic path must answer (v8+, or the shard has commits still becoming durable)."""
         if version > OFFSET_FETCH_DIRECT_MAX:
             return None
-        try:
-            _header, body_at = parse_request_header(frame, version >= 6)
-        except HeaderError as e:
-            raise DecodeError(f"bad request header: {e}") from e
-        req = decode_request(ApiKey.OFFSET_FETCH, version, frame, body_at)
-        wanted = None if req.topics is None else [(t.name, t.partition_indexes) for t in req.topics]
-        r = self.runtime.fetch_offsets(req.group_id, wanted)
+        req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame)
+        r = self.runtime.fetch_offsets(req.group_id, _wanted(req.topics))
         if r is None:
             return None
         if version < 2 and r.error:

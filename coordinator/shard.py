@@ -261,10 +261,15 @@ def _commit_error(req: OffsetCommitRequest, error: int) -> OffsetCommitResponse:
 _NO_OFFSETS: dict[tuple[str, int], OffsetCommitValue] = {}  # never written
 
 
+_new_tuple = tuple.__new__  # a named tuple without its constructor's frame (per partition)
+
+
 def _fetched(partition: int, value: OffsetCommitValue | None) -> FetchedOffset:
     if value is None:
-        return FetchedOffset(partition, -1, -1, "", _NONE)
-    return FetchedOffset(partition, value.offset, value.leader_epoch, value.metadata, _NONE)
+        return _new_tuple(FetchedOffset, (partition, -1, -1, "", _NONE))
+    return _new_tuple(
+        FetchedOffset, (partition, value.offset, value.leader_epoch, value.metadata, _NONE)
+    )
 
 
 def map_commit_error(error: int) -> int:
@@ -305,6 +310,9 @@ def map_store_error(error: int) -> int:
 
 # --------------------------------------------------------------------------------------------
 # The shard
+
+
+_ACTIVE = ShardMode.ACTIVE
 
 
 class GroupShard:
@@ -376,9 +384,12 @@ class GroupShard:
 
     # ---- output plumbing ----------------------------------------------------------------
 
-    def _begin(self) -> Output:
+    def _not_reentered(self) -> None:
         if self._out is not None:
             raise RuntimeError("GroupShard is not re-entrant")
+
+    def _begin(self) -> Output:
+        self._not_reentered()
         self._out = Output()
         return self._out
 
@@ -402,13 +413,22 @@ class GroupShard:
 
     # ---- timers -------------------------------------------------------------------------
 
-    def _push(self, deadline_ms: int, kind: int, group_id: str, member_id: str = "") -> int:
+    def _push(
+        self,
+        deadline_ms: int,
+        kind: int,
+        group_id: str,
+        member_id: str = "",
+        token: int | None = None,
+    ) -> int:
+        """Queue a timer entry under a new token, or under ``token`` (an entry re-queued)."""
         # Compact BEFORE pushing: the caller registers the new token only after this
         # returns, so a compaction that saw the new entry would discard it as stale.
         if len(self._timers) >= self._compact_at:
             self._compact_timers()
-        token = self._next_token
-        self._next_token += 1
+        if token is None:
+            token = self._next_token
+            self._next_token += 1
         heapq.heappush(self._timers, (deadline_ms, token, kind, group_id, member_id))
         return token
 
@@ -443,9 +463,8 @@ class GroupShard:
 
     def _requeue(self, entry: _TimerEntry, deadline_ms: int) -> None:
         """Queue ``entry`` again, same token, at its member's later deadline."""
-        if len(self._timers) >= self._compact_at:
-            self._compact_timers()
-        heapq.heappush(self._timers, (deadline_ms, entry[1], entry[2], entry[3], entry[4]))
+        _, token, kind, group_id, member_id = entry
+        self._push(deadline_ms, kind, group_id, member_id, token)
 
     def next_deadline(self) -> int | None:
         """The earliest live timer deadline, None if there is none (exact: entries of cancelled
@@ -571,6 +590,10 @@ class GroupShard:
 
     def _gate(self, group_id: str, *, empty_id_ok: bool) -> int | None:
         """D1's first checks: invalid group id, not coordinator, loading."""
+        if self._mode is _ACTIVE and group_id:  # the usual case, answered first
+            route = self._partition_for
+            if route is None or route(group_id) == self.partition:
+                return None
         if group_id == "" and not empty_id_ok:
             return ErrorCode.invalid_group_id
         if self._mode is ShardMode.UNLOADED:
@@ -1179,19 +1202,12 @@ class GroupShard:
         """Heartbeat (G2) without the Output plumbing: its error code. A heartbeat never emits
         records nor answers another request, so the hot path of a busy coordinator can skip
         building an Output for it."""
-        if self._out is not None:
-            raise RuntimeError("GroupShard is not re-entrant")
-        route = self._partition_for
-        if (
-            self._mode is not ShardMode.ACTIVE
-            or not group_id
-            or (route is not None and route(group_id) != self.partition)
-        ):
-            error = self._gate(group_id, empty_id_ok=False)
-            if error == ErrorCode.coordinator_load_in_progress:
-                return ErrorCode.none  # K3: answer blindly while loading
-            if error is not None:
-                return error
+        self._not_reentered()
+        error = self._gate(group_id, empty_id_ok=False)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # K3: answer blindly while loading
+        if error is not None:
+            return error
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -1209,11 +1225,7 @@ class GroupShard:
         state = group.state
         if state is GroupState.EMPTY:
             return ErrorCode.unknown_member_id
-        deadline = now_ms + member.session_timeout_ms
-        if member.heartbeat_token and deadline >= member.heartbeat_deadline:
-            member.heartbeat_deadline = deadline  # G3, _schedule_heartbeat's usual case inlined
-        else:
-            self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        self._schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
         if state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
@@ -1526,8 +1538,7 @@ class GroupShard:
     ) -> OffsetFetchResponse:
         """:meth:`offset_fetch` without the Output plumbing: a fetch emits no records and
         answers no other request. ``wanted`` None: every committed offset of the group."""
-        if self._out is not None:
-            raise RuntimeError("GroupShard is not re-entrant")
+        self._not_reentered()
         error = self._gate(group_id, empty_id_ok=True)
         if error is not None:
             return OffsetFetchResponse(error, ())
@@ -1539,22 +1550,8 @@ class GroupShard:
                 by_topic.setdefault(topic, []).append(_fetched(partition, value))
             topics = tuple((topic, tuple(parts)) for topic, parts in by_topic.items())
         else:
-            # _fetched inlined (the monitoring-poll hot path): tuple.__new__ skips the named
-            # tuple's constructor frame.
-            make = tuple.__new__
-            fo = FetchedOffset
             topics = tuple(
-                (
-                    topic,
-                    tuple(
-                        [
-                            make(fo, (p, v.offset, v.leader_epoch, v.metadata, _NONE))
-                            if (v := offsets.get((topic, p))) is not None
-                            else make(fo, (p, -1, -1, "", _NONE))
-                            for p in partitions
-                        ]
-                    ),
-                )
+                (topic, tuple([_fetched(p, offsets.get((topic, p))) for p in partitions]))
                 for topic, partitions in wanted
             )
         return OffsetFetchResponse(ErrorCode.none, topics)

@@ -19,10 +19,11 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 
 from . import fastcodec
-from .headers import response_header
+from .apis import is_flexible
+from .headers import HeaderError, parse_request_header
 from .legacy import LegacyDecodeError, decode_legacy_produce, decode_offset_commit_v0_v1
 
-_SIZE = struct.Struct(">i")
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
 
 
 class DecodeError(ValueError):
@@ -120,7 +121,20 @@ def encode_body(entity: Any) -> bytes:
 
 
 def encode_response(correlation_id: int, entity: Any, flexible_header: bool) -> bytes:
-    """A whole response frame: size, header, body."""
+    """A whole response frame: size, header (v1, with its empty tagged fields, when
+    ``flexible_header``; else v0), body."""
     body = encode_body(entity)
-    head = response_header(correlation_id, flexible_header)
-    return b"".join((_SIZE.pack(len(head) + len(body)), head, body))
+    if flexible_header:
+        return _SIZE_AND_CORRELATION.pack(len(body) + 5, correlation_id) + b"\x00" + body
+    return _SIZE_AND_CORRELATION.pack(len(body) + 4, correlation_id) + body
+
+
+def decode_request_frame(api_key: int, version: int, frame: bytes) -> Any:
+    """The request in a whole frame (size prefix excluded), its header skipped: for the direct
+    handlers, which have the API, version and correlation id already. DecodeError if either
+    the header or the body does not parse."""
+    try:
+        _header, body_at = parse_request_header(frame, is_flexible(api_key, version))
+    except HeaderError as e:
+        raise DecodeError(f"bad request header: {e}") from e
+    return decode_request(api_key, version, frame, body_at)

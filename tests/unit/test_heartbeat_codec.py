@@ -9,8 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.apis import is_flexible
-from protocol.codec import DecodeError, encode_body, request_type, response_type
-from protocol.heartbeat import HeartbeatAnswers, decode_heartbeat
+from protocol.codec import (
+    DecodeError,
+    RawBody,
+    encode_body,
+    encode_response,
+    request_type,
+    response_type,
+)
+from protocol.heartbeat import decode_heartbeat
 from protocol.responses import build
 
 texts = st.text(max_size=40)
@@ -70,11 +77,10 @@ def test_bad_utf8_and_bad_lengths_are_decode_errors() -> None:
 
 @pytest.mark.parametrize("version", range(5))
 def test_answers_are_whole_frames(version: int) -> None:
-    answers = HeartbeatAnswers(
-        lambda v, e: encode_body(build(response_type(12, v), throttle_time=0, error_code=e))
-    )
-    data = answers.frame(version, 27, 0x01020304)
+    body = RawBody(encode_body(build(response_type(12, version), throttle_time=0, error_code=27)))
+    data = encode_response(0x01020304, body, version >= 4)
     size, correlation = struct.unpack_from(">ii", data)
     assert size == len(data) - 4 and correlation == 0x01020304
+    assert data[8:].startswith(b"\x00" if version >= 4 else b"")  # response header v1
     assert data.endswith(struct.pack(">h", 27) + (b"\x00" if version >= 4 else b""))
-    assert answers.frame(version, 27, 5)[8:] == data[8:]
+    assert encode_response(5, body, version >= 4)[8:] == data[8:]
