@@ -68,6 +68,83 @@ SETTINGS: dict[str, Setting] = {
         ),
         Setting("message.max.bytes", int, 1048588, "Largest record batch a Produce may carry.", 0),
         Setting("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", 1),
+        Setting(
+            "socket.request.max.elements",
+            int,
+            100000,
+            "Most array entries one request may hold (all arrays together); more closes the"
+            " connection before the request is decoded.",
+            1,
+        ),
+        Setting(
+            "socket.request.receive.timeout.ms",
+            int,
+            30000,
+            "Longest time a request may take to arrive once its first byte has; slower ones close"
+            " the connection.",
+            1,
+        ),
+        Setting(
+            "queued.max.request.bytes",
+            int,
+            134217728,
+            "Bytes of large requests (over 64 KiB) being received or waiting to be handled, over"
+            " all connections; past it a connection waits before reading more. -1: no limit.",
+            -1,
+        ),
+        Setting(
+            "queued.max.requests",
+            int,
+            500,
+            "Requests one connection may have received and not yet answered; past it the broker"
+            " stops reading from that connection until answers go out.",
+            1,
+        ),
+        Setting(
+            "max.broker.partitions",
+            int,
+            10000,
+            "Most partitions this node holds, __consumer_offsets included; creating more fails"
+            " with POLICY_VIOLATION.",
+            1,
+        ),
+        Setting(
+            "max.partitions.per.request",
+            int,
+            4000,
+            "Most partitions one CreateTopics or CreatePartitions request may create.",
+            1,
+        ),
+        Setting(
+            "log.max.open.files",
+            int,
+            1000,
+            "Most segment and index files kept open at once; the least recently used are closed"
+            " and reopened when needed.",
+            16,
+        ),
+        Setting(
+            "producer.id.expiration.ms",
+            int,
+            86400000,
+            "How long the broker remembers an idle idempotent producer's last batches.",
+            1,
+        ),
+        Setting(
+            "producer.id.expiration.check.interval.ms",
+            int,
+            600000,
+            "How often idle producers are looked for.",
+            1,
+        ),
+        Setting(
+            "metrics.max.groups",
+            int,
+            1000,
+            "Groups that get their own per-group series in /metrics; the others are summed into"
+            ' consumergroup="__other__".',
+            0,
+        ),
         Setting("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", 1),
         Setting(
             "offsets.topic.segment.bytes", int, 104857600, "Segment size of __consumer_offsets.", 1024

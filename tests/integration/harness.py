@@ -44,8 +44,12 @@ class BrokerProcess:
         data_dir: Path,
         settings: dict[str, object] | None = None,
         metrics_port: int | None = None,
+        wrapper: list[str] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # A command the broker runs under, e.g. ["prlimit", "--as=2147483648"] (it must exec
+        # the broker, so that the pid is the broker's).
+        self.wrapper = list(wrapper or [])
         self.settings = dict(settings or {})
         self.port = free_port()
         self.metrics_port = metrics_port  # passed as --metrics-port when set
@@ -58,6 +62,7 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         cmd = [
+            *self.wrapper,
             sys.executable,
             "-m",
             "broker.cli",
@@ -96,6 +101,11 @@ class BrokerProcess:
             return self.log_path.read_text(errors="replace")[-20000:]
         except OSError:
             return ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
