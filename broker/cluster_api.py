@@ -34,6 +34,7 @@ class ClusterApi:
         self.broker = broker
         self.topics = broker.topics
         self._api_versions_bodies: dict[int, RawBody] = {}
+        self._max_elements: int = broker.config["socket.request.max.elements"]
 
     @property
     def node_id(self) -> int:
@@ -51,7 +52,7 @@ class ClusterApi:
         """The hot path: every client opens every connection with ApiVersions, and the answer
         depends on the version alone. The body is still decoded, so garbage closes the
         connection as on the generic path. (ApiVersions answers always use header v0.)"""
-        decode_request_frame(ApiKey.API_VERSIONS, version, frame)
+        decode_request_frame(ApiKey.API_VERSIONS, version, frame, self._max_elements)
         return encode_response(correlation_id, self._api_versions_body(version), False)
 
     def _api_versions_body(self, version: int) -> RawBody:

@@ -93,6 +93,7 @@ class Connection(asyncio.Protocol):
         self._write_scheduled = False
         self._loop = asyncio.get_running_loop()
         self._direct_handlers = broker.direct_handlers
+        self._max_elements: int = broker.config["socket.request.max.elements"]
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -159,7 +160,7 @@ class Connection(asyncio.Protocol):
             self.abort(f"no handler for api {api_key}")
             return
         try:
-            request = decode_request(api_key, version, frame, body_at)
+            request = decode_request(api_key, version, frame, body_at, self._max_elements)
         except DecodeError as e:
             self.abort(str(e))
             return

@@ -63,6 +63,7 @@ class GroupApi:
         self.broker = broker
         self.runtime = runtime
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
+        self._max_elements: int = broker.config["socket.request.max.elements"]
 
     def _client_host(self, ctx: RequestContext) -> str:
         return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
@@ -188,7 +189,9 @@ class GroupApi:
     def heartbeat_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes | None:
         """The hot path: a Heartbeat decoded straight from the frame and answered with a whole
         response frame, no header object, no Output. None when the generic path must answer."""
-        group_id, generation_id, member_id, instance_id = decode_heartbeat(frame, version)
+        group_id, generation_id, member_id, instance_id = decode_heartbeat(
+            frame, version, self._max_elements
+        )
         error = self.runtime.heartbeat(group_id, generation_id, member_id, instance_id)
         if error is None:
             return None

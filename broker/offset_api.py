@@ -54,6 +54,7 @@ class OffsetApi:
         self.broker = broker
         self.runtime = runtime
         self._commit_bodies: dict[tuple[int, Any], RawBody] = {}
+        self._max_elements: int = broker.config["socket.request.max.elements"]
 
     # OffsetCommit ---------------------------------------------------------------------------------
     def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
@@ -194,7 +195,7 @@ class OffsetApi:
         generic path must answer (v8+, or the shard has commits still becoming durable)."""
         if version > OFFSET_FETCH_DIRECT_MAX:
             return None
-        req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame)
+        req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame, self._max_elements)
         r = self.runtime.fetch_offsets(req.group_id, _wanted(req.topics))
         if r is None:
             return None

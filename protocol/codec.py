@@ -20,6 +20,7 @@ from kio.serial import entity_writer
 
 from . import fastcodec
 from .apis import is_flexible
+from .guard import DEFAULT_MAX_ELEMENTS, Guard, GuardError, guard
 from .headers import HeaderError, parse_request_header
 from .legacy import LegacyDecodeError, decode_legacy_produce, decode_offset_commit_v0_v1
 
@@ -35,20 +36,20 @@ _REQUEST_ALIAS = {(9, 0): (9, 1)}  # OffsetFetch v0 == v1 on the wire
 _RESPONSE_ALIAS = {(9, 0): (9, 1), (8, 0): (8, 2), (8, 1): (8, 2)}
 
 
-def _legacy_produce(frame: bytes, pos: int) -> Any:
-    decoded = decode_legacy_produce(frame, pos)
+def _legacy_produce(frame: bytes, pos: int, max_elements: int) -> Any:
+    decoded = decode_legacy_produce(frame, pos, max_elements)
     if decoded is None:
         raise LegacyDecodeError("cannot decode a Produce v0-v2 request")
     return decoded
 
 
 # Old versions decoded by hand (protocol/legacy.py).
-_LEGACY_DECODERS: dict[tuple[int, int], Callable[[bytes, int], Any]] = {
+_LEGACY_DECODERS: dict[tuple[int, int], Callable[[bytes, int, int], Any]] = {
     (0, 0): _legacy_produce,
     (0, 1): _legacy_produce,
     (0, 2): _legacy_produce,
-    (8, 0): lambda frame, pos: decode_offset_commit_v0_v1(frame, pos, 0),
-    (8, 1): lambda frame, pos: decode_offset_commit_v0_v1(frame, pos, 1),
+    (8, 0): lambda frame, pos, limit: decode_offset_commit_v0_v1(frame, pos, 0, limit),
+    (8, 1): lambda frame, pos, limit: decode_offset_commit_v0_v1(frame, pos, 1, limit),
 }
 
 
@@ -75,26 +76,39 @@ def _writer(cls: type) -> Callable[[io.BytesIO, Any], None]:
     return entity_writer(cls)  # type: ignore[return-value]
 
 
-# (api key, version) -> reader, for the versions kio models (one dict probe per request).
-_readers: dict[tuple[int, int], Callable[[bytes, int], tuple[Any, int]]] = {}
+# (api key, version) -> (pre-pass, reader), for the versions kio models (one dict probe per request).
+_readers: dict[tuple[int, int], tuple[Guard, Callable[[bytes, int], tuple[Any, int]]]] = {}
 
 
-def decode_request(api_key: int, version: int, frame: bytes, offset: int) -> Any:
-    """Decode the body of ``frame`` starting at ``offset``; DecodeError if it does not parse."""
+def decode_request(
+    api_key: int,
+    version: int,
+    frame: bytes,
+    offset: int,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> Any:
+    """Decode the body of ``frame`` starting at ``offset``; DecodeError if it does not parse,
+    if its lengths do not add up, or if it holds more than ``max_elements`` array entries (the
+    bounded pre-pass of protocol/guard.py runs first, so nothing is allocated on a lie)."""
     key = (api_key, version)
-    read = _readers.get(key)
-    if read is None:
+    found = _readers.get(key)
+    if found is None:
         legacy = _LEGACY_DECODERS.get(key)
         if legacy is not None:
             try:
-                return legacy(frame, offset)
+                return legacy(frame, offset, max_elements)
             except LegacyDecodeError as e:
                 raise DecodeError(str(e)) from e
         try:
-            read = _reader(api_key, version)
+            found = (guard(request_type(api_key, version)), _reader(api_key, version))
         except Exception as e:  # no schema for this version
             raise DecodeError(f"cannot decode api {api_key} v{version}: {e!r}") from e
-        _readers[key] = read
+        _readers[key] = found
+    check, read = found
+    try:
+        check(frame, offset, max_elements)
+    except GuardError as e:
+        raise DecodeError(f"refused api {api_key} v{version}: {e}") from e
     try:
         value, _size = read(frame, offset)
     except Exception as e:  # kio raises several kinds of error on garbage
@@ -129,12 +143,14 @@ def encode_response(correlation_id: int, entity: Any, flexible_header: bool) -> 
     return _SIZE_AND_CORRELATION.pack(len(body) + 4, correlation_id) + body
 
 
-def decode_request_frame(api_key: int, version: int, frame: bytes) -> Any:
+def decode_request_frame(
+    api_key: int, version: int, frame: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> Any:
     """The request in a whole frame (size prefix excluded), its header skipped: for the direct
     handlers, which have the API, version and correlation id already. DecodeError if either
-    the header or the body does not parse."""
+    the header or the body does not parse (see :func:`decode_request`)."""
     try:
         _header, body_at = parse_request_header(frame, is_flexible(api_key, version))
     except HeaderError as e:
         raise DecodeError(f"bad request header: {e}") from e
-    return decode_request(api_key, version, frame, body_at)
+    return decode_request(api_key, version, frame, body_at, max_elements)

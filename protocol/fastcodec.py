@@ -82,7 +82,7 @@ def _uvarint(value: int) -> bytes:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Kind:
+class FieldKind:
     """What a field holds, as kio sees it."""
 
     kafka_type: str | None  # None for nested entities
@@ -102,7 +102,7 @@ def _strip_none(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _kind(field: dataclasses.Field[Any]) -> _Kind:
+def field_kind(field: dataclasses.Field[Any]) -> FieldKind:
     tp, optional = _strip_none(field.type)
     if isinstance(tp, str):
         raise NotImplementedError("string annotations")
@@ -117,11 +117,11 @@ def _kind(field: dataclasses.Field[Any]) -> _Kind:
         if inner_optional:
             raise NotImplementedError("array of nullable items")
     if dataclasses.is_dataclass(tp):
-        return _Kind(None, typing.cast(type, tp), is_array, optional)
+        return FieldKind(None, typing.cast(type, tp), is_array, optional)
     kafka_type = field.metadata.get("kafka_type")
     if not isinstance(kafka_type, str):
         raise NotImplementedError(f"field {field.name} has no kafka_type")
-    return _Kind(kafka_type, None, is_array, optional)
+    return FieldKind(kafka_type, None, is_array, optional)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def _emit_field(
     flexible: bool,
     tagged: bool,
 ) -> None:
-    kind = _kind(field)
+    kind = field_kind(field)
     # Tagged fields are optional by their presence, so kio writes their values with the
     # non-nullable writer of the type.
     optional = False if tagged else kind.optional

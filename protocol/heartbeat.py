@@ -14,6 +14,7 @@ import struct
 
 from .apis import ApiKey
 from .codec import DecodeError, decode_request_frame
+from .guard import DEFAULT_MAX_ELEMENTS
 
 _I32 = struct.Struct(">i")
 
@@ -21,7 +22,9 @@ HeartbeatFields = tuple[str, int, str, str | None]
 """(group id, generation id, member id, group instance id)."""
 
 
-def decode_heartbeat(frame: bytes, version: int) -> HeartbeatFields:
+def decode_heartbeat(
+    frame: bytes, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> HeartbeatFields:
     """The fields of a whole Heartbeat request frame (header included, size prefix excluded)."""
     if version >= 4:
         # The usual v4 frame: no tagged fields, strings under 127 bytes (one-byte lengths), no
@@ -41,7 +44,7 @@ def decode_heartbeat(frame: bytes, version: int) -> HeartbeatFields:
                             return group_id, generation_id, frame[end + 5 : pos].decode(), None
         except (IndexError, UnicodeDecodeError):
             pass
-    req = decode_request_frame(ApiKey.HEARTBEAT, version, frame)
+    req = decode_request_frame(ApiKey.HEARTBEAT, version, frame, max_elements)
     if req.group_id is None or req.member_id is None:
         raise DecodeError("null group id or member id")
     return req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None)

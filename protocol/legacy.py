@@ -17,6 +17,7 @@ import struct
 from types import SimpleNamespace
 
 from .errors import ErrorCode
+from .guard import DEFAULT_MAX_ELEMENTS
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -24,9 +25,23 @@ _I64 = struct.Struct(">q")
 
 
 class _Cursor:
-    def __init__(self, buf: bytes, pos: int) -> None:
+    def __init__(self, buf: bytes, pos: int, max_elements: int) -> None:
         self.buf = buf
         self.pos = pos
+        self.elements_left = max_elements
+
+    def array(self, item_min_size: int) -> int:
+        """An array's length, checked against the bytes left (each item takes at least
+        ``item_min_size``) and against the request's element limit; null is refused."""
+        n = self.take(_I32)
+        if n < 0:
+            raise ValueError("null array")
+        if n * item_min_size > len(self.buf) - self.pos:
+            raise ValueError(f"array claims {n} entries, more than the request can hold")
+        self.elements_left -= n
+        if self.elements_left < 0:
+            raise ValueError("too many array entries (socket.request.max.elements)")
+        return n
 
     def take(self, st: struct.Struct) -> int:
         if self.pos + st.size > len(self.buf):
@@ -55,17 +70,20 @@ class LegacyDecodeError(ValueError):
     """An old-version request body that does not parse."""
 
 
-def decode_legacy_produce(frame: bytes, pos: int) -> tuple[int, list[tuple[str, list[int]]]] | None:
-    """(acks, [(topic, [partitions])]) of a Produce v0–v2 body, or None if it does not parse."""
+def decode_legacy_produce(
+    frame: bytes, pos: int, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> tuple[int, list[tuple[str, list[int]]]] | None:
+    """(acks, [(topic, [partitions])]) of a Produce v0–v2 body, or None if it does not parse
+    (or holds more than ``max_elements`` array entries)."""
     try:
-        c = _Cursor(frame, pos)
+        c = _Cursor(frame, pos, max_elements)
         acks = c.take(_I16)
         c.take(_I32)
         topics = []
-        for _ in range(max(0, c.take(_I32))):
+        for _ in range(c.array(6)):  # name, partitions
             name = c.string()
             parts = []
-            for _ in range(max(0, c.take(_I32))):
+            for _ in range(c.array(8)):  # partition, message set
                 parts.append(c.take(_I32))
                 c.skip_bytes()
             topics.append((name, parts))
@@ -96,21 +114,24 @@ def _nullable_string(c: _Cursor) -> str | None:
     return c.string()
 
 
-def decode_offset_commit_v0_v1(frame: bytes, pos: int, version: int) -> SimpleNamespace:
+def decode_offset_commit_v0_v1(
+    frame: bytes, pos: int, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> SimpleNamespace:
     """OffsetCommit v0 (group, topics) or v1 (+ generation, member id, per-partition timestamp),
-    as an object with the fields of a kio OffsetCommitRequest v2."""
+    as an object with the fields of a kio OffsetCommitRequest v2; LegacyDecodeError if it does
+    not parse or holds more than ``max_elements`` array entries."""
     try:
-        c = _Cursor(frame, pos)
+        c = _Cursor(frame, pos, max_elements)
         group_id = c.string()
         generation, member_id = -1, ""
         if version >= 1:
             generation = c.take(_I32)
             member_id = c.string()
         topics = []
-        for _ in range(max(0, c.take(_I32))):
+        for _ in range(c.array(6)):  # name, partitions
             name = c.string()
             partitions = []
-            for _ in range(max(0, c.take(_I32))):
+            for _ in range(c.array(22 if version >= 1 else 14)):
                 index = c.take(_I32)
                 offset = c.take(_I64)
                 if version >= 1:
