@@ -13,6 +13,7 @@ from pathlib import Path
 
 from protocol.apis import ApiKey
 
+from .admission import RequestMemory
 from .cluster_api import ClusterApi
 from .config import Config
 from .connection import Connection, DirectHandler, Handler
@@ -46,6 +47,7 @@ class Broker:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.connections: set[Connection] = set()
+        self.request_memory = RequestMemory(config["queued.max.request.bytes"])
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _read_cluster_id(config.data_dir, config["node.id"])
         # Metrics exist only when served (--metrics-port): otherwise the hooks cost nothing.
@@ -98,6 +100,7 @@ class Broker:
             ApiKey.OFFSET_FETCH: o.offset_fetch_direct,
         }
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     # metrics hooks (no-ops without --metrics-port) ----------------------------------------------
     def metrics_request(self, api_key: int) -> None:
@@ -130,6 +133,7 @@ class Broker:
         self.topics.load(skip=INTERNAL_TOPICS)
         await self.groups.start()
         loop = asyncio.get_running_loop()
+        self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
         self._server = await loop.create_server(
             lambda: Connection(self),
             self.config.host,
@@ -154,7 +158,26 @@ class Broker:
         sock = self._server.sockets[0]
         return int(sock.getsockname()[1])
 
+    async def _sweep_slow_requests(self) -> None:
+        """Close connections whose request has been arriving for longer than
+        ``socket.request.receive.timeout.ms`` (Connection.partial_since)."""
+        timeout = self.config["socket.request.receive.timeout.ms"] / 1000.0
+        period = min(1.0, timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            cutoff = time.monotonic() - timeout
+            for conn in list(self.connections):
+                since = conn.partial_since
+                if since is not None and since < cutoff:
+                    conn.abort(
+                        f"request not received within {timeout * 1000:.0f} ms"
+                        f" ({conn.decoder.buffered} bytes of it arrived;"
+                        " socket.request.receive.timeout.ms)"
+                    )
+
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

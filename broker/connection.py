@@ -6,8 +6,22 @@ arrived, as Kafka clients require. The hottest requests (Heartbeat, OffsetFetch 
 ApiVersions) have a direct handler that decodes the frame itself and returns the whole response
 frame, skipping the header object, the kio entity and the response builder; it may decline
 (None), and then the generic path answers. Bad input (oversized or negative size prefix, an
-unparseable header or body, an unknown API) closes this connection with one log line; nothing
-else is affected.
+unparseable header or body, an unknown API, a response that cannot be encoded) closes this
+connection with one log line; nothing else is affected.
+
+What one client can hold is bounded (the hardening limits, README "Limits"):
+
+* frames are handled a few at a time (:data:`_FRAMES_PER_PASS`, :data:`_PASS_SECONDS`); when a
+  pass ends with frames left the connection stops reading and continues in a later turn of the
+  event loop, so a client pipelining thousands of requests takes turns with everyone else;
+* at most ``queued.max.requests`` requests received and not yet answered; past it, and while
+  answers ready to go out exceed :data:`_MAX_HELD_BYTES` or the socket's send buffer is full
+  (``pause_writing``), the connection reads and handles nothing more until answers drain;
+* a request larger than 64 KiB reserves its size in the broker-wide ``queued.max.request.bytes``
+  budget (broker/admission.py) before the rest of it is read;
+* a request must arrive within ``socket.request.receive.timeout.ms`` of its first byte (the
+  broker's sweep closes connections that take longer), not counting time the broker itself
+  spent not reading.
 """
 
 from __future__ import annotations
@@ -30,13 +44,21 @@ from protocol.framing import FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
+from .admission import SMALL_REQUEST
+
 if TYPE_CHECKING:
     from .app import Broker
 
 log = logging.getLogger("kcoord.connection")
 
-# Pause reading from a client that has this many requests in flight.
-_MAX_IN_FLIGHT = 512
+_FRAMES_PER_PASS = 64
+"""Frames handled in one turn of the event loop before the connection lets others go."""
+_PASS_SECONDS = 0.005
+"""...or this much time, whichever comes first."""
+_MAX_HELD_BYTES = 8 * 1024 * 1024
+"""Answers ready but not yet handed to the socket, above which nothing more is handled."""
+_SEND_BUFFER_HIGH = 1024 * 1024
+"""The transport's write buffer size at which it asks us to stop (``pause_writing``)."""
 
 NO_RESPONSE = object()  # a handler's answer when the request gets none (Produce with acks=0)
 
@@ -79,13 +101,13 @@ class _Slot:
 class Connection(asyncio.Protocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.decoder = FrameDecoder(broker.config["socket.request.max.bytes"])
+        config = broker.config
+        self.decoder = FrameDecoder(config["socket.request.max.bytes"])
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.client_host = ""
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._paused = False
         self.closed = False
         # Responses ready to go out, written together once per event-loop pass: a client
         # pipelining many requests gets one write (one syscall) instead of one per response.
@@ -93,11 +115,21 @@ class Connection(asyncio.Protocol):
         self._write_scheduled = False
         self._loop = asyncio.get_running_loop()
         self._direct_handlers = broker.direct_handlers
-        self._max_elements: int = broker.config["socket.request.max.elements"]
+        self._max_elements: int = config["socket.request.max.elements"]
+        self._max_in_flight: int = config["queued.max.requests"]
+        # Flow control (module docstring).
+        self._held = 0  # bytes of answers ready but not yet handed to the transport
+        self._writing_paused = False  # the transport's send buffer is full
+        self._reading = True
+        self._pass_scheduled = False
+        self._reserved = 0  # bytes of the request memory budget held for the frame arriving
+        self.partial_since: float | None = None
+        """When the frame being received started arriving (monotonic), while we read."""
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.set_write_buffer_limits(high=_SEND_BUFFER_HIGH)
         peer = transport.get_extra_info("peername")
         if peer:
             self.client_host = str(peer[0])
@@ -106,28 +138,128 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.partial_since = None
         self.broker.connections.discard(self)
+        memory = self.broker.request_memory
+        memory.forget(self)
+        if self._reserved:
+            reserved, self._reserved = self._reserved, 0
+            memory.release(reserved)
         for task in list(self._tasks):
             task.cancel()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        try:
-            frames = self.decoder.feed(data)
-        except FrameError as e:
-            self.abort(f"bad frame: {e}")
-            return
-        for frame in frames:
-            if self.closed:
-                return
-            if not self._direct(frame):
-                self._on_frame(frame)
+        self.decoder.append(data)
+        self._pass()
 
     def eof_received(self) -> bool | None:
         if self.decoder.buffered:
             log.info("connection %s closed mid-frame (%d bytes)", self.peer, self.decoder.buffered)
         return None
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake()
+
+    # flow control -------------------------------------------------------------------------------
+    def _pass(self) -> None:
+        """Handle the frames that have arrived, a bounded number of them, then decide whether
+        to read on (:meth:`_flow`)."""
+        self._pass_scheduled = False
+        decoder = self.decoder
+        handled = 0
+        deadline = time.perf_counter() + _PASS_SECONDS
+        try:
+            while not self.closed and not self._busy():
+                frame = decoder.next_frame()
+                if frame is None:
+                    break
+                self.partial_since = None
+                if self._reserved:  # this is the large frame the reservation was for
+                    reserved, self._reserved = self._reserved, 0
+                    self.broker.request_memory.release(reserved)
+                if not self._direct(frame) and self._on_frame(frame):
+                    break  # a task was started: let it run before handling more (below)
+                handled += 1
+                if handled >= _FRAMES_PER_PASS or time.perf_counter() >= deadline:
+                    break
+        except FrameError as e:
+            self.abort(f"bad frame: {e}")
+            return
+        self._flow()
+
+    def _busy(self) -> bool:
+        """Too much is in flight or waiting to be sent: handle nothing more for now."""
+        return (
+            len(self._slots) >= self._max_in_flight
+            or self._writing_paused
+            or self._held >= _MAX_HELD_BYTES
+        )
+
+    def _flow(self) -> None:
+        """Read on, or stop reading until answers drain, a later pass, or request memory."""
+        if self.closed:
+            return
+        decoder = self.decoder
+        if self._busy():
+            self._set_reading(False)  # _wake resumes once answers drain
+            return
+        if decoder.has_frame():
+            self._set_reading(False)
+            if not self._pass_scheduled:
+                self._pass_scheduled = True
+                self._loop.call_soon(self._pass)
+            return
+        try:
+            size = decoder.head_size()
+        except FrameError as e:
+            self.abort(f"bad frame: {e}")
+            return
+        if size is not None and size > SMALL_REQUEST and not self._reserved:
+            memory = self.broker.request_memory
+            if not memory.reserve(size):
+                memory.wait(self)  # admitted() is called back once memory is given back
+                self._set_reading(False)
+                return
+            self._reserved = size
+        self._set_reading(True)
+        if decoder.buffered and self.partial_since is None:
+            self.partial_since = time.monotonic()
+
+    def wanted(self) -> int:
+        """Request memory budget: the bytes this connection waits for (0 once closed)."""
+        if self.closed:
+            return 0
+        try:
+            return self.decoder.head_size() or 0
+        except FrameError:
+            return 0
+
+    def admitted(self, size: int) -> None:
+        """Request memory budget: ``size`` bytes are now reserved for the frame arriving."""
+        self._reserved = size
+        self._loop.call_soon(self._flow)
+
+    def _set_reading(self, on: bool) -> None:
+        if on == self._reading or self.transport is None or self.transport.is_closing():
+            return
+        self._reading = on
+        if on:
+            self.transport.resume_reading()
+        else:
+            self.partial_since = None  # the time we do not read is not the client's
+            self.transport.pause_reading()
+
+    def _wake(self) -> None:
+        """Answers drained: carry on with frames held back by :meth:`_busy`."""
+        if not self._reading and not self._pass_scheduled and not self.closed and not self._busy():
+            self._pass_scheduled = True
+            self._loop.call_soon(self._pass)
 
     # request handling ---------------------------------------------------------------------------
     def abort(self, reason: str) -> None:
@@ -135,35 +267,40 @@ class Connection(asyncio.Protocol):
             return
         log.warning("closing connection %s: %s", self.peer, reason)
         self.closed = True
+        self.partial_since = None
         if self.transport is not None:
             self.transport.abort()
 
-    def _on_frame(self, frame: bytes) -> None:
+    def _on_frame(self, frame: bytes) -> bool:
+        """Handle one request; True if its answer comes from a task just started (a Fetch, a
+        Produce awaiting its fsync, an admin fan-out): the pass then ends, so that the task's
+        first step runs, and its answer counts in the bytes held, before the next request is
+        handled. Pipelined Fetches thus build one answer at a time, not a pass worth."""
         if len(frame) < 8:
             self.abort("frame shorter than a request header")
-            return
+            return False
         api_key, version, correlation_id = _HEAD.unpack_from(frame)
         if not is_supported(api_key, version):
             if api_key == ApiKey.API_VERSIONS:
                 self._enqueue_ready(self._api_versions_fallback(correlation_id))
-                return
+                return False
             self.abort(f"unsupported api {api_key} version {version}")
-            return
+            return False
         flexible = is_flexible(api_key, version)
         try:
             header, body_at = parse_request_header(frame, flexible)
         except HeaderError as e:
             self.abort(f"bad request header: {e}")
-            return
+            return False
         handler = self.broker.handlers.get(api_key)
         if handler is None:
             self.abort(f"no handler for api {api_key}")
-            return
+            return False
         try:
             request = decode_request(api_key, version, frame, body_at, self._max_elements)
         except DecodeError as e:
             self.abort(str(e))
-            return
+            return False
         ctx = RequestContext(header, self.client_host, self)
         # ApiVersions responses always use header v0 (KIP-511).
         flexible_response = flexible and api_key != ApiKey.API_VERSIONS
@@ -174,7 +311,7 @@ class Connection(asyncio.Protocol):
         except Exception:
             log.exception("handler for api %d v%d failed; closing %s", api_key, version, self.peer)
             self.abort("internal error")
-            return
+            return False
         if isinstance(result, asyncio.Future):
             # An answer still to come from the coordinator (GroupRuntime.submit, then()): a
             # callback, not a task, carries it to the slot.
@@ -185,9 +322,6 @@ class Connection(asyncio.Protocol):
                     self._settle, slot, header.correlation_id, flexible_response, api_key, started
                 )
             )
-            if len(self._slots) >= _MAX_IN_FLIGHT and not self._paused and self.transport:
-                self._paused = True
-                self.transport.pause_reading()
         elif inspect.isawaitable(result):
             slot = _Slot()
             self._slots.append(slot)
@@ -196,14 +330,24 @@ class Connection(asyncio.Protocol):
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            if len(self._slots) >= _MAX_IN_FLIGHT and not self._paused and self.transport:
-                self._paused = True
-                self.transport.pause_reading()
+            return True
         elif result is NO_RESPONSE:
             self.broker.metrics_response(api_key, started)
         else:
-            self._enqueue_ready(encode_response(header.correlation_id, result, flexible_response))
-            self.broker.metrics_response(api_key, started)
+            data = self._encode(header.correlation_id, result, flexible_response, api_key)
+            if data is not None:
+                self._enqueue_ready(data)
+                self.broker.metrics_response(api_key, started)
+        return False
+
+    def _encode(self, correlation_id: int, response: Any, flexible: bool, api_key: int) -> bytes | None:
+        """The response frame; None (and the connection closed) if it cannot be encoded."""
+        try:
+            return encode_response(correlation_id, response, flexible)
+        except Exception:
+            log.exception("response to api %d cannot be encoded; closing %s", api_key, self.peer)
+            self.abort("internal error")
+            return None
 
     def _direct(self, frame: bytes) -> bool:
         """Answer ``frame`` through its API's direct handler (see DirectHandler), tried before
@@ -252,12 +396,7 @@ class Connection(asyncio.Protocol):
             log.error("request failed; closing %s", self.peer, exc_info=error)
             self.abort("internal error")
             return
-        response = fut.result()
-        if response is not NO_RESPONSE:
-            slot.data = encode_response(correlation_id, response, flexible)
-        self.broker.metrics_response(api_key, started)
-        slot.done = True
-        self._flush()
+        self._complete(slot, correlation_id, fut.result(), flexible, api_key, started)
 
     async def _await(
         self,
@@ -265,8 +404,8 @@ class Connection(asyncio.Protocol):
         slot: _Slot,
         correlation_id: int,
         flexible: bool,
-        api_key: int = -1,
-        started: float = 0.0,
+        api_key: int,
+        started: float,
     ) -> None:
         try:
             response = await result
@@ -276,13 +415,32 @@ class Connection(asyncio.Protocol):
             log.exception("request failed; closing %s", self.peer)
             self.abort("internal error")
             return
+        self._complete(slot, correlation_id, response, flexible, api_key, started)
+
+    def _complete(
+        self,
+        slot: _Slot,
+        correlation_id: int,
+        response: Any,
+        flexible: bool,
+        api_key: int,
+        started: float,
+    ) -> None:
+        """A request of the generic path has its answer: into its slot, out in order."""
+        if self.closed:
+            return
         if response is not NO_RESPONSE:
-            slot.data = encode_response(correlation_id, response, flexible)
+            data = self._encode(correlation_id, response, flexible, api_key)
+            if data is None:
+                return
+            slot.data = data
+            self._held += len(data)
         self.broker.metrics_response(api_key, started)
         slot.done = True
         self._flush()
 
     def _enqueue_ready(self, data: bytes) -> None:
+        self._held += len(data)
         if not self._slots:
             self._out.append(data)
             self._schedule_write()
@@ -295,20 +453,15 @@ class Connection(asyncio.Protocol):
 
     def _flush(self) -> None:
         slots = self._slots
-        out: list[bytes] = []
+        if not slots or not slots[0].done:
+            return
+        out = self._out
         while slots and slots[0].done:
             data = slots.popleft().data
             if data is not None:
                 out.append(data)
-        if out:
-            self._send(out)
-        if self._paused and len(slots) < _MAX_IN_FLIGHT // 2 and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
-
-    def _send(self, frames: list[bytes]) -> None:
-        self._out.extend(frames)
         self._schedule_write()
+        self._wake()
 
     def _schedule_write(self) -> None:
         if not self._write_scheduled:
@@ -318,8 +471,13 @@ class Connection(asyncio.Protocol):
     def _write_out(self) -> None:
         self._write_scheduled = False
         out, self._out = self._out, []
-        if out and self.transport is not None and not self.closed:
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._held -= len(data)
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+        self._wake()
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """UNSUPPORTED_VERSION in an ApiVersions v0 body listing what we support (KIP-511)."""

@@ -15,22 +15,50 @@ from protocol.legacy import decode_legacy_produce, encode_legacy_produce_respons
 from protocol.responses import build, to_millis
 
 
+def _drain(d: FrameDecoder) -> list[bytes]:
+    out = []
+    while (f := d.next_frame()) is not None:
+        out.append(f)
+    return out
+
+
 def test_frames_split_across_and_within_reads() -> None:
     d = FrameDecoder(1000)
     data = frame(b"abc") + frame(b"") + frame(b"hello")
     got = []
     for i in range(len(data)):
-        got += d.feed(data[i : i + 1])
+        d.append(data[i : i + 1])
+        got += _drain(d)
     assert got == [b"abc", b"", b"hello"]
     assert d.buffered == 0
-    assert d.feed(data + data[:5]) == [b"abc", b"", b"hello"]
+    d.append(data + data[:5])
+    assert _drain(d) == [b"abc", b"", b"hello"]
     assert d.buffered == 5
+
+
+def test_frames_are_handed_out_one_at_a_time() -> None:
+    d = FrameDecoder(1000)
+    d.append(frame(b"abc") + frame(b"de") + frame(b"fgh")[:5])
+    assert d.has_frame() and d.head_size() is None
+    assert d.next_frame() == b"abc"
+    assert d.has_frame()
+    assert d.next_frame() == b"de"
+    assert not d.has_frame()
+    assert d.head_size() == 3  # the prefix of the third is here, its bytes are not
+    assert d.next_frame() is None
+    d.append(b"gh")
+    assert d.head_size() is None and d.next_frame() == b"fgh"
 
 
 @pytest.mark.parametrize("size", [-1, 1001, 2**31 - 1])
 def test_frame_size_outside_limit_is_refused(size: int) -> None:
+    d = FrameDecoder(1000)
+    d.append(struct.pack(">i", size))
+    assert d.has_frame()  # so that its owner asks for it and learns it is refused
     with pytest.raises(FrameError):
-        FrameDecoder(1000).feed(struct.pack(">i", size))
+        d.head_size()
+    with pytest.raises(FrameError):
+        d.next_frame()
 
 
 def test_request_header_v1_and_v2() -> None:
