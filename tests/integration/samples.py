@@ -2,14 +2,16 @@
 
 Each field gets a small value of its type (numbers 1, strings "ab", two entries per array,
 nullable fields filled in, tagged fields left at their defaults), so the body exercises every
-field the version has. Used as the seed corpus of the request fuzzers and by the decoder tests.
-Versions kio does not model (Produce v0-v2, OffsetCommit v0-v1) are left out.
+field the version has. Used as the seed corpus of the request fuzzers and by the decoder tests. Versions kio does not
+model (Produce v0-v2, OffsetCommit v0-v1, decoded by protocol/legacy.py) come from
+:func:`legacy_bodies`, written out by hand.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import struct
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -78,3 +80,29 @@ def sample_bodies() -> Iterator[tuple[int, int, bytes]]:
             except Exception:  # a version decoded by hand (protocol/legacy.py)
                 continue
             yield api_key, version, encode_body(sample(cls))
+
+
+def _legacy_string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def legacy_bodies() -> Iterator[tuple[int, int, bytes]]:
+    """(api key, version, body) of the advertised versions decoded by hand."""
+    for version in (0, 1, 2):
+        # Produce: acks, timeout, [topic, [partition, message set]]
+        yield 0, version, (
+            struct.pack(">hii", 1, 1, 1) + _legacy_string("ab")
+            + struct.pack(">iii", 1, 1, 2) + b"xy"
+        )  # fmt: skip
+    for version in (0, 1):
+        # OffsetCommit: group, (v1: generation, member), [topic, [partition, offset,
+        # (v1: timestamp), metadata]]
+        head = _legacy_string("ab")
+        if version:
+            head += struct.pack(">i", 1) + _legacy_string("ab")
+        partition = struct.pack(">iq", 1, 1) + (struct.pack(">q", 1) if version else b"")
+        yield 8, version, (
+            head + struct.pack(">i", 1) + _legacy_string("ab")
+            + struct.pack(">i", 1) + partition + _legacy_string("ab")
+        )  # fmt: skip
