@@ -10,11 +10,13 @@ from __future__ import annotations
 import struct
 
 from protocol.apis import ApiKey
+from protocol.codec import encode_body, request_type
+from protocol.responses import build
 from tests.integration.harness import BrokerProcess
 from tests.integration.rawclient import RawClient
 
 from .conftest import assert_survived
-from .healthy import HealthyGroup
+from .healthy import TOPIC, HealthyGroup
 
 
 def test_array_claiming_four_billion_entries_closes_the_connection(
@@ -29,3 +31,75 @@ def test_array_claiming_four_billion_entries_closes_the_connection(
         c.send(ApiKey.LIST_OFFSETS, 1, struct.pack(">ii", -1, 2**31 - 1) + b"x" * 10)
         assert c.closed_by_peer(timeout=10)
     assert_survived(abuse_broker, healthy, "arrays with huge counts")
+
+
+def _commit_body(partitions: int | None) -> bytes:
+    """OffsetCommit v8 of ``partitions`` partitions of the healthy topic (None: no topic)."""
+    return encode_body(
+        build(
+            request_type(ApiKey.OFFSET_COMMIT, 8),
+            group_id="g",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[
+                dict(
+                    name=TOPIC,
+                    partitions=[
+                        dict(
+                            partition_index=i % 2,
+                            committed_offset=0,
+                            committed_leader_epoch=-1,
+                            committed_metadata="",
+                        )
+                        for i in range(partitions)
+                    ],
+                )
+            ]
+            if partitions is not None
+            else [],
+        )
+    )
+
+
+def test_null_where_the_schema_has_no_null_array_closes_the_connection(
+    abuse_broker: BrokerProcess, healthy: HealthyGroup
+) -> None:
+    null_topics = _commit_body(None)
+    assert null_topics[-2] == 1  # the topics array's compact length (empty: 1)
+    null_topics = null_topics[:-2] + b"\x00" + null_topics[-1:]
+    cases = {
+        "OffsetCommit v8 topics": (ApiKey.OFFSET_COMMIT, 8, null_topics),
+        # DescribeGroups v0: groups (int32 length -1)
+        "DescribeGroups v0 groups": (ApiKey.DESCRIBE_GROUPS, 0, struct.pack(">i", -1)),
+        # DeleteGroups v1: groups_names
+        "DeleteGroups v1 groups": (ApiKey.DELETE_GROUPS, 1, struct.pack(">i", -1)),
+        # JoinGroup v5: group, session, rebalance, member, instance (null), type, protocols null
+        "JoinGroup v5 protocols": (
+            ApiKey.JOIN_GROUP,
+            5,
+            struct.pack(">h", 1) + b"g" + struct.pack(">ii", 10000, 10000)
+            + struct.pack(">h", 0) + struct.pack(">h", -1) + struct.pack(">h", 8) + b"consumer"
+            + struct.pack(">i", -1),
+        ),  # fmt: skip
+    }
+    for name, (api_key, version, body) in cases.items():
+        with RawClient(abuse_broker.port) as c:
+            c.send(api_key, version, body)
+            assert c.closed_by_peer(timeout=10), name
+    assert_survived(abuse_broker, healthy, "null arrays the schema forbids")
+
+
+def test_a_request_over_the_element_limit_closes_the_connection(
+    abuse_broker: BrokerProcess, healthy: HealthyGroup
+) -> None:
+    # socket.request.max.elements is 100,000 by default: one topic plus 99,999 partitions fit.
+    with RawClient(abuse_broker.port) as c:
+        c.send(ApiKey.OFFSET_COMMIT, 8, _commit_body(99_999))
+        frame = c.recv_frame()
+        assert struct.unpack_from(">i", frame)[0] == c.correlation
+    with RawClient(abuse_broker.port) as c:
+        c.send(ApiKey.OFFSET_COMMIT, 8, _commit_body(100_000))
+        assert c.closed_by_peer(timeout=10)
+    assert "socket.request.max.elements" in abuse_broker.log()
+    assert_survived(abuse_broker, healthy, "a request over the element limit")
