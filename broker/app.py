@@ -128,6 +128,7 @@ class Broker:
             )
             await self._metrics_server.start()
         self.topics.load(skip=INTERNAL_TOPICS)
+        self.data.start()
         await self.groups.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -161,6 +162,7 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.close()
         await self.groups.stop()
+        self.data.stop()
         if self._server is not None:
             await self._server.wait_closed()
         self.topics.close()
