@@ -1,8 +1,9 @@
 """The Produce path in process (a real Broker on a loopback port, raw requests): an append or an
 fsync that fails with an I/O error is answered KAFKA_STORAGE_ERROR on that partition only and the
 connection stays open; an idempotent producer's pipelined batches land in request order even when
-the first needs a worker thread, and its retry gets the original offset; ListOffsets by timestamp
-and -3 find the exact record inside a compressed batch."""
+the first needs a worker thread, and its retry gets the original offset; a refusal carries its
+message and record errors; ListOffsets by timestamp and -3 find the exact record inside a
+compressed batch."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from protocol.apis import ApiKey
 from protocol.codec import encode_body, request_type, response_type
 from protocol.compression import Compression
 from protocol.errors import ErrorCode
-from protocol.records import build_batch
+from protocol.records import Record, build_batch, encode_batch
 from protocol.responses import build
 from tests.integration.rawclient import RawClient
 
@@ -207,3 +208,20 @@ async def test_list_offsets_finds_the_record_inside_a_compressed_batch(broker: B
         assert await _in_thread(_list_offsets, c, 0, -3) == (-1, -1)  # empty partition
     finally:
         c.close()
+
+
+async def test_a_refusal_carries_its_message_and_record_errors(broker: Broker) -> None:
+    records = [Record(0, 0, b"a", b"1"), Record(0, 0, b"b", b"2")]
+    bad = encode_batch(records, base_timestamp=T0, last_offset_delta=1)
+
+    def send() -> Any:
+        with RawClient(broker.bound_port) as c:
+            c.send(ApiKey.PRODUCE, 9, _produce_body({0: bad}))
+            return _read(c, ApiKey.PRODUCE, 9).responses[0].partition_responses[0]
+
+    p = await _in_thread(send)
+    assert p.error_code == ErrorCode.invalid_record
+    assert p.error_message == "record 1: offset delta 0 where 1 was expected"
+    assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == [
+        (1, "offset delta 0 where 1 was expected")
+    ]
