@@ -131,6 +131,7 @@ class Broker:
             )
             await self._metrics_server.start()
         self.topics.load(skip=INTERNAL_TOPICS)
+        self.data.start()
         await self.groups.start()
         loop = asyncio.get_running_loop()
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
@@ -184,6 +185,7 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.close()
         await self.groups.stop()
+        self.data.stop()
         if self._server is not None:
             await self._server.wait_closed()
         self.topics.close()

@@ -1,9 +1,19 @@
 """The data plane APIs: Produce, Fetch and ListOffsets over the partition logs.
 
-Produce appends the client's record batches as they are (validated, offsets patched into the
-batch header) and acknowledges only once the group-commit fsync has them on disk. Fetch serves
-whole batches up to the high watermark (what is durable) and long-polls on ``max_wait_ms`` /
-``min_bytes``. ListOffsets answers earliest, latest, max-timestamp and by-timestamp queries.
+Produce checks each partition's batch as Kafka's log validator does (``protocol.validate``),
+appends it as it is (offsets patched into the batch header) in arrival order per partition
+(``broker.appender``: big or compressed batches are checked in worker threads) and acknowledges
+only once the group-commit fsync has it on disk. A refused batch gets its error code and a short
+``error_message``, and nothing is appended for that partition; an append or fsync that fails
+with an I/O error is answered KAFKA_STORAGE_ERROR. Idempotent producers' retried batches are
+answered with their original offset (``storage.producer_state``, whose idle producers are
+forgotten every ``producer.id.expiration.check.interval.ms``).
+
+Fetch serves whole batches up to the high watermark (what is durable) and long-polls on
+``max_wait_ms`` / ``min_bytes``. ListOffsets answers earliest, latest, max-timestamp and
+by-timestamp queries; the last two find one batch from batch headers and decode only that one,
+with bounded decompression (in a worker thread when it is big or compressed). A stored batch
+that cannot be decoded is answered at batch granularity and logged.
 """
 
 from __future__ import annotations
@@ -11,17 +21,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
 from protocol.codec import RawBody
+from protocol.compression import Compression, decompression_limit
 from protocol.errors import ErrorCode
 from protocol.legacy import encode_legacy_produce_response
-from protocol.records import decode_batch, decode_batches
-from storage.log import PartitionLog
+from protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
+from protocol.validate import Refused, check_batch
+from storage.log import LogClosed, OffsetOutOfRange, PartitionLog
+from storage.producer_state import ProducerStateTable
 
+from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .connection import NO_RESPONSE, RequestContext
 from .topics import TopicError
 
@@ -33,6 +46,9 @@ log = logging.getLogger("kcoord.data")
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_SEQUENCE_WRAP = 2**31  # producer sequence numbers wrap to 0 after int32 max, as in Kafka
 
 
 def high_watermark(plog: PartitionLog) -> int:
@@ -40,58 +56,105 @@ def high_watermark(plog: PartitionLog) -> int:
     return plog.flushed_offset
 
 
-def first_record_at_or_after(plog: PartitionLog, ts_ms: int) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record whose timestamp is >= ``ts_ms`` (ListOffsets).
+def max_timestamp_batch(plog: PartitionLog) -> tuple[int, int] | None:
+    """(base offset, max timestamp) of the first batch holding the log's largest timestamp
+    (ListOffsets -3), from batch headers only.
 
-    The log's time index finds the first batch whose max timestamp qualifies; that batch is
-    decoded to answer with the exact record, as Kafka does.
+    The log's ``offset_for_timestamp(t)`` finds the first batch whose max timestamp is >= t
+    (its time index, then a walk of batch headers): the largest t that still finds a batch is
+    the log's largest timestamp, found by bisection over int64 (each probe raises the lower
+    bound to the max timestamp of the batch it found), about 64 lookups and no record decoded.
+    Storage's own ``PartitionLog.max_timestamp_batch()`` answers the same from its time index
+    and can replace this function.
     """
-    found = plog.offset_for_timestamp(ts_ms)
+    found = plog.offset_for_timestamp(_INT64_MIN)
     if found is None:
         return None
-    for batch in decode_batches(plog.read(found[0], 1)):
-        for offset, timestamp, _record in batch.iter_records():
-            if offset >= found[0] and timestamp >= ts_ms:
-                return offset, timestamp
-    return found
+    lo, hi = found[1], _INT64_MAX  # some batch reaches lo; none goes past hi
+    while lo < hi:
+        mid = lo + (hi - lo + 1) // 2
+        probe = plog.offset_for_timestamp(mid)
+        if probe is None:
+            hi = mid - 1
+        else:
+            lo = probe[1]
+    return plog.offset_for_timestamp(lo)
 
 
-def max_timestamp_offset(plog: PartitionLog) -> tuple[int, int] | None:
-    """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
-    best: tuple[int, BatchHeader, bytes] | None = None
-    for base, header, data in plog.iter_batches():
-        if best is None or header.max_timestamp > best[1].max_timestamp:
-            best = (base, header, bytes(data))
-    if best is None:
+_Settled = tuple[int, PartitionLog | None, Outcome]
+
+
+def _fsync_failed(error: BaseException) -> Outcome:
+    """The records are in the log but not known to be durable."""
+    return Outcome(ErrorCode.kafka_storage_error, message=f"fsync failed: {error}")
+
+
+class _Produce:
+    """One Produce request on its way: its topics (name, number of partitions) and each
+    partition's (index, log, outcome now or later), in request order."""
+
+    __slots__ = ("parts", "topics")
+
+    def __init__(self) -> None:
+        self.topics: list[tuple[str, int]] = []
+        self.parts: list[tuple[int, PartitionLog | None, Outcome | asyncio.Future[Outcome]]] = []
+
+    def must_wait(self) -> bool:
+        """Whether an outcome is still to come or an fsync must precede the answer."""
+        return any(not isinstance(o, Outcome) or o.must_sync for _, _, o in self.parts)
+
+    def settled(self) -> list[_Settled]:
+        return [(i, plog, o) for i, plog, o in self.parts if isinstance(o, Outcome)]
+
+
+def _one_batch(plog: PartitionLog, base_offset: int) -> tuple[BatchHeader, bytes] | None:
+    """The stored batch holding ``base_offset`` (None if it cannot be read)."""
+    try:
+        data = plog.read(base_offset, 1)
+        h = parse_header(data)
+    except (CorruptBatch, OffsetOutOfRange, OSError) as e:
+        log.warning("ListOffsets: cannot read the batch at offset %d: %s", base_offset, e)
         return None
-    batch = decode_batch(best[2])
-    top: tuple[int, int] | None = None
-    for offset, timestamp, _record in batch.iter_records():
-        if top is None or timestamp > top[1]:
-            top = (offset, timestamp)
-    return top
-
-
-_RECENT_BATCHES = 5  # batches per producer and partition remembered for de-duplication
-
-
-@dataclass(frozen=True, slots=True)
-class _SentBatch:
-    epoch: int
-    first_seq: int
-    last_seq: int
-    base_offset: int
+    return h, data[: h.size]
 
 
 class DataApi:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.topics = broker.topics
-        # Idempotent producers: (topic, partition, producer id) -> its last few batches, so a
-        # retried batch is answered with its original offset instead of being appended twice.
-        # Kept in memory only: after a restart a retry of an old batch is appended again.
-        self._recent: dict[tuple[str, int, int], deque[_SentBatch]] = {}
+        config = broker.config
+        self.decompression_limit = decompression_limit(config["message.max.bytes"])
+        self.producers = ProducerStateTable(
+            config["producer.id.expiration.ms"], lambda: int(time.monotonic() * 1000)
+        )
+        self.appender = Appender(self._append_checked, limit=self.decompression_limit)
         self._next_producer_id = int(time.time() * 1000) * 1000
+        self._expiry: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def start(self) -> None:
+        """Start the sweep of idle producers (every producer.id.expiration.check.interval.ms)."""
+        self._schedule_expiry()
+
+    def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        self.appender.close()
+
+    def _schedule_expiry(self) -> None:
+        interval = self.broker.config["producer.id.expiration.check.interval.ms"] / 1000.0
+        self._expiry = asyncio.get_running_loop().call_later(interval, self._expire_producers)
+
+    def _expire_producers(self) -> None:
+        try:
+            gone = self.producers.expire()
+            if gone:
+                log.info(
+                    "forgot %d idle producer state(s); %d left", gone, len(self.producers)
+                )
+        finally:
+            self._schedule_expiry()
 
     # InitProducerId -------------------------------------------------------------------------------
     def init_producer_id(self, ctx: RequestContext, req: Any) -> Any:
@@ -122,49 +185,99 @@ class DataApi:
     def produce(self, ctx: RequestContext, req: Any) -> Any:
         if ctx.version <= 2:
             return self._legacy_produce(ctx, req)
-        touched: list[PartitionLog] = []
-        topics_out = []
+        request = _Produce()
         for topic in req.topic_data:
-            parts_out = []
+            request.topics.append((topic.name, len(topic.partition_data)))
             for p in topic.partition_data:
-                err, base, start = self._append_one(topic.name, p.index, p.records, touched)
-                parts_out.append(
+                plog, outcome = self._produce_one(topic.name, p.index, p.records, ctx.version)
+                request.parts.append((p.index, plog, outcome))
+        if req.acks == 0:
+            if request.must_wait():
+                self._in_background(self._settle_quietly(request))
+            return NO_RESPONSE
+        if not request.must_wait():
+            return self._response(ctx, request.topics, request.settled())
+        return self._respond_when_durable(ctx, request)
+
+    async def _respond_when_durable(self, ctx: RequestContext, request: _Produce) -> Any:
+        return self._response(ctx, request.topics, await self._settle(request))
+
+    async def _settle(self, request: _Produce) -> list[_Settled]:
+        """Wait for every partition's outcome, then for the fsync of what was appended; a
+        partition whose log fails to fsync is answered KAFKA_STORAGE_ERROR."""
+        done = [
+            (index, plog, o if isinstance(o, Outcome) else await o)
+            for index, plog, o in request.parts
+        ]
+        synced = list({plog: None for _, plog, o in done if o.must_sync and plog is not None})
+        if not synced:
+            return done
+        # One waiter per log (all in the same fsync round), so a failure names its partition.
+        waits = [(plog, self.broker.flusher.synced([plog])) for plog in synced]
+        pending = [(plog, w) for plog, w in waits if w is not None]
+        results = await asyncio.gather(*(w for _, w in pending), return_exceptions=True)
+        failed = {
+            plog: r
+            for (plog, _), r in zip(pending, results, strict=True)
+            if isinstance(r, BaseException)
+        }
+        if not failed:
+            return done
+        for plog, error in failed.items():
+            log.error("fsync of %s for a produce failed: %r", plog.path.name, error)
+        return [
+            (index, plog, _fsync_failed(failed[plog]) if plog in failed and o.must_sync else o)
+            for index, plog, o in done
+        ]
+
+    async def _settle_quietly(self, request: _Produce) -> None:
+        """acks=0: nobody hears the outcome; failures are logged."""
+        settled = iter(await self._settle(request))
+        for topic, count in request.topics:
+            for index, _plog, outcome in (next(settled) for _ in range(count)):
+                if outcome.error_code:
+                    log.warning(
+                        "acks=0 produce to %s-%d failed: %s (%s)",
+                        topic,
+                        index,
+                        ErrorCode(outcome.error_code).name,
+                        outcome.message,
+                    )
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _response(
+        self, ctx: RequestContext, topics: list[tuple[str, int]], settled: list[_Settled]
+    ) -> Any:
+        parts = iter(settled)
+        responses = []
+        for name, count in topics:
+            partition_responses = []
+            for index, plog, o in (next(parts) for _ in range(count)):
+                partition_responses.append(
                     dict(
-                        index=p.index,
-                        error_code=err,
-                        base_offset=base,
+                        index=index,
+                        error_code=o.error_code,
+                        base_offset=o.base_offset,
                         log_append_time=-1,
-                        log_start_offset=start,
-                        record_errors=[],
-                        error_message=None,
+                        log_start_offset=plog.log_start_offset if plog is not None else -1,
+                        record_errors=[
+                            dict(batch_index=i, batch_index_error_message=m)
+                            for i, m in o.record_errors
+                        ],
+                        error_message=o.message,
                     )
                 )
-            topics_out.append(dict(name=topic.name, partition_responses=parts_out))
-        response = dict(responses=topics_out, throttle_time=0)
-        if req.acks == 0:
-            if touched:
-                asyncio.ensure_future(self._sync_quietly(touched))
-            return NO_RESPONSE
-        if not touched:
-            return ctx.respond(**response)
-        return self._respond_when_durable(ctx, touched, response)
+            responses.append(dict(name=name, partition_responses=partition_responses))
+        return ctx.respond(responses=responses, throttle_time=0)
 
-    async def _respond_when_durable(
-        self, ctx: RequestContext, touched: list[PartitionLog], response: dict[str, Any]
-    ) -> Any:
-        await self.broker.flusher.sync(touched)
-        return ctx.respond(**response)
-
-    async def _sync_quietly(self, touched: list[PartitionLog]) -> None:
-        try:
-            await self.broker.flusher.sync(touched)
-        except Exception:
-            log.exception("fsync after an acks=0 produce failed")
-
-    def _append_one(
-        self, name: str, index: int, records: bytes | None, touched: list[PartitionLog]
-    ) -> tuple[int, int, int]:
-        """Append one partition's batches; returns (error, base offset, log start offset)."""
+    def _produce_one(
+        self, name: str, index: int, records: bytes | None, version: int
+    ) -> tuple[PartitionLog | None, Outcome | asyncio.Future[Outcome]]:
+        """Look up the partition, check its batch's header and hand it to the appender."""
         topics = self.topics
         topic = topics.get(name)
         if topic is None and self.broker.config["auto.create.topics.enable"]:
@@ -173,45 +286,60 @@ class DataApi:
             except TopicError:
                 topic = None
         if topic is None:
-            return ErrorCode.unknown_topic_or_partition, -1, -1
+            return None, Outcome(ErrorCode.unknown_topic_or_partition)
         if topic.internal:
-            return ErrorCode.invalid_topic_exception, -1, -1
+            return None, Outcome(ErrorCode.invalid_topic_exception)
         plog = topics.partition(name, index)
         if plog is None:
-            return ErrorCode.unknown_topic_or_partition, -1, -1
-        if not records:
-            return ErrorCode.corrupt_message, -1, plog.log_start_offset
-        if len(records) > self.broker.config["message.max.bytes"]:
-            return ErrorCode.message_too_large, -1, plog.log_start_offset
+            return None, Outcome(ErrorCode.unknown_topic_or_partition)
+        records = records or b""
+        limit = self.broker.config["message.max.bytes"]
+        if len(records) > limit:
+            return plog, Outcome(
+                ErrorCode.message_too_large,
+                message=f"{len(records)} bytes of records; message.max.bytes is {limit}",
+            )
         try:
-            first = parse_header(records, 0)
-        except CorruptBatch:
-            if len(records) > 16 and records[16] in (0, 1):
-                return ErrorCode.unsupported_for_message_format, -1, plog.log_start_offset
-            return ErrorCode.corrupt_message, -1, plog.log_start_offset
-        key = (name, index, first.producer_id)
-        idempotent = first.producer_id >= 0 and first.base_sequence >= 0
+            header = check_batch(records, version)
+        except Refused as r:
+            log.info("refused produce to %s-%d: %s", name, index, r.message)
+            return plog, refused(r)
+        return plog, self.appender.submit(plog, (name, index), header, records)
+
+    def _append_checked(
+        self, plog: PartitionLog, where: tuple[str, int], h: BatchHeader, records: bytes
+    ) -> Outcome:
+        """Append a checked batch (the appender calls this in arrival order), unless it is a
+        retry of one of its producer's last batches."""
+        topic, partition = where
+        idempotent = h.producer_id >= 0
+        last_seq = (h.base_sequence + h.last_offset_delta) % _SEQUENCE_WRAP
         if idempotent:
-            last_seq = first.base_sequence + first.last_offset_delta
-            for sent in self._recent.get(key, ()):
-                if (sent.epoch, sent.first_seq, sent.last_seq) == (
-                    first.producer_epoch,
-                    first.base_sequence,
-                    last_seq,
-                ):
-                    return ErrorCode.none, sent.base_offset, plog.log_start_offset
+            earlier = self.producers.find(
+                topic, partition, h.producer_id, h.producer_epoch, h.base_sequence, last_seq
+            )
+            if earlier is not None:
+                return Outcome(ErrorCode.none, earlier, must_sync=True)
         try:
             started = time.perf_counter()
-            base, _last = plog.append(bytes(records))
+            base, _last = plog.append(records)
             self.broker.metrics_append(time.perf_counter() - started)
-        except CorruptBatch as e:
-            log.info("rejected produce to %s-%d: %s", name, index, e)
-            return ErrorCode.corrupt_message, -1, plog.log_start_offset
-        touched.append(plog)
+        except CorruptBatch as e:  # checked already; kept as a last line of defence
+            log.warning("append to %s-%d refused: %s", topic, partition, e)
+            return Outcome(ErrorCode.corrupt_message, message=str(e))
+        except LogClosed:
+            if self.topics.partition(topic, partition) is not plog:  # deleted meanwhile
+                return Outcome(ErrorCode.unknown_topic_or_partition)
+            log.error("append to %s-%d failed: the log is closed", topic, partition)
+            return Outcome(ErrorCode.kafka_storage_error, message="the partition log is offline")
+        except OSError as e:  # disk full, I/O error, an offline log directory
+            log.error("append to %s-%d failed: %r", topic, partition, e)
+            return Outcome(ErrorCode.kafka_storage_error, message=f"append failed: {e}")
         if idempotent:
-            recent = self._recent.setdefault(key, deque(maxlen=_RECENT_BATCHES))
-            recent.append(_SentBatch(first.producer_epoch, first.base_sequence, last_seq, base))
-        return ErrorCode.none, base, plog.log_start_offset
+            self.producers.record(
+                topic, partition, h.producer_id, h.producer_epoch, h.base_sequence, last_seq, base
+            )
+        return Outcome(ErrorCode.none, base, must_sync=True)
 
     def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:
         acks, topics = req
@@ -284,6 +412,8 @@ class DataApi:
     # ListOffsets ----------------------------------------------------------------------------------
     def list_offsets(self, ctx: RequestContext, req: Any) -> Any:
         topics_out = []
+        # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
+        lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
@@ -301,19 +431,60 @@ class DataApi:
                     entry["offset"] = high_watermark(plog)
                 elif p.timestamp == EARLIEST:
                     entry["offset"] = plog.log_start_offset
-                elif p.timestamp == MAX_TIMESTAMP:
-                    found = max_timestamp_offset(plog)
-                    if found is not None:
-                        entry["offset"], entry["timestamp"] = found
-                elif p.timestamp < 0:
+                elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
                     entry["error_code"] = ErrorCode.invalid_request
                 else:
-                    found = first_record_at_or_after(plog, p.timestamp)
+                    if p.timestamp == MAX_TIMESTAMP:
+                        found = max_timestamp_batch(plog)
+                    else:
+                        found = plog.offset_for_timestamp(p.timestamp)
                     if found is not None and found[0] < high_watermark(plog):
-                        entry["offset"], entry["timestamp"] = found
+                        entry["offset"], entry["timestamp"] = found  # batch granularity
+                        lookups.append((entry, plog, found[0], p.timestamp))
                 parts.append(entry)
             topics_out.append(dict(name=t.name, partitions=parts))
+        batches = []
+        slow = False
+        for entry, plog, base, ts in lookups:
+            found_batch = _one_batch(plog, base)
+            if found_batch is not None:
+                h, batch = found_batch
+                batches.append((entry, batch, ts))
+                # decoding it may take long: as for Produce, off the event loop then
+                slow = slow or h.compression != Compression.NONE or h.size > INLINE_BYTES
+        if slow:
+            return self._list_offsets_later(ctx, topics_out, batches)
+        self._locate_records(batches)
         return ctx.respond(throttle_time=0, topics=topics_out)
+
+    async def _list_offsets_later(
+        self,
+        ctx: RequestContext,
+        topics_out: list[dict[str, Any]],
+        batches: list[tuple[dict[str, Any], bytes, int]],
+    ) -> Any:
+        await self.appender.in_worker(self._locate_records, batches)
+        return ctx.respond(throttle_time=0, topics=topics_out)
+
+    def _locate_records(self, batches: list[tuple[dict[str, Any], bytes, int]]) -> None:
+        """Narrow each answer from its batch to the exact record (any thread: pure)."""
+        limit = self.decompression_limit
+        for entry, batch, ts in batches:
+            try:
+                if ts == MAX_TIMESTAMP:
+                    found = batch_max_timestamp(batch, limit)
+                else:
+                    found = batch_first_at_or_after(batch, entry["offset"], ts, limit)
+            except CorruptBatch as e:
+                log.warning(
+                    "ListOffsets: batch at offset %d cannot be decoded (%s);"
+                    " answering with the batch's offset",
+                    entry["offset"],
+                    e,
+                )
+                continue
+            if found is not None:
+                entry["offset"], entry["timestamp"] = found
 
 
 def _cap(data: bytes, high_watermark: int) -> bytes:

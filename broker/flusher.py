@@ -4,6 +4,9 @@ A request that appended to one or more logs awaits ``Flusher.sync(logs)``; every
 while an fsync round is running is flushed together in the next round, in a worker thread so
 the event loop keeps serving. Throughput then grows with concurrency instead of paying one fsync
 per request.
+
+A log whose flush fails (an I/O error, a log closed under it) fails only the waiters that asked
+for that log, with its exception; the others in the same round complete normally.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class Flusher:
     ) -> None:
         self.enabled = enabled
         self._dirty: set[Flushable] = set()
-        self._waiters: list[asyncio.Future[None]] = []
+        self._waiters: list[tuple[asyncio.Future[None], tuple[Flushable, ...]]] = []
         self._running = False
         self._on_flushed = on_flushed
         self._observe = observe
@@ -50,9 +53,10 @@ class Flusher:
             if self._on_flushed is not None:
                 self._on_flushed()
             return None
-        self._dirty.update(logs)
+        wanted = tuple(logs)
+        self._dirty.update(wanted)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
+        self._waiters.append((fut, wanted))
         if not self._running:
             self._running = True
             asyncio.ensure_future(self._run())
@@ -62,27 +66,32 @@ class Flusher:
         loop = asyncio.get_running_loop()
         try:
             while self._waiters:
-                dirty, waiters = self._dirty, self._waiters
+                dirty, waiters = list(self._dirty), self._waiters
                 self._dirty, self._waiters = set(), []
                 started = time.perf_counter()
-                try:
-                    # One worker per log: fsyncs of different files proceed in parallel.
-                    await asyncio.gather(
-                        *(loop.run_in_executor(None, item.flush) for item in dirty)
-                    )
-                except Exception as e:
-                    log.exception("fsync failed")
-                    for w in waiters:
-                        if not w.done():
-                            w.set_exception(e)
-                    continue
-                self.rounds += 1
-                if self._observe is not None:
-                    self._observe(time.perf_counter() - started)
-                if self._on_flushed is not None:
-                    self._on_flushed()
-                for w in waiters:
-                    if not w.done():
-                        w.set_result(None)
+                # One worker per log: fsyncs of different files proceed in parallel.
+                results = await asyncio.gather(
+                    *(loop.run_in_executor(None, item.flush) for item in dirty),
+                    return_exceptions=True,
+                )
+                failed: dict[Flushable, BaseException] = {}
+                for item, result in zip(dirty, results, strict=True):
+                    if isinstance(result, BaseException):
+                        log.error("fsync of %s failed: %r", getattr(item, "path", item), result)
+                        failed[item] = result
+                if len(failed) < len(dirty):
+                    self.rounds += 1
+                    if self._observe is not None:
+                        self._observe(time.perf_counter() - started)
+                    if self._on_flushed is not None:
+                        self._on_flushed()
+                for fut, wanted in waiters:
+                    if fut.done():
+                        continue
+                    error = next((failed[w] for w in wanted if w in failed), None)
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(error)
         finally:
             self._running = False

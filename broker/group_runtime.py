@@ -26,7 +26,7 @@ from coordinator.config import GroupConfig
 from coordinator.loading import LatestRecords
 from coordinator.messages import OffsetFetchResponse
 from coordinator.shard import GroupShard, Output
-from protocol.batch import HEADER_SIZE
+from protocol.batch import HEADER_SIZE, CorruptBatch
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
 from protocol.records import decode_key_values, encode_kv_batch
@@ -194,9 +194,14 @@ class GroupRuntime:
             # The shard's state is a function of the newest record per key: collect those,
             # then replay them (coordinator/loading.py).
             latest = LatestRecords()
-            for i, (_base, header, data) in enumerate(sr.log.iter_batches()):
+            for i, (base, header, data) in enumerate(sr.log.iter_batches()):
                 if not header.is_control:
-                    latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+                    try:
+                        latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+                    except CorruptBatch as e:  # e.g. expands past the decompression bound
+                        log.error(
+                            "%s-%d: batch at offset %d skipped: %s", OFFSETS_TOPIC, sr.partition, base, e
+                        )
                 if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
                     await asyncio.sleep(0)
             records += latest.records

@@ -219,6 +219,11 @@ class _CoordinatorCollector(Collector):
         partitions.add_metric([], len(runtime.shards))
         yield from (by_state, commits, offsets, loaded, partitions)
         yield from (members, current, current_sum, lag, lag_sum)
+        yield GaugeMetricFamily(
+            "kcoord_producer_ids",
+            "Idempotent producer states held for de-duplication (one per partition written).",
+            value=len(self.broker.data.producers),
+        )
         if runtime.load_seconds is not None:
             yield GaugeMetricFamily(
                 "kcoord_offsets_load_seconds",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
-from protocol.records import decode_batch
+from protocol.record_scan import batch_first_at_or_after
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, segment_name
 
 from . import fs
@@ -28,6 +28,7 @@ HEADER_CHUNK = 64 << 10
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.log\.swap|\.log\.cleaned)$")
 _INDEX_ENTRY = struct.Struct(">ii")
+_ANY_TIMESTAMP = -(2**63)  # any timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,8 +286,9 @@ def first_record_at_or_after(
 ) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record whose offset is >= ``offset``, or None.
 
-    Uses the sparse index to skip to the right place, then decodes one batch with
-    ``protocol.records`` (records of compacted topics may have gaps, hence "at or after").
+    Uses the sparse index to skip to the right place, then walks one batch's records with
+    ``protocol.record_scan`` (records of compacted topics may have gaps, hence "at or after"),
+    decompressing within the usual bound; a batch that cannot be decoded is skipped.
     """
     i = max(bisect_right(segments, offset) - 1, 0)
     for base in segments[i:]:
@@ -306,10 +308,12 @@ def first_record_at_or_after(
             for pos, h in _walk_headers(f, start, size):
                 if h.last_offset < offset or h.is_control:
                     continue
-                batch = decode_batch(f.read_at(pos, h.size), verify_crc=False)
-                for off, ts, _record in batch.iter_records():
-                    if off >= offset:
-                        return off, ts
+                try:
+                    found = batch_first_at_or_after(f.read_at(pos, h.size), offset, _ANY_TIMESTAMP)
+                except CorruptBatch:
+                    continue  # undecodable (corrupt, or expanding past the bound): skip it
+                if found is not None:
+                    return found
         finally:
             f.close()
     return None

@@ -38,7 +38,7 @@ from protocol.batch import (
     parse_header,
     peek_size,
 )
-from protocol.compression import Compression, compress, decompress
+from protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Compression, compress, decompress
 
 Buffer = bytes | bytearray | memoryview
 
@@ -267,13 +267,16 @@ def _decode_records(data: bytes, count: int) -> list[Record]:
     return records
 
 
-def decode_key_values(header: BatchHeader, payload: Buffer) -> list[tuple[bytes | None, bytes | None]]:
-    """Only the (key, value) of each record of a batch (``payload`` still compressed).
+def decode_key_values(
+    header: BatchHeader, payload: Buffer, limit: int = DEFAULT_DECOMPRESSION_LIMIT
+) -> list[tuple[bytes | None, bytes | None]]:
+    """Only the (key, value) of each record of a batch (``payload`` still compressed, and
+    decompressed to at most ``limit`` bytes).
 
     The replay path of the coordinator needs nothing else; skipping record objects, deltas
     and headers makes it several times cheaper than :func:`decode_records`.
     """
-    data = decompress(header.compression, payload)
+    data = decompress(header.compression, payload, limit)
     count = header.records_count
     if count > len(data) // _MIN_RECORD_SIZE:
         raise CorruptBatch(f"record count {count} cannot fit in {len(data)} bytes")
@@ -368,17 +371,23 @@ def _read_varint_fast(data: bytes | bytearray, pos: int) -> tuple[int, int]:
     return _read_varint_slow(data, pos)
 
 
-def decode_records(header: BatchHeader, payload: Buffer) -> list[Record]:
-    """Decode the records section of a batch (``payload`` is still compressed)."""
-    data = decompress(header.compression, payload)
+def decode_records(
+    header: BatchHeader, payload: Buffer, limit: int = DEFAULT_DECOMPRESSION_LIMIT
+) -> list[Record]:
+    """Decode the records section of a batch (``payload`` is still compressed; it may expand
+    to at most ``limit`` bytes, see ``protocol.compression.decompress``)."""
+    data = decompress(header.compression, payload, limit)
     return _decode_records(data, header.records_count)
 
 
-def decode_batch(buf: Buffer, pos: int = 0, verify_crc: bool = True) -> RecordBatch:
+def decode_batch(
+    buf: Buffer, pos: int = 0, verify_crc: bool = True, limit: int = DEFAULT_DECOMPRESSION_LIMIT
+) -> RecordBatch:
     """Decode the whole batch starting at ``pos`` in ``buf``.
 
     Raises CorruptBatch if the batch is truncated, has the wrong magic, fails its CRC (when
-    ``verify_crc``), cannot be decompressed, or its records do not match its header.
+    ``verify_crc``), cannot be decompressed (or would expand past ``limit`` bytes), or its
+    records do not match its header.
     """
     header = parse_header(buf, pos)
     end = pos + header.size
@@ -387,7 +396,7 @@ def decode_batch(buf: Buffer, pos: int = 0, verify_crc: bool = True) -> RecordBa
     if verify_crc and not crc_ok(buf, pos, header):
         raise CorruptBatch("CRC mismatch")
     payload = memoryview(buf)[pos + HEADER_SIZE : end]
-    return RecordBatch(header, decode_records(header, payload))
+    return RecordBatch(header, decode_records(header, payload, limit))
 
 
 def decode_batches(buf: Buffer, verify_crc: bool = True) -> list[RecordBatch]:

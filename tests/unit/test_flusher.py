@@ -1,0 +1,51 @@
+"""broker.flusher: one fsync round for many waiters; a log whose flush fails fails only the
+waiters that asked for it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import pytest
+
+from broker.flusher import Flusher
+
+
+class FakeLog:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        if self.fail:
+            raise OSError(errno.EIO, "Input/output error")
+
+
+async def test_a_failed_flush_fails_only_its_waiters() -> None:
+    good, bad = FakeLog(), FakeLog(fail=True)
+    flusher = Flusher()
+    only_good = flusher.synced([good])
+    only_bad = flusher.synced([bad])
+    both = flusher.synced([good, bad])
+    assert only_good is not None and only_bad is not None and both is not None
+    results = await asyncio.gather(only_good, only_bad, both, return_exceptions=True)
+    assert results[0] is None
+    assert isinstance(results[1], OSError) and results[1].errno == errno.EIO
+    assert isinstance(results[2], OSError)
+    assert good.flushes == 1 and bad.flushes == 1  # one round for all three
+    assert flusher.rounds == 1
+
+
+async def test_later_rounds_work_after_a_failure() -> None:
+    log = FakeLog(fail=True)
+    flusher = Flusher()
+    with pytest.raises(OSError):
+        await flusher.sync([log])
+    log.fail = False
+    await flusher.sync([log])
+    assert log.flushes == 2
+
+
+async def test_disabled_flusher_does_not_wait() -> None:
+    assert Flusher(enabled=False).synced([FakeLog(fail=True)]) is None
