@@ -42,12 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _wire import decode, frame  # noqa: E402
 
+from coordinator.messages import OffsetCommitPartition  # noqa: E402
 from coordinator.schemas import (  # noqa: E402
     OffsetCommitKey,
     OffsetCommitValue,
     encode_key,
     encode_offset_commit_value,
 )
+from coordinator.write_size import offset_commit_floor, tombstones_batch_size  # noqa: E402
 from protocol.javahash import partition_for  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
 from storage.log import PartitionLog  # noqa: E402
@@ -61,6 +63,36 @@ EMPTY_PROTOCOL = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
 
 def group_name(i: int) -> str:
     return f"g-{i:07d}"
+
+
+MESSAGE_MAX_BYTES = 1_048_588  # the broker's default message.max.bytes
+
+
+def largest(fits: Callable[[int], bool]) -> int:
+    """The largest n in [0, 1,000,000] with fits(n), fits being monotone."""
+    lo, hi = 0, 1_000_000
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def largest_commit(group: str) -> int:
+    """Most partition entries of an OffsetCommit (no metadata) that fit in one batch."""
+
+    def fits(n: int) -> bool:
+        parts = tuple(OffsetCommitPartition(i % TOPIC_PARTITIONS, i, -1, None) for i in range(n))
+        return offset_commit_floor(group, (("t", parts),), 4096) <= MESSAGE_MAX_BYTES
+
+    return largest(fits)
+
+
+def largest_offset_delete(group: str, topic: str) -> int:
+    """Most offsets one OffsetDelete can remove (their tombstones in one batch)."""
+    return largest(
+        lambda n: tombstones_batch_size([(group, [(topic, p) for p in range(n)], False)])
+        <= MESSAGE_MAX_BYTES
+    )
 
 
 def write_offsets(data_dir: Path, groups: int, wide: int) -> None:
@@ -215,7 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "wide_offsets": args.wide,
     }
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    many = [1_000] if args.quick else [1_000, 10_000]
+    many = [1_000] if args.quick else [1_000, 10_000, 100_000]
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         started = time.perf_counter()
@@ -235,14 +267,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results.setdefault(kind, []).append(figures)
                 print(kind, json.dumps(figures), file=sys.stderr, flush=True)
 
-            for n in sizes:
+            at_bound = largest_commit("commit-bound")
+            for n in sorted([*sizes, at_bound, at_bound + 1]):
+                group = "commit-bound" if n in (at_bound, at_bound + 1) else f"commit-{n}"
                 parts = [
                     dict(partition_index=i % TOPIC_PARTITIONS, committed_offset=i,
                          committed_leader_epoch=-1, committed_metadata=None)
                     for i in range(n)
                 ]
-                record("OffsetCommit v8 (partitions)", n, lambda p=parts, n=n: bench.measure(
-                    8, 8, group_id=f"commit-{n}", generation_id_or_member_epoch=-1, member_id="",
+                record("OffsetCommit v8 (partitions)", n, lambda p=parts, g=group: bench.measure(
+                    8, 8, group_id=g, generation_id_or_member_epoch=-1, member_id="",
                     group_instance_id=None, topics=[dict(name="t", partitions=p)]))
             record("OffsetFetch v7 all offsets (offsets)", args.wide, lambda: bench.measure(
                 9, 7, group_id="wide", topics=None, require_stable=False))
@@ -262,7 +296,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 off += n
                 record("DeleteGroups v2 (groups)", n, lambda ids=ids: bench.measure(
                     42, 2, groups_names=ids))
-            for n in [10_000, args.wide] if args.wide > 10_000 else [args.wide]:
+            bound = min(largest_offset_delete("wide", "wide-topic"), args.wide)
+            for n in [bound, args.wide] if args.wide > bound else [args.wide]:
                 record("OffsetDelete v0 (partitions)", n, lambda n=n: bench.measure(
                     47, 0, group_id="wide",
                     topics=[dict(name="wide-topic", partitions=[dict(partition_index=i) for i in range(n)])]))

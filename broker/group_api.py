@@ -330,8 +330,10 @@ class GroupApi:
     ) -> list[Any]:
         runtime = self.runtime
         by_shard: dict[int, list[str]] = defaultdict(list)
-        for group_id in group_ids:
-            by_shard[runtime.partition_of(group_id)].append(group_id)
+        for i, group_id in enumerate(group_ids, 1):
+            by_shard[runtime.partition_of(group_id)].append(group_id)  # a Java hash each
+            if i % SLICE == 0:
+                await pause()
         results: list[Any] = []
         work = 0  # groups asked about since the last pause
         for p, ids in by_shard.items():

@@ -1460,7 +1460,10 @@ class GroupShard:
                 self._emit(encode_key(OffsetCommitKey(group.group_id, topic, partition)), None)
             self._emit(encode_key(GroupMetadataKey(group.group_id)), None)
             self._discard_group(group, ErrorCode.coordinator_not_available)
-            log.info("group %s deleted", group.group_id)
+        if deleted:  # one line per request: a request may delete thousands
+            names = ", ".join(g.group_id for g in deleted[:10])
+            more = f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
+            log.info("%d groups deleted: %s%s", len(deleted), names, more)
         response = DeleteGroupsResponse(
             tuple(DeleteGroupResult(gid, err) for gid, err in results.items())
         )
