@@ -200,6 +200,11 @@ class Output:
     ``replies``: (handle, response) pairs to deliver once ``records`` are durable.
     ``on_failure``: how :meth:`GroupShard.append_failed` reacts if the append fails; the
     runtime treats it as opaque and passes the whole Output back.
+
+    Every write must fit in one batch of ``GroupConfig.max_batch_bytes``: an Output with
+    ``on_failure`` actions is written atomically (one batch, or append_failed), one without
+    (independent records: expired offsets' tombstones, an Empty group's record) may be cut
+    into several batches.
     """
 
     records: list[Record] = field(default_factory=list)
