@@ -66,7 +66,14 @@ SETTINGS: dict[str, Setting] = {
             "1 (default): fsync before acknowledging a write. Larger: leave flushing to the OS.",
             1,
         ),
-        Setting("message.max.bytes", int, 1048588, "Largest record batch a Produce may carry.", 0),
+        Setting(
+            "message.max.bytes",
+            int,
+            1048588,
+            "Largest record batch a Produce may carry, and a coordinator write may append to"
+            " __consumer_offsets.",
+            0,
+        ),
         Setting("socket.request.max.bytes", int, 104857600, "Largest request frame accepted.", 1),
         Setting(
             "socket.request.max.elements",

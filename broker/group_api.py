@@ -4,17 +4,21 @@ LeaveGroup, ListGroups, DescribeGroups and DeleteGroups.
 Each handler turns the request of whatever version arrived into the coordinator's
 version-independent message, routes it to the shard owning the group (A2), and turns the shard's
 answer back into the negotiated version (D13 for error responses). Admin requests that name
-several groups, or none, fan out to the shards involved and merge their answers.
+several groups, or none, fan out to the shards involved and merge their answers: shard by shard
+and in slices of at most ``offload.SLICE`` groups, pausing for the event loop in between, with
+a big answer built and encoded in the worker thread (broker/offload.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
+from coordinator.shard import listed_groups
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, encode_body, encode_response, response_type
 from protocol.errors import ErrorCode
@@ -23,6 +27,7 @@ from protocol.responses import build, to_millis
 
 from .connection import RequestContext
 from .group_runtime import GroupRuntime
+from .offload import SLICE, gc_paused, is_big, off_loop, pause
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -34,25 +39,41 @@ _UNKNOWN_OPERATIONS = -2147483648
 
 def then(result: Any, finish: Callable[[Any], Any]) -> Any:
     """``finish(reply)`` now if the shard answered at once, else a future of it (chained by a
-    callback: no task per request)."""
+    callback: no task per request). ``finish`` may itself return a future (a response built
+    off the loop): the answer is then its result."""
     if not isinstance(result, asyncio.Future):
         return finish(result)
     answer: asyncio.Future[Any] = result.get_loop().create_future()
 
-    def settle(reply: asyncio.Future[Any]) -> None:
+    def failed(fut: asyncio.Future[Any]) -> bool:
+        """Pass on a cancellation or an exception of ``fut``; True if there was one."""
         if answer.done():
-            return
-        if reply.cancelled():
+            return True
+        if fut.cancelled():
             answer.cancel()
-            return
-        error = reply.exception()
+            return True
+        error = fut.exception()
         if error is not None:
             answer.set_exception(error)
+            return True
+        return False
+
+    def built(body: asyncio.Future[Any]) -> None:
+        if not failed(body):
+            answer.set_result(body.result())
+
+    def settle(reply: asyncio.Future[Any]) -> None:
+        if failed(reply):
             return
         try:
-            answer.set_result(finish(reply.result()))
+            value = finish(reply.result())
         except Exception as e:
             answer.set_exception(e)
+            return
+        if isinstance(value, asyncio.Future):
+            value.add_done_callback(built)
+        else:
+            answer.set_result(value)
 
     result.add_done_callback(settle)
     return answer
@@ -236,47 +257,98 @@ class GroupApi:
 
     # ListGroups -----------------------------------------------------------------------------------
     async def list_groups(self, ctx: RequestContext, req: Any) -> Any:
+        with gc_paused():  # every group is read: see broker/offload.py
+            return await self._list_groups(ctx, req)
+
+    async def _list_groups(self, ctx: RequestContext, req: Any) -> Any:
         request = m.ListGroupsRequest(
             states_filter=frozenset(getattr(req, "states_filter", ()) or ()),
             types_filter=frozenset(getattr(req, "types_filter", ()) or ()),
         )
         runtime = self.runtime
-        answers: list[m.ListGroupsResponse] = await asyncio.gather(
-            *(runtime.call(p, runtime.shard(p).list_groups, request) for p in range(runtime.num_partitions))
-        )
-        error = next((a.error for a in answers if a.error), 0)
-        groups = [g for a in answers for g in a.groups]
-        return ctx.respond(
-            throttle_time=0,
-            error_code=error,
-            groups=[
-                dict(
-                    group_id=g.group_id,
-                    protocol_type=g.protocol_type,
-                    group_state=g.state,
-                    group_type="classic",
-                )
-                for g in sorted(groups)
-            ],
-        )
+        error = 0
+        work = 0  # groups read since the last pause
+        runs: list[list[m.ListedGroup]] = []  # each sorted
+        before: list[asyncio.Future[None]] = []
+        for p in range(runtime.num_partitions):
+            shard = runtime.shard(p)
+            if shard.loading:
+                error = error or ErrorCode.coordinator_load_in_progress
+                continue
+            pending = runtime.pending(p)
+            if pending is not None:
+                before.append(pending)
+            groups = list(shard.groups())
+            for i in range(0, len(groups), SLICE):
+                runs.append(sorted(listed_groups(groups[i : i + SLICE], request)))
+                work += min(SLICE, len(groups) - i)
+                if work >= SLICE:
+                    work = 0
+                    await pause()
+        for pending in before:  # like a shard reply: not before the shard's earlier outputs
+            await asyncio.shield(pending)
+
+        def body() -> Any:
+            return ctx.respond(
+                throttle_time=0,
+                error_code=error,
+                groups=[
+                    dict(
+                        group_id=g.group_id,
+                        protocol_type=g.protocol_type,
+                        group_state=g.state,
+                        group_type="classic",
+                    )
+                    for g in heapq.merge(*runs)
+                ],
+            )
+
+        if is_big(sum(map(len, runs))):
+            return await off_loop(lambda: RawBody(encode_body(body())))
+        return body()
 
     # DescribeGroups -------------------------------------------------------------------------------
     async def _per_shard(
-        self, group_ids: Iterable[str], op_name: str, make: Callable[[tuple[str, ...]], Any]
+        self,
+        group_ids: Iterable[str],
+        op_name: str,
+        make: Callable[[tuple[str, ...]], Any],
+        atomic: bool = False,
     ) -> list[Any]:
-        """Ask each shard owning some of ``group_ids`` about its own groups, concurrently."""
+        """Ask each shard owning some of ``group_ids`` about its own groups, at most SLICE
+        groups per call (all of a shard's in one call if ``atomic``: one write per shard, as
+        Kafka's DeleteGroups), pausing for the loop between calls; then await the answers."""
+        ids = list(group_ids)
+        if is_big(len(ids)):
+            with gc_paused():
+                return await self._ask_shards(ids, op_name, make, atomic)
+        return await self._ask_shards(ids, op_name, make, atomic)
+
+    async def _ask_shards(
+        self,
+        group_ids: list[str],
+        op_name: str,
+        make: Callable[[tuple[str, ...]], Any],
+        atomic: bool,
+    ) -> list[Any]:
         runtime = self.runtime
         by_shard: dict[int, list[str]] = defaultdict(list)
-        for group_id in group_ids:
-            by_shard[runtime.partition_of(group_id)].append(group_id)
-        return list(
-            await asyncio.gather(
-                *(
-                    runtime.call(p, getattr(runtime.shard(p), op_name), make(tuple(ids)))
-                    for p, ids in by_shard.items()
-                )
-            )
-        )
+        for i, group_id in enumerate(group_ids, 1):
+            by_shard[runtime.partition_of(group_id)].append(group_id)  # a Java hash each
+            if i % SLICE == 0:
+                await pause()
+        results: list[Any] = []
+        work = 0  # groups asked about since the last pause
+        for p, ids in by_shard.items():
+            step = len(ids) if atomic else SLICE
+            for i in range(0, len(ids), step):
+                op = getattr(runtime.shard(p), op_name)
+                results.append(runtime.submit(p, op, make(tuple(ids[i : i + step]))))
+                work += min(step, len(ids) - i)
+                if work >= SLICE:
+                    work = 0
+                    await pause()
+        return [await r if isinstance(r, asyncio.Future) else r for r in results]
 
     async def describe_groups(self, ctx: RequestContext, req: Any) -> Any:
         answers: list[m.DescribeGroupsResponse] = await self._per_shard(
@@ -284,40 +356,52 @@ class GroupApi:
         )
         found = {g.group_id: g for a in answers for g in a.groups}
         include_ops = getattr(req, "include_authorized_operations", False)
-        groups = []
-        for group_id in req.groups:
-            g = found[group_id]
-            groups.append(
-                dict(
-                    error_code=g.error,
-                    error_message=None,
-                    group_id=g.group_id,
-                    group_state=g.state,
-                    protocol_type=g.protocol_type,
-                    protocol_data=g.protocol,
-                    members=[
-                        dict(
-                            member_id=x.member_id,
-                            group_instance_id=x.group_instance_id,
-                            client_id=x.client_id,
-                            client_host=x.client_host,
-                            member_metadata=x.metadata,
-                            member_assignment=x.assignment,
-                        )
-                        for x in g.members
-                    ],
-                    authorized_operations=_UNKNOWN_OPERATIONS if not include_ops else 0,
+
+        def body() -> Any:
+            groups = []
+            for group_id in req.groups:
+                g = found[group_id]
+                groups.append(
+                    dict(
+                        error_code=g.error,
+                        error_message=None,
+                        group_id=g.group_id,
+                        group_state=g.state,
+                        protocol_type=g.protocol_type,
+                        protocol_data=g.protocol,
+                        members=[
+                            dict(
+                                member_id=x.member_id,
+                                group_instance_id=x.group_instance_id,
+                                client_id=x.client_id,
+                                client_host=x.client_host,
+                                member_metadata=x.metadata,
+                                member_assignment=x.assignment,
+                            )
+                            for x in g.members
+                        ],
+                        authorized_operations=_UNKNOWN_OPERATIONS if not include_ops else 0,
+                    )
                 )
-            )
-        return ctx.respond(throttle_time=0, groups=groups)
+            return ctx.respond(throttle_time=0, groups=groups)
+
+        if is_big(len(req.groups) + sum(len(g.members) for g in found.values())):
+            return await off_loop(lambda: RawBody(encode_body(body())))
+        return body()
 
     # DeleteGroups ---------------------------------------------------------------------------------
     async def delete_groups(self, ctx: RequestContext, req: Any) -> Any:
         answers: list[m.DeleteGroupsResponse] = await self._per_shard(
-            req.groups_names, "delete_groups", m.DeleteGroupsRequest
+            req.groups_names, "delete_groups", m.DeleteGroupsRequest, atomic=True
         )
         found = {r.group_id: r.error for a in answers for r in a.results}
-        return ctx.respond(
-            throttle_time=0,
-            results=[dict(group_id=g, error_code=found[g]) for g in req.groups_names],
-        )
+
+        def body() -> Any:
+            return ctx.respond(
+                throttle_time=0,
+                results=[dict(group_id=g, error_code=found[g]) for g in req.groups_names],
+            )
+
+        if is_big(len(req.groups_names)):
+            return await off_loop(lambda: RawBody(encode_body(body())))
+        return body()

@@ -29,7 +29,7 @@ from coordinator.shard import GroupShard, Output
 from protocol.batch import HEADER_SIZE, CorruptBatch
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
-from protocol.records import decode_key_values, encode_kv_batch
+from protocol.records import decode_key_values, encode_kv_batch, kv_batches
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
@@ -121,6 +121,7 @@ class GroupRuntime:
             offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
             offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+            max_batch_bytes=config["message.max.bytes"],
         )
         start = now_ms()
         self._partition_cache: dict[str, int] = {}
@@ -382,6 +383,12 @@ class GroupRuntime:
     def shard(self, partition: int) -> GroupShard:
         return self.shards[partition].shard
 
+    def pending(self, partition: int) -> asyncio.Future[None] | None:
+        """Done once every output queued on shard ``partition`` so far is complete; None if
+        none is. A reply read from the shard's state now must not be sent before it (what
+        :meth:`submit` does for the replies of shard operations)."""
+        return self.shards[partition].chain
+
     # outputs --------------------------------------------------------------------------------------
     def _process(self, sr: _ShardRuntime, out: Output) -> None:
         """Append the output's records and complete its replies once durable, in order."""
@@ -397,16 +404,50 @@ class GroupRuntime:
         if sr.log is None:
             self.ensure_topic()
         assert sr.log is not None
-        batch = encode_kv_batch(out.records, now_ms())
+        t = now_ms()
+        batches = self._batches(sr, out, t)
+        if batches is None:
+            # Nothing was appended or replied: the shard undoes the write and answers for it.
+            self._process(sr, sr.shard.append_failed(out, ErrorCode.message_too_large, t))
+            return
         error: BaseException | None = None
         try:
             started = time.perf_counter()
-            sr.log.append(batch)
+            for batch in batches:
+                sr.log.append(batch)
             self.broker.metrics_append(time.perf_counter() - started)
         except Exception as e:  # disk full, I/O error: the shard decides what it means
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
             error = e
         self._complete_in_order(sr, sr.log if error is None else None, out, error)
+
+    def _batches(self, sr: _ShardRuntime, out: Output, t: int) -> list[bytes] | None:
+        """The batches to append for ``out``, each at most message.max.bytes, as Kafka's
+        coordinator runtime writes them; None when ``out`` cannot be written so.
+
+        An output that has something to undo should it fail (``on_failure``: commits, group
+        records of a sync or a static member's replacement, deletions) is one atomic write:
+        one batch or nothing. The others (tombstones of expired offsets, the record of a
+        group left Empty) are independent records, cut into as many batches as they need,
+        like Kafka's non-atomic writes."""
+        limit = self.group_config.max_batch_bytes
+        batch = encode_kv_batch(out.records, t)
+        if len(batch) <= limit:
+            return [batch]
+        if not out.on_failure:
+            batches = [encode_kv_batch(run, t) for run in kv_batches(out.records, limit)]
+            if all(len(b) <= limit for b in batches):
+                return batches
+        log.warning(
+            "write of %d records to %s-%d refused: %d bytes do not fit in one batch of at most"
+            " %d bytes (message.max.bytes)",
+            len(out.records),
+            OFFSETS_TOPIC,
+            sr.partition,
+            len(batch),
+            limit,
+        )
+        return None
 
     def _complete_in_order(
         self,

@@ -1,7 +1,8 @@
 """Prometheus metrics and the operator's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``.
 
 Served by ``kcoord serve --metrics-port N`` from the broker's own event loop (a tiny HTTP/1.1
-server), so a scrape reads the coordinator's state between two requests, never during one.
+server). A scrape first reads the coordinator's state into a snapshot, in slices between which
+the loop serves its clients (broker/group_metrics.py), then renders the snapshot.
 
 Two kinds of metrics:
 
@@ -12,7 +13,9 @@ Two kinds of metrics:
   groups by state, committed offsets, and kafka_exporter's consumer-group series
   (``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag``,
   ``kafka_consumergroup_members``, with its labels ``consumergroup``, ``topic``, ``partition``).
-  Lag is the partition's high watermark (what Fetch reports) minus the committed offset.
+  Lag is the partition's high watermark (what Fetch reports) minus the committed offset. Only
+  ``metrics.max.groups`` groups get series of their own, the others are summed into
+  ``consumergroup="__other__"`` (see broker/group_metrics.py for the rule).
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from coordinator.group import GroupState
 from coordinator.shard import RebalanceCompleted
 from protocol.apis import ApiKey
+
+from .group_metrics import GroupSeries, GroupsSnapshot, read_groups
+from .offload import off_loop
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -108,7 +113,8 @@ class BrokerMetrics:
             registry=r,
         )
         ProcessCollector(registry=r)
-        r.register(_CoordinatorCollector(broker))
+        self._coordinator = _CoordinatorCollector(broker)
+        r.register(self._coordinator)
         self._requests_by_key: dict[int, Counter] = {}
         self._latency_by_key: dict[int, Histogram] = {}
 
@@ -129,22 +135,44 @@ class BrokerMetrics:
         self.rebalances.inc()
         self.rebalance_duration.observe(done.duration_ms / 1000.0)
 
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+    async def exposition(self) -> bytes:
+        """The whole ``/metrics`` response: the coordinator's state is read first (in slices),
+        every collector then runs on the loop, and the text is written in the worker thread
+        from what they returned."""
+        collector = self._coordinator
+        snapshot = await read_groups(
+            self.broker.groups, self.broker.topics, int(self.broker.config["metrics.max.groups"])
+        )
+        collector.snapshot = snapshot  # collected right away: no other scrape can come between
+        try:
+            collected = _Collected(list(self.registry.collect()))
+        finally:
+            collector.snapshot = None
+        return await off_loop(generate_latest, collected)
+
+
+class _Collected(Collector):
+    """Metric families already collected, for ``generate_latest`` to write out."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
 
 
 class _CoordinatorCollector(Collector):
-    """State metrics read from the shards at scrape time."""
+    """State metrics, from the snapshot :meth:`BrokerMetrics.exposition` has just read."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.snapshot: GroupsSnapshot | None = None
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; nothing to check at registration
 
     def collect(self) -> Iterator[Metric]:
         runtime = self.broker.groups
-        topics = self.broker.topics
         by_state = GaugeMetricFamily(
             "kcoord_groups", "Classic groups by state.", labels=["state"]
         )
@@ -183,40 +211,17 @@ class _CoordinatorCollector(Collector):
             "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
             labels=["consumergroup", "topic"],
         )
-        counts = dict.fromkeys(GroupState, 0)
-        committed_total = 0
-        offsets_total = 0
-        loaded_count = 0
-        for sr in runtime.shards:
-            shard = sr.shard
-            loaded_count += sr.loaded
-            committed_total += shard.offsets_committed
-            offsets_total += shard.offset_count()
-            for group in shard.groups():
-                gid = group.group_id
-                counts[group.state] += 1
-                members.add_metric([gid], len(group.members))
-                sums: dict[str, tuple[int, int]] = {}
-                for (topic, partition), value in sorted(shard.committed_offsets(gid).items()):
-                    if value.offset < 0:
-                        continue
-                    current.add_metric([gid, topic, str(partition)], value.offset)
-                    c_sum, l_sum = sums.get(topic, (0, 0))
-                    plog = topics.partition(topic, partition)
-                    if plog is not None:
-                        behind = plog.flushed_offset - value.offset
-                        lag.add_metric([gid, topic, str(partition)], behind)
-                        l_sum += behind
-                    sums[topic] = (c_sum + value.offset, l_sum)
-                for topic, (c_sum, l_sum) in sums.items():
-                    current_sum.add_metric([gid, topic], c_sum)
-                    lag_sum.add_metric([gid, topic], l_sum)
-        for state, n in counts.items():
-            by_state.add_metric([state.value], n)
-        commits.add_metric([], committed_total)
-        offsets.add_metric([], offsets_total)
-        loaded.add_metric([], loaded_count)
-        partitions.add_metric([], len(runtime.shards))
+        snap = self.snapshot
+        if snap is not None:
+            for state, n in snap.states.items():
+                by_state.add_metric([state.value], n)
+            commits.add_metric([], snap.committed)
+            offsets.add_metric([], snap.offsets)
+            loaded.add_metric([], snap.loaded)
+            partitions.add_metric([], snap.partitions)
+            groups = snap.groups if snap.other is None else [*snap.groups, snap.other]
+            for g in groups:
+                _add_group(g, members, current, current_sum, lag, lag_sum)
         yield from (by_state, commits, offsets, loaded, partitions)
         yield from (members, current, current_sum, lag, lag_sum)
         yield GaugeMetricFamily(
@@ -230,6 +235,29 @@ class _CoordinatorCollector(Collector):
                 "Time to load every __consumer_offsets partition at start-up.",
                 value=runtime.load_seconds,
             )
+
+
+def _add_group(
+    g: GroupSeries,
+    members: GaugeMetricFamily,
+    current: GaugeMetricFamily,
+    current_sum: GaugeMetricFamily,
+    lag: GaugeMetricFamily,
+    lag_sum: GaugeMetricFamily,
+) -> None:
+    """kafka_exporter's series of one group (partitions in topic, partition order)."""
+    gid = g.group_id
+    members.add_metric([gid], g.members)
+    sums: dict[str, list[int]] = {}
+    for topic, partition, offset, behind in g.partitions:
+        current.add_metric([gid, topic, str(partition)], offset)
+        lag.add_metric([gid, topic, str(partition)], behind)
+        topic_sums = sums.setdefault(topic, [0, 0])
+        topic_sums[0] += offset
+        topic_sums[1] += behind
+    for topic, (c_sum, l_sum) in sums.items():
+        current_sum.add_metric([gid, topic], c_sum)
+        lag_sum.add_metric([gid, topic], l_sum)
 
 
 # HTTP -------------------------------------------------------------------------------------------
@@ -264,12 +292,17 @@ class MetricsServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
+    async def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """Status, content type and body for a request."""
+        if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, await self.metrics.exposition()
+        return self.answer(method, path)
+
     def answer(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """:meth:`respond` for every request but a read of ``/metrics`` (which awaits)."""
         path = path.split("?", 1)[0]
         if method not in ("GET", "HEAD"):
             return 405, "text/plain; charset=utf-8", b"method not allowed\n"
-        if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, self.metrics.exposition()
         if path == "/healthz":
             if self.broker.serving:
                 return 200, "text/plain; charset=utf-8", b"ok\n"
@@ -295,7 +328,7 @@ class MetricsServer:
             if len(parts) < 2:
                 return
             method, path = parts[0].upper(), parts[1]
-            status, ctype, body = self.answer(method, path)
+            status, ctype, body = await self.respond(method, path)
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

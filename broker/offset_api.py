@@ -4,6 +4,10 @@ Requests of any version become the coordinator's version-independent messages; p
 topics that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION here, the rest go to the shard
 owning the group, whose answer (sent only once the commit records are durable) is merged back in
 request order. OffsetFetch v8+ asks about several groups at once: one shard call per group.
+
+Big requests keep the event loop free (broker/offload.py): answers of many partitions are
+built and encoded in the worker thread, a fetch of many offsets is answered from a copy of the
+group's offsets taken on the loop, and the groups of an OffsetFetch v8+ are read in slices.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
+from coordinator.shard import fetched_offsets
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, decode_request_frame, encode_body
 from protocol.errors import ErrorCode
@@ -21,20 +26,75 @@ from protocol.offset_fetch import encode_offset_fetch_response
 from .connection import RequestContext
 from .group_api import then
 from .group_runtime import GroupRuntime
+from .offload import SLICE, gc_paused, is_big, off_loop, pause
 
 if TYPE_CHECKING:
     from .app import Broker
 
 
 _BODY_CACHE_SIZE = 4096
+_CACHED_PARTITIONS = 256  # larger commit answers are not remembered: 4096 of them would be GBs
 _LOST = ErrorCode.unknown_server_error  # a partition the shard did not answer (never expected)
 
+Wanted = tuple[tuple[str, tuple[int, ...]], ...] | None
 
-def _wanted(topics: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+
+def _wanted(topics: Any) -> Wanted:
     """The partitions an OffsetFetch asks about, None for all of the group's."""
     if topics is None:
         return None
     return tuple((t.name, tuple(t.partition_indexes)) for t in topics)
+
+
+def _requested(topics: Any) -> int:
+    """Partitions named by a request's topics (kio entities with ``partitions``)."""
+    return sum(len(t.partitions) for t in topics)
+
+
+def _answered(topics: tuple[tuple[str, tuple[Any, ...]], ...]) -> int:
+    """Partitions in a shard answer's ``topics``."""
+    return sum(len(parts) for _, parts in topics)
+
+
+def _commit_shape(
+    req: Any, unknown: dict[tuple[str, int], int], r: m.OffsetCommitResponse | None
+) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
+    """An OffsetCommit's answer: the shard's errors and the partitions of unknown topics, in
+    request order."""
+    if r is not None and not unknown and len(r.topics) == len(req.topics):
+        return r.topics  # the shard answered every partition, in request order
+    errors: dict[tuple[str, int], int] = dict(unknown)
+    if r is not None:
+        for name, results in r.topics:
+            for partition, error in results:
+                errors[(name, partition)] = error
+    return tuple(
+        (
+            t.name,
+            tuple(
+                (p.partition_index, errors.get((t.name, p.partition_index), _LOST))
+                for p in t.partitions
+            ),
+        )
+        for t in req.topics
+    )
+
+
+def _commit_body(ctx: RequestContext, shape: Any) -> RawBody:
+    response = ctx.respond(
+        throttle_time=0,
+        topics=[
+            dict(name=name, partitions=[dict(partition_index=p, error_code=e) for p, e in parts])
+            for name, parts in shape
+        ],
+    )
+    return RawBody(encode_body(response))
+
+
+def _big_commit_body(
+    ctx: RequestContext, req: Any, unknown: dict[tuple[str, int], int], r: Any
+) -> RawBody:
+    return _commit_body(ctx, _commit_shape(req, unknown, r))
 
 
 def _error_on_every_partition(req: Any, error: int) -> m.OffsetFetchResponse:
@@ -58,6 +118,12 @@ class OffsetApi:
 
     # OffsetCommit ---------------------------------------------------------------------------------
     def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
+        if is_big(_requested(req.topics)):
+            with gc_paused():
+                return self._offset_commit(ctx, req)
+        return self._offset_commit(ctx, req)
+
+    def _offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
         topics = []
         new, cls = tuple.__new__, m.OffsetCommitPartition  # per partition: skip _make's frame
@@ -95,67 +161,59 @@ class OffsetApi:
         req: Any,
         unknown: dict[tuple[str, int], int],
         r: m.OffsetCommitResponse | None,
-    ) -> RawBody:
-        """The response body: the shard's errors and the partitions of unknown topics, in
-        request order."""
-        shape: Any
-        if r is not None and not unknown and len(r.topics) == len(req.topics):
-            shape = r.topics  # the shard answered every partition, in request order
-        else:
-            errors: dict[tuple[str, int], int] = dict(unknown)
-            if r is not None:
-                for name, results in r.topics:
-                    for partition, error in results:
-                        errors[(name, partition)] = error
-            shape = tuple(
-                (
-                    t.name,
-                    tuple(
-                        (p.partition_index, errors.get((t.name, p.partition_index), _LOST))
-                        for p in t.partitions
-                    ),
-                )
-                for t in req.topics
-            )
+    ) -> RawBody | asyncio.Future[RawBody]:
+        """The response body (a future of it when the worker builds it)."""
+        entries = _requested(req.topics)
+        if is_big(entries):
+            return off_loop(_big_commit_body, ctx, req, unknown, r)
+        shape = _commit_shape(req, unknown, r)
+        if entries > _CACHED_PARTITIONS:
+            return _commit_body(ctx, shape)
         # Committers send the same partitions over and over, and nearly every answer is "all
         # NONE": reuse the encoded body of an identical answer instead of rebuilding it.
         key = (ctx.version, shape)
         body = self._commit_bodies.get(key)
         if body is None:
-            response = ctx.respond(
-                throttle_time=0,
-                topics=[
-                    dict(
-                        name=name,
-                        partitions=[dict(partition_index=p, error_code=e) for p, e in parts],
-                    )
-                    for name, parts in shape
-                ],
-            )
-            body = RawBody(encode_body(response))
+            body = _commit_body(ctx, shape)
             if len(self._commit_bodies) >= _BODY_CACHE_SIZE:
                 self._commit_bodies.clear()
             self._commit_bodies[key] = body
         return body
 
     # OffsetFetch ----------------------------------------------------------------------------------
-    def _submit_fetch(self, group_id: str, topics: Any, require_stable: bool) -> Any:
-        """Ask the group's shard; the reply itself, or a future of it (GroupRuntime.submit)."""
+    def _is_big_fetch(self, group_id: str, wanted: Wanted) -> bool:
+        """Whether a fetch reads too many offsets to be answered on the loop at once."""
+        if wanted is not None:
+            return is_big(sum(len(parts) for _, parts in wanted))
+        runtime = self.runtime
+        return is_big(runtime.shard(runtime.partition_of(group_id)).offset_count_of(group_id))
+
+    def _submit_fetch(self, group_id: str, wanted: Wanted, require_stable: bool) -> Any:
+        """Ask the group's shard: the reply itself, or a future of it (GroupRuntime.submit,
+        or :meth:`_big_fetch` for a fetch of many offsets)."""
+        if self._is_big_fetch(group_id, wanted):
+            return asyncio.ensure_future(self._big_fetch(group_id, wanted))
         runtime = self.runtime
         p = runtime.partition_of(group_id)
         request = m.OffsetFetchRequest(
-            group_id=group_id, topics=_wanted(topics), require_stable=require_stable
+            group_id=group_id, topics=wanted, require_stable=require_stable
         )
         return runtime.submit(p, runtime.shard(p).offset_fetch, request)
 
-    async def _fetch_group(
-        self, group_id: str, topics: Any, require_stable: bool
-    ) -> m.OffsetFetchResponse:
-        result = self._submit_fetch(group_id, topics, require_stable)
-        if isinstance(result, asyncio.Future):
-            result = await result
-        answer: m.OffsetFetchResponse = result
-        return answer
+    async def _big_fetch(self, group_id: str, wanted: Wanted) -> m.OffsetFetchResponse:
+        """A fetch of many offsets: what the shard holds now is copied on the loop (a dict
+        copy), the answer is built from the copy in the worker, and it is sent, like any
+        shard reply, only after the shard's earlier outputs are complete."""
+        runtime = self.runtime
+        p = runtime.partition_of(group_id)
+        before = runtime.pending(p)
+        error, offsets = runtime.shard(p).offsets_snapshot(group_id)
+        topics: Any = ()
+        if not error:
+            topics = await off_loop(fetched_offsets, offsets, wanted)
+        if before is not None:
+            await asyncio.shield(before)
+        return m.OffsetFetchResponse(error, topics)
 
     @staticmethod
     def _topics_out(r: m.OffsetFetchResponse) -> list[dict[str, Any]]:
@@ -180,12 +238,17 @@ class OffsetApi:
         require_stable = bool(getattr(req, "require_stable", False))
         if ctx.version >= 8:
             return self._offset_fetch_groups(ctx, req, require_stable)
-        result = self._submit_fetch(req.group_id, req.topics, require_stable)
+        result = self._submit_fetch(req.group_id, _wanted(req.topics), require_stable)
 
-        def finish(r: m.OffsetFetchResponse) -> Any:
+        def body(r: m.OffsetFetchResponse) -> Any:
             if ctx.version < 2 and r.error:
                 r = _error_on_every_partition(req, r.error)
             return ctx.respond(throttle_time=0, topics=self._topics_out(r), error_code=r.error)
+
+        def finish(r: m.OffsetFetchResponse) -> Any:
+            if is_big(_answered(r.topics)):
+                return off_loop(lambda: RawBody(encode_body(body(r))))
+            return body(r)
 
         return then(result, finish)
 
@@ -196,7 +259,10 @@ class OffsetApi:
         if version > OFFSET_FETCH_DIRECT_MAX:
             return None
         req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame, self._max_elements)
-        r = self.runtime.fetch_offsets(req.group_id, _wanted(req.topics))
+        wanted = _wanted(req.topics)
+        if self._is_big_fetch(req.group_id, wanted):
+            return None  # the generic path keeps the loop free
+        r = self.runtime.fetch_offsets(req.group_id, wanted)
         if r is None:
             return None
         if version < 2 and r.error:
@@ -204,19 +270,50 @@ class OffsetApi:
         return encode_offset_fetch_response(version, correlation_id, r.error, r.topics)
 
     async def _offset_fetch_groups(self, ctx: RequestContext, req: Any, require_stable: bool) -> Any:
-        answers = await asyncio.gather(
-            *(self._fetch_group(g.group_id, g.topics, require_stable) for g in req.groups)
-        )
-        return ctx.respond(
-            throttle_time=0,
-            groups=[
-                dict(group_id=g.group_id, topics=self._topics_out(r), error_code=r.error)
-                for g, r in zip(req.groups, answers, strict=True)
-            ],
-        )
+        if is_big(len(req.groups)):
+            with gc_paused():
+                return await self._fetch_groups(ctx, req, require_stable)
+        return await self._fetch_groups(ctx, req, require_stable)
+
+    async def _fetch_groups(self, ctx: RequestContext, req: Any, require_stable: bool) -> Any:
+        # Each group's shard is asked in turn, a pause after every SLICE offsets read; the
+        # answers (or futures of them) are collected, then awaited.
+        results: list[Any] = []
+        work = 0
+        for g in req.groups:
+            wanted = _wanted(g.topics)
+            results.append(self._submit_fetch(g.group_id, wanted, require_stable))
+            work += 1 + (
+                sum(len(parts) for _, parts in wanted) if wanted is not None else 0
+            )
+            if work >= SLICE:
+                work = 0
+                await pause()
+        answers: list[m.OffsetFetchResponse] = [
+            await r if isinstance(r, asyncio.Future) else r for r in results
+        ]
+
+        def body() -> Any:
+            return ctx.respond(
+                throttle_time=0,
+                groups=[
+                    dict(group_id=g.group_id, topics=self._topics_out(r), error_code=r.error)
+                    for g, r in zip(req.groups, answers, strict=True)
+                ],
+            )
+
+        if is_big(len(answers) + sum(_answered(r.topics) for r in answers)):
+            return await off_loop(lambda: RawBody(encode_body(body())))
+        return body()
 
     # OffsetDelete ---------------------------------------------------------------------------------
     async def offset_delete(self, ctx: RequestContext, req: Any) -> Any:
+        if is_big(_requested(req.topics)):
+            with gc_paused():
+                return await self._offset_delete(ctx, req)
+        return await self._offset_delete(ctx, req)
+
+    async def _offset_delete(self, ctx: RequestContext, req: Any) -> Any:
         request = m.OffsetDeleteRequest(
             group_id=req.group_id,
             topics=tuple((t.name, tuple(p.partition_index for p in t.partitions)) for t in req.topics),
@@ -224,21 +321,29 @@ class OffsetApi:
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
         r: m.OffsetDeleteResponse = await runtime.call(p, runtime.shard(p).offset_delete, request)
-        errors = {(name, part): err for name, results in r.topics for part, err in results}
-        return ctx.respond(
-            error_code=r.error,
-            throttle_time=0,
-            topics=[
-                dict(
-                    name=t.name,
-                    partitions=[
-                        dict(
-                            partition_index=p.partition_index,
-                            error_code=errors.get((t.name, p.partition_index), 0),
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ],
-        )
+
+        def body() -> Any:
+            if r.error:  # a group-level error comes alone, as in Kafka
+                return ctx.respond(error_code=r.error, throttle_time=0, topics=[])
+            errors = {(name, part): err for name, results in r.topics for part, err in results}
+            return ctx.respond(
+                error_code=r.error,
+                throttle_time=0,
+                topics=[
+                    dict(
+                        name=t.name,
+                        partitions=[
+                            dict(
+                                partition_index=p.partition_index,
+                                error_code=errors.get((t.name, p.partition_index), 0),
+                            )
+                            for p in t.partitions
+                        ],
+                    )
+                    for t in req.topics
+                ],
+            )
+
+        if is_big(_requested(req.topics)):
+            return await off_loop(lambda: RawBody(encode_body(body())))
+        return body()

@@ -41,6 +41,12 @@ class GroupConfig:
     """offset.metadata.max.bytes: longest metadata string an OffsetCommit may store per
     partition, counted in UTF-8 bytes (J6)."""
 
+    max_batch_bytes: int = 1048588
+    """message.max.bytes (which the __consumer_offsets topic's max.message.bytes defaults
+    to): the largest record batch one write of a shard may append. A write whose records do
+    not fit in one such batch fails as a whole, as Kafka's coordinator runtime fails it
+    (RecordTooLargeException, answered UNKNOWN_SERVER_ERROR)."""
+
     def __post_init__(self) -> None:
         if self.initial_rebalance_delay_ms < 0:
             raise ValueError("initial_rebalance_delay_ms must be >= 0")
@@ -58,3 +64,5 @@ class GroupConfig:
             raise ValueError("offsets_retention_check_interval_ms must be >= 1")
         if self.offset_metadata_max_bytes < 0:
             raise ValueError("offset_metadata_max_bytes must be >= 0")
+        if self.max_batch_bytes < 0:
+            raise ValueError("max_batch_bytes must be >= 0")

@@ -51,6 +51,10 @@ __all__ = [
     "encode_group_metadata_value",
     "encode_key",
     "encode_offset_commit_value",
+    "group_metadata_key_size",
+    "group_metadata_value_size",
+    "offset_commit_key_size",
+    "offset_commit_value_size",
 ]
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -283,6 +287,16 @@ def _short_string(v: str) -> bytes:
     return raw
 
 
+def offset_commit_key_size(group_bytes: int, topic_bytes: int) -> int:
+    """Bytes of an OffsetCommitKey (v1) whose group and topic take these many UTF-8 bytes."""
+    return 2 + 2 + group_bytes + 2 + topic_bytes + 4
+
+
+def group_metadata_key_size(group_bytes: int) -> int:
+    """Bytes of a GroupMetadataKey (v2) whose group takes this many UTF-8 bytes."""
+    return 2 + 2 + group_bytes
+
+
 def offset_commit_key_prefix(group: str, topic: str) -> bytes:
     """Everything of an OffsetCommitKey but its partition: the key of partition p is
     ``prefix + int32(p)``, so a commit of many partitions encodes group and topic once."""
@@ -367,6 +381,11 @@ def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
     )
 
 
+def offset_commit_value_size(metadata_bytes: int) -> int:
+    """Bytes of an OffsetCommitValue v3 whose metadata takes this many UTF-8 bytes."""
+    return _VALUE_V3_HEAD.size + metadata_bytes + 8
+
+
 def encode_offset_commit_fields(
     offset: int, leader_epoch: int, metadata: str, commit_timestamp: int
 ) -> bytes:
@@ -436,6 +455,28 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
         w.bytes_(m.subscription)
         w.bytes_(m.assignment)
     return w.getvalue()
+
+
+def _string_size(v: str | None) -> int:
+    """Bytes of a (nullable) string field; SchemaError as :class:`_Writer` raises it."""
+    if v is None:
+        return 2
+    n = len(v) if v.isascii() else len(v.encode("utf-8"))
+    if n > 0x7FFF:
+        raise SchemaError(f"string of {n} bytes does not fit an int16 length")
+    return 2 + n
+
+
+def group_metadata_value_size(value: GroupMetadataValue) -> int:
+    """``len(encode_group_metadata_value(value))`` without encoding it (no member's
+    subscription or assignment is copied); SchemaError where the encoder would raise one."""
+    size = 2 + _string_size(value.protocol_type) + 4 + _string_size(value.protocol)
+    size += _string_size(value.leader) + 8 + 4
+    for m in value.members:
+        size += _string_size(m.member_id) + _string_size(m.group_instance_id)
+        size += _string_size(m.client_id) + _string_size(m.client_host)
+        size += 4 + 4 + 4 + len(m.subscription) + 4 + len(m.assignment)
+    return size
 
 
 def decode_group_metadata_value(buf: bytes) -> GroupMetadataValue:

@@ -31,11 +31,13 @@ per-connection response ordering never stalls.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
+import operator
 import struct
 import sys
 import uuid
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -87,6 +89,12 @@ from coordinator.schemas import (
     offset_commit_key_prefix,
 )
 from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
+from coordinator.write_size import (
+    group_record_batch_size,
+    join_record_floor,
+    offset_commit_floor,
+    tombstones_batch_size,
+)
 from protocol.errors import ErrorCode
 
 _I32_PACK = struct.Struct(">i").pack
@@ -101,6 +109,8 @@ __all__ = [
     "ShardMode",
     "StaticReplaceWriteFailed",
     "SyncWriteFailed",
+    "fetched_offsets",
+    "listed_groups",
 ]
 
 log = logging.getLogger(__name__)
@@ -190,6 +200,11 @@ class Output:
     ``replies``: (handle, response) pairs to deliver once ``records`` are durable.
     ``on_failure``: how :meth:`GroupShard.append_failed` reacts if the append fails; the
     runtime treats it as opaque and passes the whole Output back.
+
+    Every write must fit in one batch of ``GroupConfig.max_batch_bytes``: an Output with
+    ``on_failure`` actions is written atomically (one batch, or append_failed), one without
+    (independent records: expired offsets' tombstones, an Empty group's record) may be cut
+    into several batches.
     """
 
     records: list[Record] = field(default_factory=list)
@@ -231,7 +246,15 @@ def _shared_protocols(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[s
     return tuple((sys.intern(name), metadata) for name, metadata in protocols)
 
 
+_MEMBER_ID_PREFIX_MAX = 0x7FFF - 37  # "-" + a UUID after it, in a string field of a record
+
+
 def _default_member_id(prefix: str) -> str:
+    """B3: ``prefix-UUID``; a prefix so long that the id would not fit in a record's string
+    field (or a response's) is cut short."""
+    if len(prefix) * 4 > _MEMBER_ID_PREFIX_MAX:
+        raw = prefix.encode("utf-8")[:_MEMBER_ID_PREFIX_MAX]
+        prefix = raw.decode("utf-8", errors="ignore")
     return f"{prefix}-{uuid.uuid4()}"
 
 
@@ -254,7 +277,10 @@ def _sync_error(error: int) -> SyncGroupResponse:
 
 def _commit_error(req: OffsetCommitRequest, error: int) -> OffsetCommitResponse:
     return OffsetCommitResponse(
-        tuple((topic, tuple((p.partition, error) for p in parts)) for topic, parts in req.topics)
+        tuple(
+            (topic, tuple(zip(map(_first, parts), itertools.repeat(error))))
+            for topic, parts in req.topics
+        )
     )
 
 
@@ -262,6 +288,7 @@ _NO_OFFSETS: dict[tuple[str, int], OffsetCommitValue] = {}  # never written
 
 
 _new_tuple = tuple.__new__  # a named tuple without its constructor's frame (per partition)
+_first = operator.itemgetter(0)
 
 
 def _fetched(partition: int, value: OffsetCommitValue | None) -> FetchedOffset:
@@ -272,22 +299,51 @@ def _fetched(partition: int, value: OffsetCommitValue | None) -> FetchedOffset:
     )
 
 
-def map_commit_error(error: int) -> int:
-    """Kafka's mapping of a failed offset-commit append to the error clients see
-    (GroupMetadataManager.storeOffsets): like :func:`map_store_error`, except that
-    oversized batches are INVALID_COMMIT_OFFSET_SIZE."""
-    if error in (
-        ErrorCode.record_list_too_large,
-        ErrorCode.message_too_large,
-        ErrorCode.invalid_fetch_size,
-    ):
-        return ErrorCode.invalid_commit_offset_size
-    return map_store_error(error)
+def listed_groups(
+    groups: Iterable[ClassicGroup], req: ListGroupsRequest
+) -> tuple[ListedGroup, ...]:
+    """ListGroups' answer for ``groups``: those not Dead that pass the request's state and
+    type filters (case-insensitive; an empty filter passes everything)."""
+    states = {s.lower() for s in req.states_filter}
+    types = {t.lower() for t in req.types_filter}
+    if types and GROUP_TYPE_CLASSIC not in types:
+        return ()
+    return tuple(
+        ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+        for g in groups
+        if g.state is not GroupState.DEAD and (not states or g.state.value.lower() in states)
+    )
+
+
+def fetched_offsets(
+    offsets: Mapping[tuple[str, int], OffsetCommitValue],
+    wanted: Iterable[tuple[str, Iterable[int]]] | None,
+) -> tuple[tuple[str, tuple[FetchedOffset, ...]], ...]:
+    """The topics of an OffsetFetch answer from a group's committed ``offsets``: every
+    requested partition in request order (-1 where nothing is committed), or, ``wanted``
+    None, every committed offset by topic, then partition."""
+    if wanted is not None:
+        return tuple(
+            (topic, tuple([_fetched(p, offsets.get((topic, p))) for p in partitions]))
+            for topic, partitions in wanted
+        )
+    by_topic: dict[str, list[tuple[int, OffsetCommitValue]]] = {}
+    for (topic, partition), value in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, value))
+    # Sorted topic by topic, on the partition numbers alone: a sort of one big list of
+    # (topic, partition) keys compares strings and holds the interpreter far longer.
+    return tuple(
+        (topic, tuple([_fetched(p, v) for p, v in sorted(by_topic[topic], key=_first)]))
+        for topic in sorted(by_topic)
+    )
 
 
 def map_store_error(error: int) -> int:
     """Kafka's mapping of a failed __consumer_offsets append to the error clients see
-    (GroupMetadataManager.storeGroup)."""
+    (CoordinatorOperationExceptionHelper, GroupMetadataManager's
+    appendGroupMetadataErrorToResponseError). Offset commits use it too: Kafka's coordinator
+    answers a commit whose write failed with the mapped error on every partition, a batch
+    over the size limit (MESSAGE_TOO_LARGE) included: UNKNOWN_SERVER_ERROR."""
     if error in (
         ErrorCode.unknown_topic_or_partition,
         ErrorCode.not_enough_replicas,
@@ -633,6 +689,18 @@ class GroupShard:
             <= self.config.max_session_timeout_ms
         ):
             self._reply(handle, _join_error(req.member_id, ErrorCode.invalid_session_timeout))
+        elif join_record_floor(req) > self.config.max_batch_bytes:
+            # No group record holding this member could ever be written: Kafka would fail the
+            # group's SyncGroup with UNKNOWN_SERVER_ERROR at every generation. Say so now,
+            # without taking the metadata into the group.
+            log.warning(
+                "group %s: JoinGroup of %s refused: its protocol metadata cannot fit in a"
+                " group record of at most %d bytes",
+                req.group_id,
+                req.member_id or req.client_id,
+                self.config.max_batch_bytes,
+            )
+            self._reply(handle, _join_error(req.member_id, ErrorCode.unknown_server_error))
         else:
             self._join(handle, req, now_ms)
         return self._end()
@@ -1154,7 +1222,29 @@ class GroupShard:
                 group.generation,
                 missing,
             )
-        self._emit_group_record(group, assignment)
+        value = self._group_value(group, assignment)
+        try:
+            size: int | None = group_record_batch_size(group.group_id, value)
+        except SchemaError:
+            size = None  # a string too long for its field: cannot be written at all
+        if size is None or size > self.config.max_batch_bytes:
+            # Kafka's runtime fails this write before changing anything; the failure answers
+            # every member awaiting its assignment (the leader too) UNKNOWN_SERVER_ERROR and
+            # the group rebalances (F3, C5). Do the same without building the record.
+            log.warning(
+                "group %s generation %d: the group record (%s bytes) does not fit in one batch"
+                " of at most %d bytes; rebalancing",
+                group.group_id,
+                group.generation,
+                "unencodable" if size is None else size,
+                self.config.max_batch_bytes,
+            )
+            self._reset_and_propagate_assignment_error(
+                group, ErrorCode.unknown_server_error, now_ms
+            )
+            self._maybe_prepare_rebalance(group, now_ms, "the group record is too large to store")
+            return
+        self._emit(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
         for mid, member in group.members.items():
             member.assignment = assignment[mid]
         handles = self._propagate_assignment(group, ErrorCode.none, now_ms)
@@ -1290,17 +1380,7 @@ class GroupShard:
         if self._mode is ShardMode.LOADING:
             response = ListGroupsResponse(ErrorCode.coordinator_load_in_progress, ())
         else:
-            states = {s.lower() for s in req.states_filter}
-            types = {t.lower() for t in req.types_filter}
-            listed: tuple[ListedGroup, ...] = ()
-            if not types or GROUP_TYPE_CLASSIC in types:
-                listed = tuple(
-                    ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
-                    for g in self._groups.values()
-                    if g.state is not GroupState.DEAD
-                    and (not states or g.state.value.lower() in states)
-                )
-            response = ListGroupsResponse(ErrorCode.none, listed)
+            response = ListGroupsResponse(ErrorCode.none, listed_groups(self._groups.values(), req))
         self._reply(handle, response)
         return self._end()
 
@@ -1359,17 +1439,36 @@ class GroupShard:
             elif group is None or group.state is GroupState.DEAD:
                 results[group_id] = ErrorCode.group_id_not_found
             elif group.state is GroupState.EMPTY:
-                group.transition_to(GroupState.DEAD, now_ms)
                 deleted.append(group)
                 results[group_id] = ErrorCode.none
             else:
                 results[group_id] = ErrorCode.non_empty_group
+        size = tombstones_batch_size(
+            (g.group_id, self._offsets.get(g.group_id, _NO_OFFSETS), True) for g in deleted
+        )
+        if size > self.config.max_batch_bytes:
+            # Kafka writes a shard's deletions atomically and fails them all, before
+            # forgetting anything, when they do not fit in one batch: every group this
+            # request named here gets UNKNOWN_SERVER_ERROR.
+            log.warning(
+                "DeleteGroups of %d groups refused: %d bytes of tombstones exceed one batch of"
+                " at most %d bytes",
+                len(deleted),
+                size,
+                self.config.max_batch_bytes,
+            )
+            results = dict.fromkeys(results, ErrorCode.unknown_server_error)
+            deleted = []
         for group in deleted:
+            group.transition_to(GroupState.DEAD, now_ms)
             for topic, partition in self._offsets.pop(group.group_id, {}):
                 self._emit(encode_key(OffsetCommitKey(group.group_id, topic, partition)), None)
             self._emit(encode_key(GroupMetadataKey(group.group_id)), None)
             self._discard_group(group, ErrorCode.coordinator_not_available)
-            log.info("group %s deleted", group.group_id)
+        if deleted:  # one line per request: a request may delete thousands
+            names = ", ".join(g.group_id for g in deleted[:10])
+            more = f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
+            log.info("%d groups deleted: %s%s", len(deleted), names, more)
         response = DeleteGroupsResponse(
             tuple(DeleteGroupResult(gid, err) for gid, err in results.items())
         )
@@ -1424,6 +1523,7 @@ class GroupShard:
     def _commit(self, handle: Hashable, req: OffsetCommitRequest, now_ms: int) -> int | None:
         """Validate and store; returns the error for every partition, or None if it replied."""
         group = self._groups.get(req.group_id)
+        created = group is None
         if group is None:
             if req.generation_id >= 0:
                 # A member of a group this coordinator does not know: an old generation.
@@ -1431,7 +1531,8 @@ class GroupShard:
             # Not using Kafka for group management: a standalone consumer's group (C2).
             group = ClassicGroup(req.group_id, state_timestamp_ms=now_ms)
             self._groups[req.group_id] = group
-            log.info("group %s created by an offset commit (standalone consumer)", req.group_id)
+            # DEBUG: one line per request a client can send at will would flood the log.
+            log.debug("group %s created by an offset commit (standalone consumer)", req.group_id)
         error = self._validate_offset_commit(group, req)
         if error is not None:
             return error
@@ -1440,6 +1541,21 @@ class GroupShard:
             # The member knows the new generation from its JoinGroup response but has no
             # assignment yet: let it finish the rebalance first.
             return ErrorCode.rebalance_in_progress
+        limit = self.config.max_batch_bytes
+        floor = offset_commit_floor(req.group_id, req.topics, self.config.offset_metadata_max_bytes)
+        if floor > limit:
+            # Its records cannot fit in one batch: Kafka's runtime fails the write before
+            # applying any of it, and the commit is answered UNKNOWN_SERVER_ERROR throughout.
+            log.warning(
+                "group %s: OffsetCommit refused: its records need at least %d bytes, more than"
+                " the %d of one batch",
+                req.group_id,
+                floor,
+                limit,
+            )
+            if created:
+                del self._groups[req.group_id]  # nothing was written: as if never created
+            return ErrorCode.unknown_server_error
         if state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             # M3: commits during PreparingRebalance succeed; the heartbeat tells the member
             # about the rebalance.
@@ -1543,18 +1659,23 @@ class GroupShard:
         if error is not None:
             return OffsetFetchResponse(error, ())
         offsets = self._offsets.get(group_id, _NO_OFFSETS)
-        topics: tuple[tuple[str, tuple[FetchedOffset, ...]], ...]
-        if wanted is None:
-            by_topic: dict[str, list[FetchedOffset]] = {}
-            for (topic, partition), value in sorted(offsets.items(), key=lambda kv: kv[0]):
-                by_topic.setdefault(topic, []).append(_fetched(partition, value))
-            topics = tuple((topic, tuple(parts)) for topic, parts in by_topic.items())
-        else:
-            topics = tuple(
-                (topic, tuple([_fetched(p, offsets.get((topic, p))) for p in partitions]))
-                for topic, partitions in wanted
-            )
-        return OffsetFetchResponse(ErrorCode.none, topics)
+        return OffsetFetchResponse(ErrorCode.none, fetched_offsets(offsets, wanted))
+
+    def offsets_snapshot(
+        self, group_id: str
+    ) -> tuple[int, dict[tuple[str, int], OffsetCommitValue]]:
+        """What an OffsetFetch of ``group_id`` reads, copied as it is now: the group-level
+        error (NONE if none) and the committed values. The runtime answers a big fetch from
+        it with :func:`fetched_offsets`, off the event loop."""
+        self._not_reentered()
+        error = self._gate(group_id, empty_id_ok=True)
+        if error is not None:
+            return error, {}
+        return ErrorCode.none, dict(self._offsets.get(group_id, _NO_OFFSETS))
+
+    def offset_count_of(self, group_id: str) -> int:
+        """Committed offsets held for ``group_id``."""
+        return len(self._offsets.get(group_id, _NO_OFFSETS))
 
     def offset_delete(self, handle: Hashable, req: OffsetDeleteRequest, now_ms: int) -> Output:
         """OffsetDelete (Kafka's handleDeleteOffsets).
@@ -1590,7 +1711,7 @@ class GroupShard:
         assert group is not None
         empty = group.state is GroupState.EMPTY
         cache = self._offsets.get(group.group_id, {})
-        removed: list[tuple[str, int]] = []
+        found: dict[tuple[str, int], None] = {}  # offsets to delete, in request order
         any_eligible = False
         results: list[tuple[str, tuple[tuple[int, int], ...]]] = []
         for topic, partitions in req.topics:
@@ -1601,9 +1722,29 @@ class GroupShard:
                 continue
             for p in partitions:
                 any_eligible = True
-                if cache.pop((topic, p), None) is not None:
-                    removed.append((topic, p))
+                if (topic, p) in cache:
+                    found[(topic, p)] = None
             results.append((topic, tuple((p, ErrorCode.none) for p in partitions)))
+        # The group's own tombstone comes too if the deletion leaves an Empty group that had
+        # a generation without offsets (_cleanup_group).
+        with_group = any_eligible and empty and len(found) == len(cache) and group.generation > 0
+        size = tombstones_batch_size([(group.group_id, found, with_group)])
+        if size > self.config.max_batch_bytes:
+            # Kafka writes these tombstones atomically and, when they do not fit in one batch,
+            # fails the request before deleting anything: a group-level UNKNOWN_SERVER_ERROR.
+            log.warning(
+                "group %s: OffsetDelete of %d offsets refused: %d bytes of tombstones exceed"
+                " one batch of at most %d bytes",
+                req.group_id,
+                len(found),
+                size,
+                self.config.max_batch_bytes,
+            )
+            self._reply(handle, OffsetDeleteResponse(ErrorCode.unknown_server_error, ()))
+            return self._end()
+        removed = list(found)
+        for tp in removed:
+            del cache[tp]
         if any_eligible:
             self._cleanup_group(group, removed, now_ms)
             log.info("group %s: %d offsets deleted by OffsetDelete", req.group_id, len(removed))
@@ -1697,7 +1838,14 @@ class GroupShard:
     # ---- persistence (I1, I2, I6) ---------------------------------------------------------
 
     def _emit_group_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
-        value = GroupMetadataValue(
+        value = self._group_value(group, assignment)
+        self._emit(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
+
+    @staticmethod
+    def _group_value(group: ClassicGroup, assignment: dict[str, bytes]) -> GroupMetadataValue:
+        """The group record's value (I2): members' subscriptions and ``assignment`` are
+        referenced, not copied."""
+        return GroupMetadataValue(
             protocol_type=group.protocol_type or "",
             generation=group.generation,
             protocol=group.protocol_name,
@@ -1719,7 +1867,6 @@ class GroupShard:
                 for m in group.members.values()
             ),
         )
-        self._emit(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
 
     # ---- append failures ------------------------------------------------------------------
 
@@ -1748,7 +1895,7 @@ class GroupShard:
             elif isinstance(action, StaticReplaceWriteFailed):
                 self._static_replace_write_failed(action, mapped, now_ms)
             elif isinstance(action, CommitWriteFailed):
-                self._commit_write_failed(action, map_commit_error(error))
+                self._commit_write_failed(action, mapped)
             else:
                 self._reply(
                     action.handle,

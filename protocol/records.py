@@ -603,6 +603,66 @@ def encode_kv_batch(pairs: Sequence[tuple[bytes, bytes | None]], timestamp_ms: i
     return bytes(out)
 
 
+# Sizes of what encode_kv_batch writes, without writing it: the coordinator checks a write
+# against message.max.bytes before (or instead of) building it.
+
+# Offset deltas below each bound take one more varint byte than the previous range.
+_DELTA_BOUNDS = (64, 1 << 13, 1 << 20, 1 << 27, 1 << 34)
+
+
+def kv_record_size(offset_delta: int, key_size: int, value_size: int | None) -> int:
+    """Bytes one record of :func:`encode_kv_batch` takes, its length prefix included, for a
+    key and value of these sizes (``value_size`` None: a tombstone) at ``offset_delta``."""
+    body = (
+        3  # attributes, timestamp delta 0, header count 0
+        + varint_size(offset_delta)
+        + varint_size(key_size)
+        + key_size
+        + (1 if value_size is None else varint_size(value_size) + value_size)
+    )
+    return varint_size(body) + body
+
+
+def kv_run_size(first_delta: int, count: int, key_size: int, value_size: int | None) -> int:
+    """:func:`kv_record_size` summed over ``count`` records of the same sizes at offset deltas
+    ``first_delta`` .. ``first_delta + count - 1``, in a few steps however large ``count`` is."""
+    total = 0
+    delta, end = first_delta, first_delta + count
+    while delta < end:
+        bound = next((b for b in _DELTA_BOUNDS if delta < b), end)
+        upto = min(end, bound)
+        total += (upto - delta) * kv_record_size(delta, key_size, value_size)
+        delta = upto
+    return total
+
+
+def kv_batch_size(pairs: Iterable[tuple[bytes, bytes | None]]) -> int:
+    """``len(encode_kv_batch(pairs, t))``, computed without encoding."""
+    total = HEADER_SIZE
+    for i, (key, value) in enumerate(pairs):
+        total += kv_record_size(i, len(key), None if value is None else len(value))
+    return total
+
+
+def kv_batches(
+    pairs: Sequence[tuple[bytes, bytes | None]], max_bytes: int
+) -> list[Sequence[tuple[bytes, bytes | None]]]:
+    """``pairs`` cut, in order, into runs whose :func:`encode_kv_batch` fits in ``max_bytes``.
+    A record too big for any batch gets a run of its own (which does not fit)."""
+    runs: list[Sequence[tuple[bytes, bytes | None]]] = []
+    start, size = 0, HEADER_SIZE
+    for i, (key, value) in enumerate(pairs):
+        record = kv_record_size(i - start, len(key), None if value is None else len(value))
+        if size + record > max_bytes and i > start:
+            runs.append(pairs[start:i])
+            start, size = i, HEADER_SIZE
+            record = kv_record_size(0, len(key), None if value is None else len(value))
+        size += record
+    if start < len(pairs):
+        runs.append(pairs[start:])
+    return runs
+
+
 HeaderLike = RecordHeader | tuple[str, bytes | None]
 RecordInput = tuple[bytes | None, bytes | None, Iterable[HeaderLike], int]
 
@@ -652,7 +712,12 @@ __all__ = [
     "decode_batches",
     "decode_records",
     "encode_batch",
+    "encode_kv_batch",
     "encode_record",
+    "kv_batch_size",
+    "kv_batches",
+    "kv_record_size",
+    "kv_run_size",
     "read_varint",
     "varint_size",
     "write_varint",

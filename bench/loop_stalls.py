@@ -1,0 +1,332 @@
+"""How long one big group or offset request holds the broker's event loop.
+
+Every other connection waits while one request is decoded and handled on the loop, so the
+figure that matters is the longest time the loop is not serving anyone. It is measured from
+outside: a pinger thread keeps one ApiVersions request in flight on its own connection (answered
+by the direct handler, a fraction of a millisecond when the loop is free) and records the
+slowest round trip seen while the big request is under way. That is the stall (``stall_ms``);
+``latency_ms`` is the big request's own round trip.
+
+The broker starts from a data directory written directly in Kafka's format (as bench/offsets.py
+does): ``--groups`` standalone groups with one offset each (topic ``t``, 16 partitions), and one
+group ``wide`` with ``--wide`` offsets (a topic that does not exist: the coordinator stores
+offsets for any name). Then, each at a few sizes: OffsetCommit (partition entries cycling over
+``t``'s 16 partitions, a standalone group), OffsetFetch of every offset of ``wide`` (v7: the direct
+path, v8: the generic one), OffsetFetch v8 / DescribeGroups / DeleteGroups of many groups,
+ListGroups of all groups, OffsetDelete of many partitions, JoinGroup with big metadata, and one
+``/metrics`` scrape.
+
+    .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
+
+Prints one JSON document. Figures are wall-clock on a shared machine: read them as orders of
+magnitude (is it 5 ms or 5 s?), not to the millisecond.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _wire import decode, frame  # noqa: E402
+
+from coordinator.messages import OffsetCommitPartition  # noqa: E402
+from coordinator.schemas import (  # noqa: E402
+    OffsetCommitKey,
+    OffsetCommitValue,
+    encode_key,
+    encode_offset_commit_value,
+)
+from coordinator.write_size import offset_commit_floor, tombstones_batch_size  # noqa: E402
+from protocol.javahash import partition_for  # noqa: E402
+from protocol.records import build_batch  # noqa: E402
+from storage.log import PartitionLog  # noqa: E402
+from tests.integration.clients import create_topic  # noqa: E402
+from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402
+
+_SIZE = struct.Struct(">i")
+TOPIC_PARTITIONS = 16
+EMPTY_PROTOCOL = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
+
+
+def group_name(i: int) -> str:
+    return f"g-{i:07d}"
+
+
+MESSAGE_MAX_BYTES = 1_048_588  # the broker's default message.max.bytes
+
+
+def largest(fits: Callable[[int], bool]) -> int:
+    """The largest n in [0, 1,000,000] with fits(n), fits being monotone."""
+    lo, hi = 0, 1_000_000
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def largest_commit(group: str) -> int:
+    """Most partition entries of an OffsetCommit (no metadata) that fit in one batch."""
+
+    def fits(n: int) -> bool:
+        parts = tuple(OffsetCommitPartition(i % TOPIC_PARTITIONS, i, -1, None) for i in range(n))
+        return offset_commit_floor(group, (("t", parts),), 4096) <= MESSAGE_MAX_BYTES
+
+    return largest(fits)
+
+
+def largest_offset_delete(group: str, topic: str) -> int:
+    """Most offsets one OffsetDelete can remove (their tombstones in one batch)."""
+    return largest(
+        lambda n: tombstones_batch_size([(group, [(topic, p) for p in range(n)], False)])
+        <= MESSAGE_MAX_BYTES
+    )
+
+
+def write_offsets(data_dir: Path, groups: int, wide: int) -> None:
+    """``groups`` standalone groups with one offset of ``t`` each, and ``wide`` offsets of
+    group ``wide`` (topic ``wide-topic``), straight into __consumer_offsets."""
+    logs = {
+        p: PartitionLog.open(data_dir / f"__consumer_offsets-{p}", segment_bytes=100 << 20, fsync=False)
+        for p in range(50)
+    }
+    now = int(time.time() * 1000)
+    value = encode_offset_commit_value(OffsetCommitValue(offset=0, metadata="", commit_timestamp=now))
+    pending: dict[int, list[tuple[bytes, bytes, tuple[()], int]]] = {p: [] for p in logs}
+
+    def add(group: str, topic: str, partition: int) -> None:
+        part = partition_for(group, 50)
+        batch = pending[part]
+        batch.append((encode_key(OffsetCommitKey(group, topic, partition)), value, (), now))
+        if len(batch) == 500:
+            logs[part].append(build_batch(batch))
+            batch.clear()
+
+    for i in range(groups):
+        add(group_name(i), "t", i % TOPIC_PARTITIONS)
+    for p in range(wide):
+        add("wide", "wide-topic", p)
+    for part, rest in pending.items():
+        if rest:
+            logs[part].append(build_batch(rest))
+    for plog in logs.values():
+        plog.close()
+
+
+class Pinger(threading.Thread):
+    """One ApiVersions v0 in flight at a time; the slowest round trip within a window."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request = frame(18, 0, 1)
+        self.lock = threading.Lock()
+        self.window_max = 0.0
+        self.stop = threading.Event()
+
+    def _round_trip(self) -> float:
+        started = time.perf_counter()
+        self.sock.sendall(self.request)
+        size = _SIZE.unpack(_exact(self.sock, 4))[0]
+        _exact(self.sock, size)
+        return time.perf_counter() - started
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                rtt = self._round_trip()
+                with self.lock:
+                    self.window_max = max(self.window_max, rtt)
+        except OSError:
+            pass  # the broker went away: the bench is over
+
+    def reset(self) -> None:
+        with self.lock:
+            self.window_max = 0.0
+
+    def read(self) -> float:
+        with self.lock:
+            return self.window_max
+
+
+def _exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        out += chunk
+    return bytes(out)
+
+
+class Bench:
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.broker = broker
+        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=600)
+        self.pinger = Pinger(broker.port)
+        self.pinger.start()
+        self.correlation = 100
+
+    def measure(self, api_key: int, version: int, **fields: Any) -> tuple[dict[str, Any], Any]:
+        self.correlation += 1
+        data = frame(api_key, version, self.correlation, **fields)
+        time.sleep(0.2)  # let the pinger settle
+        self.pinger.reset()
+        started = time.perf_counter()
+        self.sock.sendall(data)
+        size = _SIZE.unpack(_exact(self.sock, 4))[0]
+        payload = _exact(self.sock, size)
+        latency = time.perf_counter() - started
+        time.sleep(0.05)  # a stall right at the end shows in the next ping
+        stall = self.pinger.read()
+        response = decode(api_key, version, payload)
+        return {
+            "request_bytes": len(data),
+            "response_bytes": len(payload),
+            "latency_ms": round(latency * 1000, 1),
+            "stall_ms": round(stall * 1000, 1),
+        }, response
+
+    def scrape(self) -> dict[str, Any]:
+        time.sleep(0.2)
+        self.pinger.reset()
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.broker.metrics_port}/metrics", timeout=600) as r:
+            body = r.read()
+        latency = time.perf_counter() - started
+        time.sleep(0.05)
+        return {
+            "response_bytes": len(body),
+            "latency_ms": round(latency * 1000, 1),
+            "stall_ms": round(self.pinger.read() * 1000, 1),
+            "other_series": body.count(b'consumergroup="__other__"'),
+        }
+
+
+def _codes(resp: Any) -> dict[int, int]:
+    """Error code -> how many times it occurs, over the whole response."""
+    out: dict[int, int] = {}
+
+    def add(code: Any) -> None:
+        out[int(code)] = out.get(int(code), 0) + 1
+
+    if getattr(resp, "error_code", None) is not None:
+        add(resp.error_code)
+    for t in getattr(resp, "topics", ()) or ():
+        for p in t.partitions:
+            add(p.error_code)
+    for g in getattr(resp, "groups", ()) or ():
+        if getattr(g, "error_code", None) is not None:
+            add(g.error_code)
+    for r in getattr(resp, "results", ()) or ():
+        add(r.error_code)
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
+    out: dict[str, Any] = {
+        "benchmark": "loop_stalls",
+        "commit": commit,
+        "groups": args.groups,
+        "wide_offsets": args.wide,
+    }
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    many = [1_000] if args.quick else [1_000, 10_000, 100_000]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "data"
+        started = time.perf_counter()
+        write_offsets(data, args.groups, args.wide)
+        out["setup_write_s"] = round(time.perf_counter() - started, 1)
+        settings = {"group.initial.rebalance.delay.ms": 0, "log.cleaner.enable": "false"}
+        broker = BrokerProcess(data, settings, metrics_port=free_port()).start()
+        try:
+            wait_for(lambda: "loaded __consumer_offsets:" in broker.log(), 600, what="load")
+            create_topic(broker.bootstrap, "t", TOPIC_PARTITIONS)
+            bench = Bench(broker)
+            results: dict[str, list[dict[str, Any]]] = {}
+
+            def record(kind: str, size: int, fn: Callable[[], tuple[dict[str, Any], Any]]) -> None:
+                figures, resp = fn()
+                figures = {"size": size, **figures, "codes": _codes(resp)}
+                results.setdefault(kind, []).append(figures)
+                print(kind, json.dumps(figures), file=sys.stderr, flush=True)
+
+            at_bound = largest_commit("commit-bound")
+            for n in sorted([*sizes, at_bound, at_bound + 1]):
+                group = "commit-bound" if n in (at_bound, at_bound + 1) else f"commit-{n}"
+                parts = [
+                    dict(partition_index=i % TOPIC_PARTITIONS, committed_offset=i,
+                         committed_leader_epoch=-1, committed_metadata=None)
+                    for i in range(n)
+                ]
+                record("OffsetCommit v8 (partitions)", n, lambda p=parts, g=group: bench.measure(
+                    8, 8, group_id=g, generation_id_or_member_epoch=-1, member_id="",
+                    group_instance_id=None, topics=[dict(name="t", partitions=p)]))
+            record("OffsetFetch v7 all offsets (offsets)", args.wide, lambda: bench.measure(
+                9, 7, group_id="wide", topics=None, require_stable=False))
+            record("OffsetFetch v8 all offsets (offsets)", args.wide, lambda: bench.measure(
+                9, 8, groups=[dict(group_id="wide", topics=None)], require_stable=False))
+            for n in many:
+                ids = [group_name(i) for i in range(n)]
+                record("OffsetFetch v8 (groups)", n, lambda ids=ids: bench.measure(
+                    9, 8, groups=[dict(group_id=g, topics=None) for g in ids], require_stable=False))
+                record("DescribeGroups v5 (groups)", n, lambda ids=ids: bench.measure(
+                    15, 5, groups=ids, include_authorized_operations=False))
+            record("ListGroups v4 (groups held)", args.groups, lambda: bench.measure(
+                16, 4, states_filter=[]))
+            off = 0
+            for n in many:
+                ids = [group_name(off + i) for i in range(n)]
+                off += n
+                record("DeleteGroups v2 (groups)", n, lambda ids=ids: bench.measure(
+                    42, 2, groups_names=ids))
+            bound = min(largest_offset_delete("wide", "wide-topic"), args.wide)
+            for n in [bound, args.wide] if args.wide > bound else [args.wide]:
+                record("OffsetDelete v0 (partitions)", n, lambda n=n: bench.measure(
+                    47, 0, group_id="wide",
+                    topics=[dict(name="wide-topic", partitions=[dict(partition_index=i) for i in range(n)])]))
+            for mib in [1, 10] if args.quick else [1, 10, 94]:
+                metadata = b"\x00" * (mib << 20)
+                record("JoinGroup v3 (MiB of metadata)", mib, lambda metadata=metadata, mib=mib: bench.measure(
+                    11, 3, group_id=f"join-{mib}", session_timeout=10000, rebalance_timeout=10000,
+                    member_id="", group_instance_id=None, protocol_type="consumer",
+                    protocols=[dict(name="range", metadata=metadata)]))
+            figures = bench.scrape()
+            results.setdefault("/metrics (groups held)", []).append({"size": args.groups - off, **figures})
+            print("/metrics", json.dumps(figures), file=sys.stderr, flush=True)
+            out["results"] = results
+            out["broker_alive"] = broker.alive()
+            bench.pinger.stop.set()
+            bench.pinger.join(timeout=10)
+        finally:
+            broker.stop()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--groups", type=int, default=400_000)
+    parser.add_argument("--wide", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute or so)")
+    args = parser.parse_args()
+    print(json.dumps(run(args), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The snapshot behind /metrics' consumer-group series (broker/group_metrics.py): which groups
+get series of their own (the most lag, ties to the smaller id), what __other__ sums, and that
+reading pauses for the event loop."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from broker import group_metrics
+from broker.group_metrics import OTHER, GroupSeries, read_groups
+from coordinator.group import GroupState
+from tests.unit.test_group_harness import Harness
+
+END = 10  # every existing partition's log end offset
+
+
+class Topics:
+    """A TopicStore with topics ``t`` and ``u`` of 4 partitions, each ending at END."""
+
+    def partition(self, topic: str, index: int) -> Any:
+        if topic in ("t", "u") and 0 <= index < 4:
+            return SimpleNamespace(flushed_offset=END)
+        return None
+
+
+def runtime(h: Harness) -> Any:
+    return SimpleNamespace(shards=[SimpleNamespace(shard=h.shard, loaded=True)])
+
+
+async def snapshot(h: Harness, max_groups: int) -> Any:
+    return await read_groups(runtime(h), Topics(), max_groups)  # type: ignore[arg-type]
+
+
+async def test_groups_with_the_most_lag_get_series_the_others_are_summed() -> None:
+    h = Harness()
+    h.commit({("t", 0): 5}, group="a")  # lag 5
+    h.commit({("t", 0): 0, ("t", 1): 10}, group="b")  # lag 10
+    h.commit({("t", 2): 0}, group="c")  # lag 10
+    h.commit({("t", 3): 10, ("u", 0): 10}, group="d")  # lag 0
+    snap = await snapshot(h, 2)
+    assert [g.group_id for g in snap.groups] == ["b", "c"]
+    assert snap.groups[0] == GroupSeries("b", 0, 10, [("t", 0, 0, 10), ("t", 1, 10, 0)])
+    assert snap.other == GroupSeries(
+        OTHER, 0, 5, [("t", 0, 5, 5), ("t", 3, 10, 0), ("u", 0, 10, 0)]
+    )
+    assert snap.states[GroupState.EMPTY] == 4 and snap.offsets == 6
+
+
+async def test_ties_go_to_the_smaller_group_id_whatever_the_order_seen() -> None:
+    h = Harness()
+    for name in ["z", "x", "y", "w", "v"]:
+        h.commit({("t", 0): END}, group=name)  # lag 0 each
+    snap = await snapshot(h, 2)
+    assert [g.group_id for g in snap.groups] == ["v", "w"]
+    assert snap.other is not None and snap.other.partitions == [("t", 0, 3 * END, 0)]
+
+
+async def test_members_are_summed_too_and_no_other_when_every_group_fits() -> None:
+    h = Harness()
+    h.stable_group(3, group="busy")
+    h.commit({("t", 0): 1}, group="s")
+    snap = await snapshot(h, 1)
+    assert [(g.group_id, g.members) for g in snap.groups] == [("s", 0)]  # lag 9 beats 0
+    assert snap.other is not None and snap.other.members == 3
+    snap = await snapshot(h, 2)
+    assert [g.group_id for g in snap.groups] == ["busy", "s"] and snap.other is None
+    snap = await snapshot(h, 0)  # metrics.max.groups 0: everything in __other__
+    assert snap.groups == [] and snap.other is not None and snap.other.members == 3
+
+
+async def test_only_partitions_of_existing_topics_get_series_but_all_offsets_count() -> None:
+    h = Harness()
+    h.commit({("gone", 0): 3, ("t", 9): 3, ("t", 1): 4}, group="s")
+    snap = await snapshot(h, 10)
+    (g,) = snap.groups
+    assert g.partitions == [("t", 1, 4, END - 4)]
+    assert snap.offsets == 3
+
+
+async def test_reading_pauses_for_the_loop_every_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness()
+    for i in range(7):
+        h.commit({("t", 0): 1}, group=f"g{i}")
+    pauses = []
+
+    async def pause() -> None:
+        pauses.append(1)
+
+    monkeypatch.setattr(group_metrics, "SLICE", 4)  # a group and its offset: 2 units each
+    monkeypatch.setattr(group_metrics, "pause", pause)
+    snap = await snapshot(h, 100)
+    assert len(snap.groups) == 7 and len(pauses) == 3
