@@ -45,6 +45,7 @@ from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
 from .admission import SMALL_REQUEST
+from .offload import gc_paused
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -297,7 +298,12 @@ class Connection(asyncio.Protocol):
             self.abort(f"no handler for api {api_key}")
             return False
         try:
-            request = decode_request(api_key, version, frame, body_at, self._max_elements)
+            if len(frame) > SMALL_REQUEST:
+                # Many objects at once: see broker/offload.py on the collector.
+                with gc_paused():
+                    request = decode_request(api_key, version, frame, body_at, self._max_elements)
+            else:
+                request = decode_request(api_key, version, frame, body_at, self._max_elements)
         except DecodeError as e:
             self.abort(str(e))
             return False
