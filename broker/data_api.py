@@ -263,6 +263,11 @@ class DataApi:
                     errors = True
                     parts.append(entry)
                     continue
+                if plog.offline is not None:
+                    entry["error_code"] = ErrorCode.kafka_storage_error
+                    errors = True
+                    parts.append(entry)
+                    continue
                 hw = high_watermark(plog)
                 start = plog.log_start_offset
                 entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
@@ -273,7 +278,14 @@ class DataApi:
                 elif offset < hw and budget > 0:
                     limit = min(p.partition_max_bytes, budget) if p.partition_max_bytes > 0 else 0
                     if limit > 0 or total == 0:
-                        data = _cap(plog.read(offset, max(limit, 1)), hw)
+                        try:
+                            data = _cap(plog.read(offset, max(limit, 1)), hw)
+                        except OSError as e:  # an unreadable segment, a log gone offline
+                            log.error("fetch from %s-%d failed: %s", t.topic, p.partition, e)
+                            entry["error_code"] = ErrorCode.kafka_storage_error
+                            errors = True
+                            parts.append(entry)
+                            continue
                         entry["records"] = data
                         total += len(data)
                         budget -= len(data)
@@ -295,22 +307,28 @@ class DataApi:
                     offset=-1,
                     leader_epoch=0,
                 )
-                if plog is None:
-                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif p.timestamp == LATEST:
-                    entry["offset"] = high_watermark(plog)
-                elif p.timestamp == EARLIEST:
-                    entry["offset"] = plog.log_start_offset
-                elif p.timestamp == MAX_TIMESTAMP:
-                    found = max_timestamp_offset(plog)
-                    if found is not None:
-                        entry["offset"], entry["timestamp"] = found
-                elif p.timestamp < 0:
-                    entry["error_code"] = ErrorCode.invalid_request
-                else:
-                    found = first_record_at_or_after(plog, p.timestamp)
-                    if found is not None and found[0] < high_watermark(plog):
-                        entry["offset"], entry["timestamp"] = found
+                try:
+                    if plog is None:
+                        entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                    elif plog.offline is not None:
+                        entry["error_code"] = ErrorCode.kafka_storage_error
+                    elif p.timestamp == LATEST:
+                        entry["offset"] = high_watermark(plog)
+                    elif p.timestamp == EARLIEST:
+                        entry["offset"] = plog.log_start_offset
+                    elif p.timestamp == MAX_TIMESTAMP:
+                        found = max_timestamp_offset(plog)
+                        if found is not None:
+                            entry["offset"], entry["timestamp"] = found
+                    elif p.timestamp < 0:
+                        entry["error_code"] = ErrorCode.invalid_request
+                    else:
+                        found = first_record_at_or_after(plog, p.timestamp)
+                        if found is not None and found[0] < high_watermark(plog):
+                            entry["offset"], entry["timestamp"] = found
+                except OSError as e:  # an unreadable segment, a log gone offline
+                    log.error("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
+                    entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)
                 parts.append(entry)
             topics_out.append(dict(name=t.name, partitions=parts))
         return ctx.respond(throttle_time=0, topics=topics_out)

@@ -10,7 +10,9 @@ shard's next deadline and delivered back with ``advance``.
 
 At start-up each existing partition is replayed into its shard cooperatively on the event loop;
 meanwhile that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3). The offsets topic itself is
-created on first use (A5).
+created on first use (A5). A partition that cannot be opened or read is logged and its shard
+unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers COORDINATOR_NOT_AVAILABLE for
+them, as Kafka does for an offsets partition without a leader) while the others load and serve.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from protocol.records import decode_key_values, encode_kv_batch
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
-from .topics import OFFSETS_TOPIC, Topic
+from .topics import OFFSETS_TOPIC, Topic, TopicError
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -157,7 +159,7 @@ class GroupRuntime:
         if self.broker.config["log.cleaner.enable"]:
             self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
         data_dir = self.broker.config.data_dir
-        if (data_dir / f"{OFFSETS_TOPIC}-0").is_dir():
+        if any((data_dir / f"{OFFSETS_TOPIC}-{p}").is_dir() for p in range(self.num_partitions)):
             self._open_topic()
             self._load_task = asyncio.ensure_future(self._load_all())
         else:
@@ -166,11 +168,22 @@ class GroupRuntime:
             for sr in self.shards:
                 self._finish(sr, t)
 
-    def ensure_topic(self) -> None:
-        """Create the offsets topic on first use (A5)."""
+    def ensure_topic(self) -> bool:
+        """Create the offsets topic on first use (A5). False (logged) if it does not exist and
+        could not be created (a full disk): nothing of it is left on disk then."""
         if self._topic is None:
-            self._open_topic()
+            try:
+                self._open_topic()
+            except TopicError as e:
+                log.error("could not create %s: %s", OFFSETS_TOPIC, e)
+                return False
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+        return True
+
+    def coordinator_available(self, group_id: str) -> bool:
+        """Whether the offsets partition of ``group_id`` is online (FindCoordinator)."""
+        plog = self.shards[self.partition_of(group_id)].log
+        return plog is None or plog.offline is None
 
     def _open_topic(self) -> None:
         config = self.broker.config
@@ -194,11 +207,18 @@ class GroupRuntime:
             # The shard's state is a function of the newest record per key: collect those,
             # then replay them (coordinator/loading.py).
             latest = LatestRecords()
-            for i, (_base, header, data) in enumerate(sr.log.iter_batches()):
-                if not header.is_control:
-                    latest.add(decode_key_values(header, data[HEADER_SIZE:]))
-                if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-                    await asyncio.sleep(0)
+            if sr.log.offline is not None:
+                self._unavailable(sr, "its log is offline")
+                continue
+            try:
+                for i, (_base, header, data) in enumerate(sr.log.iter_batches()):
+                    if not header.is_control:
+                        latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+                    if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
+                        await asyncio.sleep(0)
+            except OSError as e:
+                self._unavailable(sr, f"reading its log failed: {e}")
+                continue
             records += latest.records
             latest.replay_into(sr.shard, now_ms())
             self._finish(sr, now_ms())
@@ -231,6 +251,18 @@ class GroupRuntime:
         )
         if self.broker.metrics is not None:
             self.broker.metrics.partition_load.observe(seconds)
+
+    def _unavailable(self, sr: _ShardRuntime, why: str) -> None:
+        """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
+        log.error(
+            "%s-%d not loaded: %s; its groups have no coordinator until the broker restarts",
+            OFFSETS_TOPIC,
+            sr.partition,
+            why,
+        )
+        out = sr.shard.unload(now_ms())
+        sr.loaded = True
+        self._process(sr, out)
 
     def _finish(self, sr: _ShardRuntime, t: int) -> None:
         out = sr.shard.finish_loading(t)
@@ -269,8 +301,8 @@ class GroupRuntime:
     async def compact_partition(self, partition: int, force: bool = False) -> None:
         sr = self.shards[partition]
         plog = sr.log
-        if plog is None or len(plog.segment_base_offsets) < 2:
-            return  # only sealed segments are compacted
+        if plog is None or plog.offline is not None or len(plog.segment_base_offsets) < 2:
+            return  # only sealed segments of online logs are compacted
         size = plog.size_bytes
         if not force and size <= self._cleaned_size.get(partition, 0):
             return  # nothing new since the last compaction

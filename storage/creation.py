@@ -1,0 +1,219 @@
+"""All-or-nothing creation of partition directories (new topics, added partitions).
+
+A topic's partitions are many directories, and a crash (or a full disk) part-way through
+creating them must never leave a half topic that loads at the next start. So partitions are
+built where the loader does not look, and only a committed creation is moved into place::
+
+    <data-dir>/.staging/<creation id>/        one creation (the loader skips .staging)
+        <topic>-<partition>/                   a complete partition: partition.metadata and
+                                               an empty segment, fsynced
+        COMMITTED                              written last: the commit point
+
+The protocol (:class:`StagedPartitions`):
+
+1. ``add`` builds each partition directory inside the creation's directory: the
+   ``partition.metadata`` file (fsynced), an empty segment (``.log``, ``.index``,
+   ``.timeindex``) and an fsync of the partition directory.
+2. ``commit`` checks that no target directory exists yet, fsyncs the creation directory (every
+   partition directory is now durable), creates ``COMMITTED`` and fsyncs the creation directory
+   again. That fsync is the commit point: before it the creation does not exist, after it the
+   creation must complete.
+3. Each partition directory is renamed into the data directory; the data directory is fsynced;
+   ``COMMITTED`` and the creation directory are removed.
+
+``abort`` (a failure before the commit point) removes the creation directory. At start-up,
+before any partition is loaded, :func:`recover_staged` settles what a crash left: a creation
+without ``COMMITTED`` is deleted (rolled back), one with it is rolled forward (its remaining
+partition directories renamed into place, then it is deleted). Any subset of the renames may
+have reached the disk; each partition directory is either still staged or in place, so rolling
+forward is always possible. A target that exists when rolling forward (it cannot, unless
+someone created it by hand) is logged at ERROR and the staged copy is left in ``.staging``.
+
+This module does plain blocking file I/O (callers run it in a worker thread when it is big).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from storage.log import PartitionLog
+from storage.partition_metadata import write_partition_metadata
+
+log = logging.getLogger("kcoord.storage")
+
+STAGING_DIR = ".staging"
+COMMIT_MARKER = "COMMITTED"
+
+
+class CreationIncomplete(OSError):
+    """A committed creation could not move every partition into place (the next start will).
+
+    ``installed`` lists the partition directories that did move.
+    """
+
+    def __init__(self, cause: OSError, installed: list[Path]) -> None:
+        super().__init__(cause.errno, f"creation committed but incomplete: {cause.strerror}")
+        self.cause = cause
+        self.installed = installed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StagedPartitions:
+    """One creation of partition directories under ``<data-dir>/.staging/<id>/``."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
+        self.data_dir = Path(data_dir)
+        self.fsync = fsync
+        root = self.data_dir / STAGING_DIR
+        root.mkdir(exist_ok=True)
+        self.dir = root / uuid.uuid4().hex
+        self.dir.mkdir()
+        if fsync:
+            _fsync_dir(root)
+        self.names: list[str] = []
+        self.committed = False
+
+    def add(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
+        """Build the directory of partition ``partition`` of ``topic`` (empty, durable)."""
+        name = f"{topic}-{partition}"
+        path = self.dir / name
+        path.mkdir()
+        self.names.append(name)
+        write_partition_metadata(path, topic_id, fsync=self.fsync, atomic=False)
+        PartitionLog.initialize(path, fsync=self.fsync)
+
+    def commit(self) -> list[Path]:
+        """Commit and move every partition into place; returns their final paths.
+
+        A failure before the commit point aborts the creation and raises the error; after it,
+        CreationIncomplete says which partitions moved (the others move at the next start).
+        """
+        try:
+            for name in self.names:
+                if (self.data_dir / name).exists():
+                    raise FileExistsError(errno.EEXIST, "partition directory exists", name)
+            if self.fsync:
+                _fsync_dir(self.dir)
+            fd = os.open(self.dir / COMMIT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+            if self.fsync:
+                _fsync_dir(self.dir)  # the commit point
+        except BaseException:
+            self.abort()
+            raise
+        self.committed = True
+        installed: list[Path] = []
+        try:
+            for name in self.names:
+                os.rename(self.dir / name, self.data_dir / name)
+                installed.append(self.data_dir / name)
+            if self.fsync:
+                _fsync_dir(self.data_dir)
+                _fsync_dir(self.dir)
+        except OSError as e:
+            raise CreationIncomplete(e, installed) from e
+        self._remove()
+        return installed
+
+    def abort(self) -> None:
+        """Remove everything built so far (only before the commit point)."""
+        if self.committed:
+            raise RuntimeError("a committed creation cannot be aborted")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _remove(self) -> None:
+        try:
+            (self.dir / COMMIT_MARKER).unlink()
+            self.dir.rmdir()
+            if self.fsync:
+                _fsync_dir(self.dir.parent)
+        except OSError as e:  # only bookkeeping is left: the next start removes it
+            log.warning("could not remove finished creation %s: %s", self.dir, e.strerror)
+
+
+def create_partitions(
+    data_dir: Path,
+    topic: str,
+    topic_id: uuid.UUID,
+    partitions: range,
+    *,
+    fsync: bool = True,
+) -> list[Path]:
+    """Create partitions ``partitions`` of ``topic`` all-or-nothing (see the module docstring);
+    returns their directories. Raises OSError (nothing created) or CreationIncomplete."""
+    staged = StagedPartitions(data_dir, fsync=fsync)
+    try:
+        for p in partitions:
+            staged.add(topic, p, topic_id)
+    except BaseException:
+        staged.abort()
+        raise
+    return staged.commit()
+
+
+def recover_staged(data_dir: Path, *, fsync: bool = True) -> None:
+    """Settle the creations a crash interrupted (start-up, before loading partitions)."""
+    root = Path(data_dir) / STAGING_DIR
+    try:
+        creations = sorted(p for p in root.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return
+    for creation in creations:
+        try:
+            _recover_one(Path(data_dir), creation, fsync)
+        except OSError as e:
+            log.error(
+                "could not settle the interrupted creation %s: %s; it is ignored",
+                creation,
+                e.strerror or e,
+            )
+
+
+def _recover_one(data_dir: Path, creation: Path, fsync: bool) -> None:
+    parts = sorted(p.name for p in creation.iterdir() if p.is_dir())
+    if not (creation / COMMIT_MARKER).exists():
+        shutil.rmtree(creation)
+        if parts:
+            log.warning(
+                "rolled back an interrupted creation of %d partition(s) (%s ...)",
+                len(parts),
+                parts[0],
+            )
+        return
+    stuck = []
+    for name in parts:
+        if (data_dir / name).exists():
+            stuck.append(name)
+            continue
+        os.rename(creation / name, data_dir / name)
+    if fsync:
+        _fsync_dir(data_dir)
+    if stuck:
+        log.error(
+            "an interrupted creation could not be completed: %d partition directory(ies) already"
+            " exist (%s ...); the staged copies are left in %s",
+            len(stuck),
+            stuck[0],
+            creation,
+        )
+        return
+    (creation / COMMIT_MARKER).unlink()
+    creation.rmdir()
+    if fsync:
+        _fsync_dir(creation.parent)
+    if parts:
+        log.warning(
+            "completed an interrupted creation of %d partition(s) (%s ...)", len(parts), parts[0]
+        )
