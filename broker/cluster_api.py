@@ -371,6 +371,7 @@ class ClusterApi:
             except TopicError as e:
                 entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
+        await asyncio.to_thread(self.topics.remove_deleted)  # the files, off the event loop
         return ctx.respond(throttle_time=0, responses=out)
 
     async def _settled(self, name: str) -> None:

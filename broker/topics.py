@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shutil
 import threading
@@ -153,6 +154,7 @@ class TopicStore:
         self._appended: asyncio.Future[None] | None = None
         self._checkpointed_start: dict[tuple[str, int], int] = {}
         self._checkpointed_end: dict[tuple[str, int], int] = {}
+        self._doomed: list[Path] = []  # directories of deleted partitions, to remove
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_seq = 0  # snapshots taken
         self._checkpoint_written = 0  # newest snapshot written
@@ -167,6 +169,7 @@ class TopicStore:
         recover_staged(self.data_dir, fsync=self.settings.fsync)
         self._read_checkpoints()
         found: dict[str, dict[int, Path]] = {}
+        present: set[str] = set()  # topics with a directory, skipped ones included
         for entry in sorted(self.data_dir.iterdir()):
             if entry.name == STAGING_DIR or not entry.is_dir():
                 continue
@@ -174,9 +177,11 @@ class TopicStore:
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             name, sep, num = entry.name.rpartition("-")
-            if not sep or not num.isdigit() or topic_name_problem(name) or name in skip:
+            if not sep or not num.isdigit() or topic_name_problem(name):
                 continue
-            found.setdefault(name, {})[int(num)] = entry
+            present.add(name)
+            if name not in skip:
+                found.setdefault(name, {})[int(num)] = entry
         for name, dirs in found.items():
             count = max(dirs) + 1
             topic = Topic(name, self._topic_id_of(name, list(dirs.values())) or uuid.uuid4())
@@ -201,7 +206,7 @@ class TopicStore:
                 f", {offline} offline" if offline else "",
             )
         for (name, p), end in sorted(self._checkpointed_end.items()):
-            if name not in found and name not in skip and end > 0:
+            if name not in present and end > 0:
                 start = self._checkpointed_start.get((name, p), 0)
                 if end > start:
                     log.error(
@@ -507,14 +512,6 @@ class TopicStore:
         dirs = [self.data_dir / f"{name}-{p}" for p in range(partitions)]
         existing = [d for d in dirs if d.is_dir()]
         if not existing:
-            lost = sum(1 for (t, _), end in self._checkpointed_end.items() if t == name and end)
-            if lost:
-                log.error(
-                    "%s is gone (no partition directory left) although the last checkpoint had"
-                    " data in %d of its partitions: that data is lost; creating it empty",
-                    name,
-                    lost,
-                )
             res = self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)
             try:
                 logs = self.build(res)
@@ -550,16 +547,33 @@ class TopicStore:
             self._checkpointed_start.pop((name, p), None)
             self._checkpointed_end.pop((name, p), None)
         self.write_checkpoints(self.checkpoint_snapshot())
+        # Renamed to "-delete" names now (one directory fsync for all); the files themselves
+        # are removed by remove_deleted(), off the event loop, or at the next start.
         for plog in topic.partitions:
             try:
-                plog.delete()
+                self._doomed.append(plog.detach())
             except OSError as e:
                 log.error("deleting %s failed: %s", plog.path.name, describe_error(e))
+        if self.settings.fsync:
+            try:
+                _fsync_dir(self.data_dir)
+            except OSError as e:
+                log.warning("fsync of %s failed: %s", self.data_dir, describe_error(e))
         self.notify_appended()  # wake long-polling fetches so they see the topic is gone
         log.info("deleted topic %s", name)
         return topic
 
+    def remove_deleted(self) -> None:
+        """Remove the directories of deleted partitions (blocking; any thread)."""
+        while True:
+            try:
+                path = self._doomed.pop()
+            except IndexError:  # (another thread took the last one)
+                return
+            shutil.rmtree(path, ignore_errors=True)
+
     def close(self) -> None:
+        self.remove_deleted()
         for topic in self.topics.values():
             for plog in topic.partitions:
                 try:
@@ -579,23 +593,26 @@ class TopicStore:
                 log.warning("%s could not be read, not used: %s", file, _short(e))
 
     def checkpoint_snapshot(self) -> CheckpointSnapshot:
-        """The offsets to checkpoint, taken on the event loop: each online partition's start
-        and flushed offset; offline partitions keep what the last checkpoint had."""
-        starts = dict(self._checkpointed_start)
-        ends = dict(self._checkpointed_end)
+        """The offsets to checkpoint, taken on the event loop: each partition's start and
+        flushed offset; a partition offline since start-up (offsets unknown) keeps what the
+        previous snapshot (or the checkpoint read at start-up) had. Deleted topics drop out."""
+        starts: dict[tuple[str, int], int] = {}
+        ends: dict[tuple[str, int], int] = {}
+        old_starts, old_ends = self._checkpointed_start, self._checkpointed_end
         for topic in self.topics.values():
             for p, plog in enumerate(topic.partitions):
-                if plog.offline is None:
-                    starts[(topic.name, p)] = plog.log_start_offset
-                    ends[(topic.name, p)] = plog.flushed_offset
-        # Entries for topics that no longer exist (deleted) are dropped.
-        live = {(t.name, p) for t in self.topics.values() for p in range(len(t.partitions))}
+                key = (topic.name, p)
+                if plog.flushed_offset >= 0:
+                    starts[key] = plog.log_start_offset
+                    ends[key] = plog.flushed_offset
+                else:
+                    if key in old_starts:
+                        starts[key] = old_starts[key]
+                    if key in old_ends:
+                        ends[key] = old_ends[key]
+        self._checkpointed_start, self._checkpointed_end = starts, ends
         self._checkpoint_seq += 1
-        return CheckpointSnapshot(
-            self._checkpoint_seq,
-            {k: v for k, v in starts.items() if k in live},
-            {k: v for k, v in ends.items() if k in live},
-        )
+        return CheckpointSnapshot(self._checkpoint_seq, starts, ends)
 
     def write_checkpoints(self, snap: CheckpointSnapshot) -> bool:
         """Write both checkpoint files from ``snap`` (blocking; any thread). A snapshot older
@@ -625,6 +642,14 @@ class TopicStore:
         if fut is not None and not fut.done():
             fut.set_result(None)
         self._appended = None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)

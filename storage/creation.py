@@ -12,12 +12,12 @@ built where the loader does not look, and only a committed creation is moved int
 The protocol (:class:`StagedPartitions`):
 
 1. ``add`` builds each partition directory inside the creation's directory: the
-   ``partition.metadata`` file (fsynced), an empty segment (``.log``, ``.index``,
-   ``.timeindex``) and an fsync of the partition directory.
-2. ``commit`` checks that no target directory exists yet, fsyncs the creation directory (every
-   partition directory is now durable), creates ``COMMITTED`` and fsyncs the creation directory
-   again. That fsync is the commit point: before it the creation does not exist, after it the
-   creation must complete.
+   ``partition.metadata`` file and an empty segment (``.log``, ``.index``, ``.timeindex``).
+2. ``commit`` checks that no target directory exists yet and makes everything built durable:
+   one ``syncfs`` of the filesystem (thousands of partitions would otherwise cost two fsyncs
+   each), or where that is not available an fsync of every file and directory. It then
+   creates ``COMMITTED`` and fsyncs the creation directory. That fsync is the commit point:
+   before it the creation does not exist, after it the creation must complete.
 3. Each partition directory is renamed into the data directory; the data directory is fsynced;
    ``COMMITTED`` and the creation directory are removed.
 
@@ -34,6 +34,7 @@ This module does plain blocking file I/O (callers run it in a worker thread when
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -62,6 +63,31 @@ class CreationIncomplete(OSError):
         self.installed = installed
 
 
+_libc: ctypes.CDLL | None = None
+
+
+def _syncfs(path: Path) -> bool:
+    """syncfs(2) on the filesystem holding ``path`` (Linux): everything written to it is
+    durable on return. False if the call is not available; OSError if it fails."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return False
+    syncfs = getattr(_libc, "syncfs", None)
+    if syncfs is None:
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+    return True
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -86,13 +112,28 @@ class StagedPartitions:
         self.committed = False
 
     def add(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
-        """Build the directory of partition ``partition`` of ``topic`` (empty, durable)."""
+        """Build the directory of partition ``partition`` of ``topic`` (empty; made durable by
+        :meth:`commit`)."""
         name = f"{topic}-{partition}"
         path = self.dir / name
         path.mkdir()
         self.names.append(name)
-        write_partition_metadata(path, topic_id, fsync=self.fsync, atomic=False)
-        PartitionLog.initialize(path, fsync=self.fsync)
+        write_partition_metadata(path, topic_id, fsync=False, atomic=False)
+        PartitionLog.initialize(path, fsync=False)
+
+    def _make_durable(self) -> None:
+        if _syncfs(self.dir):
+            return
+        for name in self.names:
+            path = self.dir / name
+            for child in path.iterdir():
+                fd = os.open(child, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            _fsync_dir(path)
+        _fsync_dir(self.dir)
 
     def commit(self) -> list[Path]:
         """Commit and move every partition into place; returns their final paths.
@@ -105,7 +146,7 @@ class StagedPartitions:
                 if (self.data_dir / name).exists():
                     raise FileExistsError(errno.EEXIST, "partition directory exists", name)
             if self.fsync:
-                _fsync_dir(self.dir)
+                self._make_durable()
             fd = os.open(self.dir / COMMIT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
             if self.fsync:

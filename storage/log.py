@@ -828,6 +828,15 @@ class PartitionLog:
         rename fsynced, so a crash part-way through never leaves a half-deleted log that would
         load as a live partition; the renamed directory is then removed.
         """
+        doomed = self.detach()
+        if self._fsync:
+            _fsync_dir(self._path.parent)
+        shutil.rmtree(doomed)
+
+    def detach(self) -> Path:
+        """Close the log and rename its directory to ``<name>.<uuid>-delete`` (a name the
+        loader removes); returns the new path. The caller fsyncs the parent directory and
+        removes the renamed one (many partitions: one fsync, removal off the event loop)."""
         with self._flush_lock:
             self._closed = True
             for seg in self._segments:
@@ -835,9 +844,7 @@ class PartitionLog:
                     seg.close()
             doomed = self._path.with_name(f"{self._path.name}.{uuid.uuid4().hex}-delete")
             os.rename(self._path, doomed)
-            if self._fsync:
-                _fsync_dir(self._path.parent)
-            shutil.rmtree(doomed)
+            return doomed
 
     def __enter__(self) -> PartitionLog:
         return self
