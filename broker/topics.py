@@ -457,6 +457,7 @@ class TopicStore:
         gets the topic once registered, or a TopicError. The change completes even if nobody
         awaits it any more (await it through ``asyncio.shield``)."""
         res.done = asyncio.ensure_future(self._run(res))
+        res.done.add_done_callback(_log_unawaited_failure)
         return res.done
 
     async def _run(self, res: Reservation) -> Topic:
@@ -642,6 +643,13 @@ class TopicStore:
         if fut is not None and not fut.done():
             fut.set_result(None)
         self._appended = None
+
+
+def _log_unawaited_failure(done: asyncio.Future[Topic]) -> None:
+    """A change whose requester stopped waiting (timeout, closed connection) still says how
+    it ended (and its exception counts as retrieved)."""
+    if not done.cancelled() and done.exception() is not None:
+        log.info("a topic change ended with an error: %s", done.exception())
 
 
 def _fsync_dir(path: Path) -> None:

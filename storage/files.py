@@ -180,10 +180,10 @@ class ManagedFile:
         """Note data written through this file that is not fsynced yet."""
         self.dirty = True
 
-    def sync(self) -> None:
-        """fsync the file if anything was written since the last sync."""
+    def sync(self) -> bool:
+        """fsync the file if anything was written since the last sync; whether it did."""
         if not self.dirty:
-            return
+            return False
         self.dirty = False  # before the fsync: a write racing with it marks the file again
         try:
             with self as fd:
@@ -191,6 +191,7 @@ class ManagedFile:
         except BaseException:
             self.dirty = True
             raise
+        return True
 
     def nlink(self) -> int:
         """The file's link count through its descriptor (0: deleted while open)."""

@@ -502,10 +502,10 @@ class PartitionLog:
             try:
                 for seg in sealed:
                     seg.sync(index=True)
-                active.sync(index=False)
+                written = active.sync(index=False)
                 if dir_dirty:
                     _fsync_dir(self._path)
-                gone = active.unlinked()
+                gone = written and active.unlinked()
             except FileNotFoundError:
                 gone = True
             except BaseException:

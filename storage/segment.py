@@ -289,13 +289,14 @@ class Segment:
         self.index.write_pending()
         self.time_index.write_pending()
 
-    def sync(self, *, index: bool) -> None:
+    def sync(self, *, index: bool) -> bool:
         """fsync the log file if written since the last sync (and the index files too if
-        ``index``)."""
-        self._log.sync()
+        ``index``); whether the log file had anything to sync."""
+        synced = self._log.sync()
         if index:
             self.index.sync()
             self.time_index.sync()
+        return synced
 
     def sync_existing(self) -> None:
         """fsync each of the segment's files that exists, whoever wrote it (start-up: what a
