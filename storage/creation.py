@@ -4,7 +4,8 @@ A topic's partitions are many directories, and a crash (or a full disk) part-way
 creating them must never leave a half topic that loads at the next start. So partitions are
 built where the loader does not look, and only a committed creation is moved into place::
 
-    <data-dir>/.staging/<creation id>/        one creation (the loader skips .staging)
+    <data-dir>/.staging/<creation id>/        one creation (the loader skips .staging, which
+                                               is removed when no creation uses it)
         <topic>-<partition>/                   a complete partition: partition.metadata and
                                                an empty segment, fsynced
         COMMITTED                              written last: the commit point
@@ -14,8 +15,9 @@ The protocol (:class:`StagedPartitions`):
 1. ``add`` builds each partition directory inside the creation's directory: the
    ``partition.metadata`` file and an empty segment (``.log``, ``.index``, ``.timeindex``).
 2. ``commit`` checks that no target directory exists yet and makes everything built durable:
-   one ``syncfs`` of the filesystem (thousands of partitions would otherwise cost two fsyncs
-   each), or where that is not available an fsync of every file and directory. It then
+   for a large creation one ``syncfs`` of the filesystem (thousands of partitions would
+   otherwise cost two fsyncs each), else (or where syncfs is not available) an fsync of every
+   file and directory. It then
    creates ``COMMITTED`` and fsyncs the creation directory. That fsync is the commit point:
    before it the creation does not exist, after it the creation must complete.
 3. Each partition directory is renamed into the data directory; the data directory is fsynced;
@@ -34,6 +36,7 @@ This module does plain blocking file I/O (callers run it in a worker thread when
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import logging
@@ -49,6 +52,9 @@ log = logging.getLogger("kcoord.storage")
 
 STAGING_DIR = ".staging"
 COMMIT_MARKER = "COMMITTED"
+SYNCFS_FROM = 32
+"""Creations of at least this many partitions are made durable by one syncfs of the whole
+filesystem; smaller ones by fsyncs of their own files (cheaper when the filesystem is busy)."""
 
 
 class CreationIncomplete(OSError):
@@ -103,11 +109,17 @@ class StagedPartitions:
         self.data_dir = Path(data_dir)
         self.fsync = fsync
         root = self.data_dir / STAGING_DIR
-        root.mkdir(exist_ok=True)
         self.dir = root / uuid.uuid4().hex
-        self.dir.mkdir()
+        for attempt in range(3):
+            try:
+                self.dir.mkdir(parents=True)
+                break
+            except FileNotFoundError:  # another creation just removed the empty root
+                if attempt == 2:
+                    raise
         if fsync:
             _fsync_dir(root)
+            _fsync_dir(self.data_dir)
         self.names: list[str] = []
         self.committed = False
 
@@ -122,7 +134,7 @@ class StagedPartitions:
         PartitionLog.initialize(path, fsync=False)
 
     def _make_durable(self) -> None:
-        if _syncfs(self.dir):
+        if len(self.names) >= SYNCFS_FROM and _syncfs(self.dir):
             return
         for name in self.names:
             path = self.dir / name
@@ -173,6 +185,7 @@ class StagedPartitions:
         if self.committed:
             raise RuntimeError("a committed creation cannot be aborted")
         shutil.rmtree(self.dir, ignore_errors=True)
+        _remove_if_empty(self.dir.parent)
 
     def _remove(self) -> None:
         try:
@@ -182,6 +195,14 @@ class StagedPartitions:
                 _fsync_dir(self.dir.parent)
         except OSError as e:  # only bookkeeping is left: the next start removes it
             log.warning("could not remove finished creation %s: %s", self.dir, e.strerror)
+        _remove_if_empty(self.dir.parent)
+
+
+def _remove_if_empty(root: Path) -> None:
+    """Remove the staging root when no creation uses it (Kafka's own loader would take a
+    leftover directory for a partition with a malformed name)."""
+    with contextlib.suppress(OSError):
+        root.rmdir()
 
 
 def create_partitions(
@@ -220,6 +241,7 @@ def recover_staged(data_dir: Path, *, fsync: bool = True) -> None:
                 creation,
                 e.strerror or e,
             )
+    _remove_if_empty(root)
 
 
 def _recover_one(data_dir: Path, creation: Path, fsync: bool) -> None:

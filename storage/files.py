@@ -84,14 +84,18 @@ class FilePool:
         self._evict_locked()
 
     def _evict_locked(self) -> None:
-        if len(self._open) <= self.capacity:
+        excess = len(self._open) - self.capacity
+        if excess <= 0:
             return
-        for victim in list(self._open):
-            if len(self._open) <= self.capacity:
-                break
-            if victim._users == 0:
-                self._close_locked(victim)
-                self.evictions += 1
+        victims = []
+        for f in self._open:  # least recently used first; skip those in use
+            if f._users == 0:
+                victims.append(f)
+                if len(victims) == excess:
+                    break
+        for f in victims:
+            self._close_locked(f)
+        self.evictions += len(victims)
 
     def _close_locked(self, f: ManagedFile) -> None:
         self._open.pop(f, None)

@@ -75,7 +75,7 @@ from types import TracebackType
 
 from protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
 from storage.files import DEFAULT_POOL, FilePool
-from storage.index import INT32_MAX
+from storage.index import INT32_MAX, OffsetIndex
 from storage.segment import (
     BUILD_CHUNK,
     INDEX_SUFFIX,
@@ -85,6 +85,7 @@ from storage.segment import (
     Cut,
     Segment,
 )
+from storage.time_index import TimeIndex
 
 log = logging.getLogger("kcoord.storage")
 
@@ -993,9 +994,6 @@ def _report_orphans(path: Path, orphans: list[int], log_bases: list[int]) -> Non
 
 def _last_indexed_offset(path: Path, base: int) -> int | None:
     """The largest offset an orphan index file of segment ``base`` names, if readable."""
-    from storage.index import OffsetIndex
-    from storage.time_index import TimeIndex
-
     best: int | None = None
     try:
         offsets = OffsetIndex(path / f"{base:020d}{INDEX_SUFFIX}", base)

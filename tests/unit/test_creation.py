@@ -31,6 +31,7 @@ def _partition_dirs(data: Path) -> list[str]:
 
 
 def _staged(data: Path) -> list[str]:
+    """What is left in the staging area (which is removed once empty)."""
     root = data / STAGING_DIR
     return sorted(os.listdir(root)) if root.exists() else []
 
@@ -38,11 +39,15 @@ def _staged(data: Path) -> list[str]:
 # -- storage.creation ---------------------------------------------------------------------------
 
 
-def test_created_partitions_are_complete_and_nothing_is_left_in_staging(tmp_path: Path) -> None:
+@pytest.mark.parametrize("n", [3, creation.SYNCFS_FROM + 5])  # fsyncs; one syncfs
+def test_created_partitions_are_complete_and_nothing_is_left_in_staging(
+    tmp_path: Path, n: int
+) -> None:
     topic_id = uuid.uuid4()
-    paths = create_partitions(tmp_path, "t", topic_id, range(3))
-    assert [p.name for p in paths] == ["t-0", "t-1", "t-2"]
-    assert _partition_dirs(tmp_path) == ["t-0", "t-1", "t-2"] and _staged(tmp_path) == []
+    paths = create_partitions(tmp_path, "t", topic_id, range(n))
+    assert [p.name for p in paths] == [f"t-{p}" for p in range(n)]
+    assert _partition_dirs(tmp_path) == sorted(f"t-{p}" for p in range(n))
+    assert not (tmp_path / STAGING_DIR).exists()
     for p in paths:
         assert read_partition_metadata(p) == topic_id
         assert sorted(os.listdir(p)) == sorted(
@@ -109,6 +114,18 @@ def test_start_up_rolls_an_interrupted_creation_back_or_forward(
     else:
         assert store.get("t") is None and _partition_dirs(tmp_path) == []
     store.close()
+
+
+def test_a_committed_creation_whose_target_exists_is_left_staged_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _interrupted(tmp_path, 3, committed=True)
+    (tmp_path / "t-1").mkdir()  # made by hand meanwhile
+    with caplog.at_level(logging.ERROR):
+        creation.recover_staged(tmp_path)
+    assert any("already exist" in r.getMessage() for r in caplog.records)
+    assert _partition_dirs(tmp_path) == ["t-0", "t-1", "t-2"]
+    assert len(_staged(tmp_path)) == 1  # the staged t-1 is kept for inspection
 
 
 def test_interrupted_growth_keeps_the_old_count_or_completes(tmp_path: Path) -> None:
