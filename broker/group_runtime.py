@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -144,6 +145,7 @@ class GroupRuntime:
         self._handles = itertools.count(1)
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
+        self._create_failed_logged = -math.inf  # when a failed creation was last logged
         self._load_task: asyncio.Task[None] | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
         self._cleaned_size: dict[int, int] = {}
@@ -175,7 +177,11 @@ class GroupRuntime:
             try:
                 self._open_topic()
             except TopicError as e:
-                log.error("could not create %s: %s", OFFSETS_TOPIC, e)
+                # Clients retry FindCoordinator every second or so: say it once a minute.
+                now = time.monotonic()
+                if now - self._create_failed_logged >= 60.0:
+                    self._create_failed_logged = now
+                    log.error("could not create %s (retried on use): %s", OFFSETS_TOPIC, e)
                 return False
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
         return True

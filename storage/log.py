@@ -169,7 +169,7 @@ class CleaningSnapshot:
 
 class PartitionLog:
     """The segments of one partition. Create with :meth:`open` (or :meth:`fresh` for a
-    directory :meth:`initialize` just made, or :meth:`offline`)."""
+    directory :meth:`initialize` just made, or :meth:`offline_log`)."""
 
     def __init__(
         self,
