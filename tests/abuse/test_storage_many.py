@@ -68,8 +68,9 @@ def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
 def test_12000_partitions_are_created_within_bounded_descriptors(
     abuse_broker: BrokerProcess, healthy: HealthyGroup
 ) -> None:
-    baseline = len(os.listdir(f"/proc/{abuse_broker.pid}/fd"))
-    bound = baseline + OPEN_FILES + 100  # the pool, plus sockets and threads coming and going
+    # The pool's files, plus the broker's other descriptors: sockets, the event loop, pipes
+    # (about 15 when idle, and one per client connection).
+    bound = OPEN_FILES + 150
 
     def create() -> int:
         with RawClient(abuse_broker.port, timeout=300) as c:
@@ -95,7 +96,7 @@ def test_12000_partitions_are_created_within_bounded_descriptors(
             healthy.wait_progress(what="a 12,000-partition change under way", timeout=120)
             thread.join(300)
             assert result == [0]
-    assert fds.peak <= bound, f"{fds.peak} descriptors (baseline {baseline})"
+    assert fds.peak <= bound, f"{fds.peak} descriptors"
 
     admin = AdminClient({"bootstrap.servers": abuse_broker.bootstrap})
     md = admin.list_topics(timeout=60)
@@ -110,7 +111,8 @@ def test_12000_partitions_are_created_within_bounded_descriptors(
             p.produce("many", key=b"k", value=b"v%d" % i, partition=i * 4)
             p.poll(0)
         assert p.flush(120) == 0
-    assert fds.peak <= bound, f"{fds.peak} descriptors (baseline {baseline})"
+    assert fds.peak <= bound, f"{fds.peak} descriptors"
+    assert fds.peak > OPEN_FILES // 2  # the pool did fill up: the bound was put to the test
     got = consume_confluent(abuse_broker.bootstrap, "grown", 1, 0, timeout=5)
     assert got == []  # partition 0 of "grown" is empty, and readable
     assert_survived(abuse_broker, healthy, "12,000-partition creations")
