@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 import uuid
 from pathlib import Path
 
 from protocol.apis import ApiKey
+from storage.files import FilePool
 
 from .admission import RequestMemory
 from .cluster_api import ClusterApi
@@ -23,13 +25,15 @@ from .group_api import GroupApi
 from .group_runtime import GroupRuntime
 from .metrics import BrokerMetrics, MetricsServer
 from .offset_api import OffsetApi
-from .topics import INTERNAL_TOPICS, LogSettings, TopicStore
+from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
 
 log = logging.getLogger("kcoord.broker")
 
 
 def _read_cluster_id(data_dir: Path, node_id: int) -> str:
-    """The cluster id kept in ``meta.properties`` (Kafka's file), created on first start."""
+    """The cluster id kept in ``meta.properties`` (Kafka's file), created on first start.
+
+    If the file cannot be written (a full disk) the new id is used for this run only."""
     path = data_dir / "meta.properties"
     if path.exists():
         for line in path.read_text().splitlines():
@@ -38,8 +42,14 @@ def _read_cluster_id(data_dir: Path, node_id: int) -> str:
                 return value.strip()
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
+        tmp.replace(path)
+    except OSError as e:
+        log.warning("could not write %s (%s): cluster id %s holds for this run only",
+                    path, e.strerror, cluster_id)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     return cluster_id
 
 
@@ -56,9 +66,13 @@ class Broker:
         if config.metrics_port is not None:
             self.metrics = BrokerMetrics(self)
         fsync = config["log.flush.interval.messages"] == 1
+        # Every segment and index file of this broker shares one bounded pool of descriptors.
+        self.file_pool = FilePool(config["log.max.open.files"])
         self.topics = TopicStore(
             config.data_dir,
             LogSettings(config["log.segment.bytes"], config["log.index.interval.bytes"], fsync),
+            PartitionLimits(config["max.broker.partitions"], config["max.partitions.per.request"]),
+            pool=self.file_pool,
         )
         self.flusher = Flusher(
             enabled=fsync,
@@ -101,6 +115,7 @@ class Broker:
         }
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._checkpoint_task: asyncio.Task[None] | None = None
 
     # metrics hooks (no-ops without --metrics-port) ----------------------------------------------
     def metrics_request(self, api_key: int) -> None:
@@ -133,6 +148,7 @@ class Broker:
         self.topics.load(skip=INTERNAL_TOPICS)
         self.data.start()
         await self.groups.start()
+        self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         loop = asyncio.get_running_loop()
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
         self._server = await loop.create_server(
@@ -176,9 +192,17 @@ class Broker:
                         " socket.request.receive.timeout.ms)"
                     )
 
+    async def _checkpoint_loop(self) -> None:
+        """Write the offset checkpoints now and then (the file work in a worker thread)."""
+        interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.to_thread(self.topics.write_checkpoints, self.topics.checkpoint_snapshot())
+
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._sweeper, self._checkpoint_task):
+            if task is not None:
+                task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -189,6 +213,7 @@ class Broker:
         if self._server is not None:
             await self._server.wait_closed()
         self.topics.close()
+        self.topics.write_checkpoints(self.topics.checkpoint_snapshot())
         if self._metrics_server is not None:
             await self._metrics_server.stop()
         log.info("kcoord stopped")

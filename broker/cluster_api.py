@@ -6,6 +6,8 @@ Metadata and FindCoordinator agree, and so several nodes can follow later.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +20,15 @@ from protocol.codec import (
     response_type,
 )
 from protocol.errors import ErrorCode
-from protocol.responses import build
+from protocol.responses import build, to_millis
 
 from .connection import RequestContext
-from .topics import OFFSETS_TOPIC, Topic, TopicError, topic_name_problem
+from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_problem
 
 if TYPE_CHECKING:
     from .app import Broker
+
+log = logging.getLogger("kcoord.cluster")
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -86,6 +90,25 @@ class ClusterApi:
             req, "allow_auto_topic_creation", True
         )
         requested = req.topics
+        if ctx.version < 12 and requested and any(
+            t.name is None or (getattr(t, "topic_id", None) or ZERO_UUID) != ZERO_UUID
+            for t in requested
+        ):
+            # Topic ids are for v12+ (and names are not nullable in v10/v11 answers): Kafka
+            # fails the request with INVALID_REQUEST for every topic, unknown names as "".
+            return ctx.respond(
+                throttle_time=0,
+                brokers=[],
+                cluster_id=None,
+                controller_id=-1,
+                topics=[
+                    self._topic_error(
+                        t.name or "", getattr(t, "topic_id", None), ErrorCode.invalid_request
+                    )
+                    for t in requested
+                ],
+                cluster_authorized_operations=-2147483648,
+            )
         if requested is None or (ctx.version == 0 and not requested):
             wanted: list[tuple[str | None, uuid.UUID | None]] = [
                 (name, None) for name in sorted(self.topics.topics)
@@ -109,11 +132,22 @@ class ClusterApi:
                             self._topic_error(name, None, ErrorCode.invalid_topic_exception)
                         )
                         continue
+                    if self.topics.pending(name) is not None:
+                        # Being created: Kafka's answer for a topic it is still creating.
+                        topics_out.append(
+                            self._topic_error(name, None, ErrorCode.leader_not_available)
+                        )
+                        continue
                     if auto_create and name != OFFSETS_TOPIC:
                         try:
                             topic = self.topics.create(name, config["num.partitions"])
                         except TopicError as e:
-                            topics_out.append(self._topic_error(name, None, e.code))
+                            # Kafka (creating synchronously) passes the creation's error on,
+                            # except that "exists" means "still being created".
+                            code = e.code
+                            if code == ErrorCode.topic_already_exists:
+                                code = ErrorCode.leader_not_available
+                            topics_out.append(self._topic_error(name, None, code))
                             continue
                     else:
                         topics_out.append(
@@ -135,22 +169,32 @@ class ClusterApi:
 
     def _describe(self, topic: Topic) -> dict[str, Any]:
         node = self.node_id
+        online = dict(
+            error_code=0,
+            leader_id=node,
+            leader_epoch=0,
+            replica_nodes=[node],
+            isr_nodes=[node],
+            offline_replicas=[],
+        )
+        # Kafka's view of a partition whose only replica's log is offline: no leader
+        # (LEADER_NOT_AVAILABLE, leader -1), the replica listed as offline.
+        offline = dict(
+            error_code=ErrorCode.leader_not_available,
+            leader_id=-1,
+            leader_epoch=0,
+            replica_nodes=[node],
+            isr_nodes=[node],
+            offline_replicas=[node],
+        )
         return dict(
             error_code=0,
             name=topic.name,
             topic_id=topic.topic_id,
             is_internal=topic.internal,
             partitions=[
-                dict(
-                    error_code=0,
-                    partition_index=i,
-                    leader_id=node,
-                    leader_epoch=0,
-                    replica_nodes=[node],
-                    isr_nodes=[node],
-                    offline_replicas=[],
-                )
-                for i in range(len(topic.partitions))
+                dict(offline if plog.offline is not None else online, partition_index=i)
+                for i, plog in enumerate(topic.partitions)
             ],
             topic_authorized_operations=-2147483648,
         )
@@ -167,9 +211,15 @@ class ClusterApi:
         )
 
     # CreateTopics ---------------------------------------------------------------------------------
-    def create_topics(self, ctx: RequestContext, req: Any) -> Any:
-        config = self.broker.config
-        out = []
+    async def create_topics(self, ctx: RequestContext, req: Any) -> Any:
+        """Topics are validated and reserved in request order (limits count what earlier topics
+        of the request create), then created together off the event loop; the answer waits
+        for them, up to the request's timeout (REQUEST_TIMED_OUT after it: the creation goes
+        on). ``validate_only`` reserves nothing and creates nothing."""
+        topics = self.topics
+        out: list[dict[str, Any]] = []
+        reserved: list[tuple[dict[str, Any], Reservation]] = []
+        in_request = 0
         for t in req.topics:
             entry: dict[str, Any] = dict(
                 name=t.name,
@@ -181,70 +231,123 @@ class ClusterApi:
                 replication_factor=-1,
                 configs=[],
             )
+            out.append(entry)
             try:
-                count = t.num_partitions
-                if t.assignments:
-                    if count != -1 or t.replication_factor != -1:
-                        raise TopicError(
-                            ErrorCode.invalid_request,
-                            "both partition assignments and a partition count were given",
-                        )
-                    count = len(t.assignments)
-                    for a in t.assignments:
-                        if list(a.broker_ids) != [self.node_id]:
-                            raise TopicError(
-                                ErrorCode.invalid_replica_assignment,
-                                f"replicas {list(a.broker_ids)} are not this single node",
-                            )
-                    if sorted(a.partition_index for a in t.assignments) != list(range(count)):
-                        raise TopicError(
-                            ErrorCode.invalid_replica_assignment,
-                            "assigned partitions are not 0..n-1",
-                        )
-                if count == -1:
-                    count = config["num.partitions"]
-                rf = t.replication_factor
-                if rf == -1:
-                    rf = config["default.replication.factor"]
-                if rf < 1:
-                    raise TopicError(
-                        ErrorCode.invalid_replication_factor, "replication factor must be at least 1"
-                    )
-                if rf > 1:
-                    raise TopicError(
-                        ErrorCode.invalid_replication_factor,
-                        f"replication factor {rf} is larger than the 1 available broker",
-                    )
-                if count < 1:
-                    raise TopicError(
-                        ErrorCode.invalid_partitions, "number of partitions must be at least 1"
-                    )
-                segment_bytes = None
-                for c in t.configs:
-                    if c.name == "segment.bytes" and c.value is not None:
-                        try:
-                            segment_bytes = int(c.value)
-                        except ValueError:
-                            raise TopicError(
-                                ErrorCode.invalid_config, f"segment.bytes {c.value!r} is not a number"
-                            ) from None
-                if t.name == OFFSETS_TOPIC:
-                    raise TopicError(
-                        ErrorCode.invalid_request, f"{OFFSETS_TOPIC} is created by the coordinator"
-                    )
-                topic = self.topics.create(
-                    t.name, count, segment_bytes=segment_bytes, validate_only=req.validate_only
+                count, rf, segment_bytes = self._creatable(t)
+                res = topics.reserve_topic(
+                    t.name, count, segment_bytes=segment_bytes, in_request=in_request
                 )
-                entry.update(num_partitions=count, replication_factor=rf)
-                if topic is not None:
-                    entry["topic_id"] = topic.topic_id
             except TopicError as e:
                 entry.update(error_code=e.code, error_message=str(e))
-            out.append(entry)
+                continue
+            in_request += count
+            entry.update(num_partitions=count, replication_factor=rf)
+            reserved.append((entry, res))
+        if req.validate_only:
+            for _, res in reserved:
+                topics.release(res)
+            return ctx.respond(throttle_time=0, topics=out)
+        for entry, outcome in await self._run_all(reserved, req.timeout):
+            if isinstance(outcome, Topic):
+                entry["topic_id"] = outcome.topic_id
+            else:
+                entry.update(
+                    error_code=outcome[0],
+                    error_message=outcome[1],
+                    num_partitions=-1,
+                    replication_factor=-1,
+                )
         return ctx.respond(throttle_time=0, topics=out)
 
+    def _creatable(self, t: Any) -> tuple[int, int, int | None]:
+        """(partitions, replication factor, segment.bytes) of a CreateTopics entry, checked."""
+        config = self.broker.config
+        count = t.num_partitions
+        if t.assignments:
+            if count != -1 or t.replication_factor != -1:
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    "both partition assignments and a partition count were given",
+                )
+            count = len(t.assignments)
+            for a in t.assignments:
+                if list(a.broker_ids) != [self.node_id]:
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        f"replicas {_short_list(a.broker_ids)} are not this single node",
+                    )
+            if sorted(a.partition_index for a in t.assignments) != list(range(count)):
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    "assigned partitions are not 0..n-1",
+                )
+        if count == -1:
+            count = config["num.partitions"]
+        rf = t.replication_factor
+        if rf == -1:
+            rf = config["default.replication.factor"]
+        if rf < 1:
+            raise TopicError(
+                ErrorCode.invalid_replication_factor, "replication factor must be at least 1"
+            )
+        if rf > 1:
+            raise TopicError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {rf} is larger than the 1 available broker",
+            )
+        if count < 1:
+            raise TopicError(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
+        segment_bytes = None
+        for c in t.configs:
+            if c.name == "segment.bytes" and c.value is not None:
+                try:
+                    segment_bytes = int(c.value)
+                except ValueError:
+                    raise TopicError(
+                        ErrorCode.invalid_config, f"segment.bytes {c.value[:40]!r} is not a number"
+                    ) from None
+                if not 1024 <= segment_bytes <= 2**31 - 1:
+                    raise TopicError(
+                        ErrorCode.invalid_config, f"segment.bytes {segment_bytes} is out of range"
+                    )
+        if t.name == OFFSETS_TOPIC:
+            raise TopicError(
+                ErrorCode.invalid_request, f"{OFFSETS_TOPIC} is created by the coordinator"
+            )
+        return count, rf, segment_bytes
+
+    async def _run_all(
+        self, reserved: list[tuple[dict[str, Any], Reservation]], timeout: Any
+    ) -> list[tuple[dict[str, Any], Topic | tuple[int, str]]]:
+        """Start every reserved change and wait for them (at most ``timeout`` if positive);
+        each entry's outcome is its topic or (error code, message)."""
+        if not reserved:
+            return []
+        futures = [self.topics.start(res) for _, res in reserved]
+        timeout_ms = to_millis(timeout)
+        await asyncio.wait(
+            [asyncio.shield(f) for f in futures],
+            timeout=timeout_ms / 1000.0 if timeout_ms > 0 else None,
+        )
+        results: list[tuple[dict[str, Any], Topic | tuple[int, str]]] = []
+        for (entry, _), fut in zip(reserved, futures, strict=True):
+            if not fut.done():
+                results.append(
+                    (entry, (ErrorCode.request_timed_out, "the change is still in progress"))
+                )
+                continue
+            error = fut.exception()
+            if isinstance(error, TopicError):
+                results.append((entry, (error.code, str(error))))
+            elif error is not None:
+                log.error("creating partitions of %s failed", entry["name"], exc_info=error)
+                results.append((entry, (ErrorCode.unknown_server_error, "internal error")))
+            else:
+                results.append((entry, fut.result()))
+        return results
+
     # DeleteTopics ---------------------------------------------------------------------------------
-    def delete_topics(self, ctx: RequestContext, req: Any) -> Any:
+    async def delete_topics(self, ctx: RequestContext, req: Any) -> Any:
         out = []
         if ctx.version >= 6:
             items = [(t.name, t.topic_id) for t in req.topics]
@@ -263,18 +366,35 @@ class ClusterApi:
                     entry["name"] = name
                 if name is None:
                     raise TopicError(ErrorCode.invalid_request, "neither name nor id given")
+                await self._settled(name)  # a creation or growth under way finishes first
                 deleted = self.topics.delete(name)
                 entry["topic_id"] = deleted.topic_id
             except TopicError as e:
                 entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
+        await asyncio.to_thread(self.topics.remove_deleted)  # the files, off the event loop
         return ctx.respond(throttle_time=0, responses=out)
 
+    async def _settled(self, name: str) -> None:
+        """Wait until ``name`` has no change under way (whatever its outcome)."""
+        while True:
+            res = self.topics.pending(name)
+            if res is None:
+                return
+            if res.done is None:  # reserved by a synchronous change: cannot be waited on
+                raise TopicError(ErrorCode.invalid_request, "the topic is being changed")
+            await asyncio.wait([asyncio.shield(res.done)])
+
     # CreatePartitions -----------------------------------------------------------------------------
-    def create_partitions(self, ctx: RequestContext, req: Any) -> Any:
-        out = []
+    async def create_partitions(self, ctx: RequestContext, req: Any) -> Any:
+        """Like CreateTopics: judged in request order, created off the event loop. A topic
+        with a change under way is judged once that change is done."""
+        out: list[dict[str, Any]] = []
+        reserved: list[tuple[dict[str, Any], Reservation]] = []
+        in_request = 0
         for t in req.topics:
             entry: dict[str, Any] = dict(name=t.name, error_code=0, error_message=None)
+            out.append(entry)
             try:
                 if t.name == OFFSETS_TOPIC:
                     raise TopicError(
@@ -284,10 +404,32 @@ class ClusterApi:
                     if list(a.broker_ids) != [self.node_id]:
                         raise TopicError(
                             ErrorCode.invalid_replica_assignment,
-                            f"replicas {list(a.broker_ids)} are not this single node",
+                            f"replicas {_short_list(a.broker_ids)} are not this single node",
                         )
-                self.topics.add_partitions(t.name, t.count, validate_only=req.validate_only)
+                if self.topics.pending(t.name) is not None:
+                    if any(e["name"] == t.name for e, _ in reserved):
+                        raise TopicError(
+                            ErrorCode.invalid_request, "the topic appears twice in the request"
+                        )
+                    await self._settled(t.name)
+                res = self.topics.reserve_partitions(t.name, t.count, in_request=in_request)
             except TopicError as e:
                 entry.update(error_code=e.code, error_message=str(e))
-            out.append(entry)
+                continue
+            in_request += res.count
+            reserved.append((entry, res))
+        if req.validate_only:
+            for _, res in reserved:
+                self.topics.release(res)
+            return ctx.respond(throttle_time=0, results=out)
+        for entry, outcome in await self._run_all(reserved, req.timeout):
+            if not isinstance(outcome, Topic):
+                entry.update(error_code=outcome[0], error_message=outcome[1])
         return ctx.respond(throttle_time=0, results=out)
+
+
+def _short_list(ids: Any) -> str:
+    """A list of broker ids from a request, for a message: at most a few of them."""
+    items = list(ids)
+    text = str(items[:5])
+    return text if len(items) <= 5 else text[:-1] + f", ... ({len(items)} ids)]"

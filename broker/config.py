@@ -131,6 +131,14 @@ SETTINGS: dict[str, Setting] = {
             16,
         ),
         Setting(
+            "log.flush.offset.checkpoint.interval.ms",
+            int,
+            60000,
+            "How often the recovery-point and log-start-offset checkpoint files are written"
+            " (also at shutdown); start-up compares the logs with them to report lost offsets.",
+            1,
+        ),
+        Setting(
             "producer.id.expiration.ms",
             int,
             86400000,

@@ -46,39 +46,12 @@ log = logging.getLogger("kcoord.data")
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 _SEQUENCE_WRAP = 2**31  # producer sequence numbers wrap to 0 after int32 max, as in Kafka
 
 
 def high_watermark(plog: PartitionLog) -> int:
     """The last offset + 1 that consumers may read: what is durable (flushed)."""
     return plog.flushed_offset
-
-
-def max_timestamp_batch(plog: PartitionLog) -> tuple[int, int] | None:
-    """(base offset, max timestamp) of the first batch holding the log's largest timestamp
-    (ListOffsets -3), from batch headers only.
-
-    The log's ``offset_for_timestamp(t)`` finds the first batch whose max timestamp is >= t
-    (its time index, then a walk of batch headers): the largest t that still finds a batch is
-    the log's largest timestamp, found by bisection over int64 (each probe raises the lower
-    bound to the max timestamp of the batch it found), about 64 lookups and no record decoded.
-    Storage's own ``PartitionLog.max_timestamp_batch()`` answers the same from its time index
-    and can replace this function.
-    """
-    found = plog.offset_for_timestamp(_INT64_MIN)
-    if found is None:
-        return None
-    lo, hi = found[1], _INT64_MAX  # some batch reaches lo; none goes past hi
-    while lo < hi:
-        mid = lo + (hi - lo + 1) // 2
-        probe = plog.offset_for_timestamp(mid)
-        if probe is None:
-            hi = mid - 1
-        else:
-            lo = probe[1]
-    return plog.offset_for_timestamp(lo)
 
 
 _Settled = tuple[int, PartitionLog | None, Outcome]
@@ -391,6 +364,11 @@ class DataApi:
                     errors = True
                     parts.append(entry)
                     continue
+                if plog.offline is not None:
+                    entry["error_code"] = ErrorCode.kafka_storage_error
+                    errors = True
+                    parts.append(entry)
+                    continue
                 hw = high_watermark(plog)
                 start = plog.log_start_offset
                 entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
@@ -401,7 +379,14 @@ class DataApi:
                 elif offset < hw and budget > 0:
                     limit = min(p.partition_max_bytes, budget) if p.partition_max_bytes > 0 else 0
                     if limit > 0 or total == 0:
-                        data = _cap(plog.read(offset, max(limit, 1)), hw)
+                        try:
+                            data = _cap(plog.read(offset, max(limit, 1)), hw)
+                        except OSError as e:  # an unreadable segment, a log gone offline
+                            log.error("fetch from %s-%d failed: %s", t.topic, p.partition, e)
+                            entry["error_code"] = ErrorCode.kafka_storage_error
+                            errors = True
+                            parts.append(entry)
+                            continue
                         entry["records"] = data
                         total += len(data)
                         budget -= len(data)
@@ -425,22 +410,28 @@ class DataApi:
                     offset=-1,
                     leader_epoch=0,
                 )
-                if plog is None:
-                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                elif p.timestamp == LATEST:
-                    entry["offset"] = high_watermark(plog)
-                elif p.timestamp == EARLIEST:
-                    entry["offset"] = plog.log_start_offset
-                elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
-                    entry["error_code"] = ErrorCode.invalid_request
-                else:
-                    if p.timestamp == MAX_TIMESTAMP:
-                        found = max_timestamp_batch(plog)
+                try:
+                    if plog is None:
+                        entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                    elif plog.offline is not None:
+                        entry["error_code"] = ErrorCode.kafka_storage_error
+                    elif p.timestamp == LATEST:
+                        entry["offset"] = high_watermark(plog)
+                    elif p.timestamp == EARLIEST:
+                        entry["offset"] = plog.log_start_offset
+                    elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
+                        entry["error_code"] = ErrorCode.invalid_request
                     else:
-                        found = plog.offset_for_timestamp(p.timestamp)
-                    if found is not None and found[0] < high_watermark(plog):
-                        entry["offset"], entry["timestamp"] = found  # batch granularity
-                        lookups.append((entry, plog, found[0], p.timestamp))
+                        if p.timestamp == MAX_TIMESTAMP:
+                            found = plog.max_timestamp_batch()
+                        else:
+                            found = plog.offset_for_timestamp(p.timestamp)
+                        if found is not None and found[0] < high_watermark(plog):
+                            entry["offset"], entry["timestamp"] = found  # batch granularity
+                            lookups.append((entry, plog, found[0], p.timestamp))
+                except OSError as e:  # an unreadable segment, a log gone offline
+                    log.error("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
+                    entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)
                 parts.append(entry)
             topics_out.append(dict(name=t.name, partitions=parts))
         batches = []

@@ -98,10 +98,21 @@ class GroupApi:
         results = []
         for key in keys:
             if key_type == GROUP_KEY:
-                self.runtime.ensure_topic()
-                results.append(
-                    dict(key=key, node_id=node_id, host=host, port=port, error_code=0, error_message=None)
-                )
+                if self.runtime.ensure_topic() and self.runtime.coordinator_available(key):
+                    results.append(
+                        dict(key=key, node_id=node_id, host=host, port=port, error_code=0, error_message=None)
+                    )
+                else:  # the offsets partition is offline or the topic could not be created
+                    results.append(
+                        dict(
+                            key=key,
+                            node_id=-1,
+                            host="",
+                            port=-1,
+                            error_code=ErrorCode.coordinator_not_available,
+                            error_message="The coordinator is not available.",
+                        )
+                    )
             else:
                 code = (
                     ErrorCode.transactional_id_authorization_failed

@@ -10,7 +10,9 @@ shard's next deadline and delivered back with ``advance``.
 
 At start-up each existing partition is replayed into its shard cooperatively on the event loop;
 meanwhile that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3). The offsets topic itself is
-created on first use (A5).
+created on first use (A5). A partition that cannot be opened or read is logged and its shard
+unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers COORDINATOR_NOT_AVAILABLE for
+them, as Kafka does for an offsets partition without a leader) while the others load and serve.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -33,7 +36,7 @@ from protocol.records import decode_key_values, encode_kv_batch, kv_batches
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
-from .topics import OFFSETS_TOPIC, Topic
+from .topics import OFFSETS_TOPIC, Topic, TopicError
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -143,6 +146,7 @@ class GroupRuntime:
         self._handles = itertools.count(1)
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
+        self._create_failed_logged = -math.inf  # when a failed creation was last logged
         self._load_task: asyncio.Task[None] | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
         self._cleaned_size: dict[int, int] = {}
@@ -158,7 +162,7 @@ class GroupRuntime:
         if self.broker.config["log.cleaner.enable"]:
             self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
         data_dir = self.broker.config.data_dir
-        if (data_dir / f"{OFFSETS_TOPIC}-0").is_dir():
+        if any((data_dir / f"{OFFSETS_TOPIC}-{p}").is_dir() for p in range(self.num_partitions)):
             self._open_topic()
             self._load_task = asyncio.ensure_future(self._load_all())
         else:
@@ -167,11 +171,26 @@ class GroupRuntime:
             for sr in self.shards:
                 self._finish(sr, t)
 
-    def ensure_topic(self) -> None:
-        """Create the offsets topic on first use (A5)."""
+    def ensure_topic(self) -> bool:
+        """Create the offsets topic on first use (A5). False (logged) if it does not exist and
+        could not be created (a full disk): nothing of it is left on disk then."""
         if self._topic is None:
-            self._open_topic()
+            try:
+                self._open_topic()
+            except TopicError as e:
+                # Clients retry FindCoordinator every second or so: say it once a minute.
+                now = time.monotonic()
+                if now - self._create_failed_logged >= 60.0:
+                    self._create_failed_logged = now
+                    log.error("could not create %s (retried on use): %s", OFFSETS_TOPIC, e)
+                return False
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+        return True
+
+    def coordinator_available(self, group_id: str) -> bool:
+        """Whether the offsets partition of ``group_id`` is online (FindCoordinator)."""
+        plog = self.shards[self.partition_of(group_id)].log
+        return plog is None or plog.offline is None
 
     def _open_topic(self) -> None:
         config = self.broker.config
@@ -195,16 +214,27 @@ class GroupRuntime:
             # The shard's state is a function of the newest record per key: collect those,
             # then replay them (coordinator/loading.py).
             latest = LatestRecords()
-            for i, (base, header, data) in enumerate(sr.log.iter_batches()):
-                if not header.is_control:
-                    try:
-                        latest.add(decode_key_values(header, data[HEADER_SIZE:]))
-                    except CorruptBatch as e:  # e.g. expands past the decompression bound
-                        log.error(
-                            "%s-%d: batch at offset %d skipped: %s", OFFSETS_TOPIC, sr.partition, base, e
-                        )
-                if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-                    await asyncio.sleep(0)
+            if sr.log.offline is not None:
+                self._unavailable(sr, "its log is offline")
+                continue
+            try:
+                for i, (base, header, data) in enumerate(sr.log.iter_batches()):
+                    if not header.is_control:
+                        try:
+                            latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+                        except CorruptBatch as e:  # e.g. expands past the decompression bound
+                            log.error(
+                                "%s-%d: batch at offset %d skipped: %s",
+                                OFFSETS_TOPIC,
+                                sr.partition,
+                                base,
+                                e,
+                            )
+                    if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
+                        await asyncio.sleep(0)
+            except OSError as e:
+                self._unavailable(sr, f"reading its log failed: {e}")
+                continue
             records += latest.records
             latest.replay_into(sr.shard, now_ms())
             self._finish(sr, now_ms())
@@ -237,6 +267,18 @@ class GroupRuntime:
         )
         if self.broker.metrics is not None:
             self.broker.metrics.partition_load.observe(seconds)
+
+    def _unavailable(self, sr: _ShardRuntime, why: str) -> None:
+        """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
+        log.error(
+            "%s-%d not loaded: %s; its groups have no coordinator until the broker restarts",
+            OFFSETS_TOPIC,
+            sr.partition,
+            why,
+        )
+        out = sr.shard.unload(now_ms())
+        sr.loaded = True
+        self._process(sr, out)
 
     def _finish(self, sr: _ShardRuntime, t: int) -> None:
         out = sr.shard.finish_loading(t)
@@ -275,8 +317,8 @@ class GroupRuntime:
     async def compact_partition(self, partition: int, force: bool = False) -> None:
         sr = self.shards[partition]
         plog = sr.log
-        if plog is None or len(plog.segment_base_offsets) < 2:
-            return  # only sealed segments are compacted
+        if plog is None or plog.offline is not None or len(plog.segment_base_offsets) < 2:
+            return  # only sealed segments of online logs are compacted
         size = plog.size_bytes
         if not force and size <= self._cleaned_size.get(partition, 0):
             return  # nothing new since the last compaction
@@ -401,10 +443,12 @@ class GroupRuntime:
         self._reschedule(sr)
 
     def _append(self, sr: _ShardRuntime, out: Output) -> None:
+        t = now_ms()
         if sr.log is None:
             self.ensure_topic()
-        assert sr.log is not None
-        t = now_ms()
+        if sr.log is None:  # the offsets topic cannot be created (a full disk): nothing written
+            self._process(sr, sr.shard.append_failed(out, ErrorCode.kafka_storage_error, t))
+            return
         batches = self._batches(sr, out, t)
         if batches is None:
             # Nothing was appended or replied: the shard undoes the write and answers for it.
@@ -416,7 +460,10 @@ class GroupRuntime:
             for batch in batches:
                 sr.log.append(batch)
             self.broker.metrics_append(time.perf_counter() - started)
-        except Exception as e:  # disk full, I/O error: the shard decides what it means
+        except OSError as e:  # disk full, I/O error: the shard decides what it means
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, e)
+            error = e
+        except Exception as e:
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
             error = e
         self._complete_in_order(sr, sr.log if error is None else None, out, error)

@@ -28,7 +28,9 @@ record (by offset) survives. The rules:
 Two phases, so that requests are not blocked (``PartitionLog`` documents the file protocol):
 
 1. :func:`prepare_compaction` only reads segments (through private file handles) and writes
-   ``<base>.log.cleaned``/``<base>.index.cleaned`` files. It may run in a worker thread while
+   ``<base>.log.cleaned``/``<base>.index.cleaned``/``<base>.timeindex.cleaned`` files (the
+   indexes built exactly as a segment builds them while appending, sealed with the time
+   index's final entry). It may run in a worker thread while
    the event loop keeps appending and serving reads.
 2. :func:`commit_compaction` swaps the files in on the writer thread (``replace_sealed``); it is
    short: renames, deletes, two directory fsyncs and loading the new segments' indexes. If the
@@ -51,11 +53,13 @@ from protocol.compression import decompress
 from protocol.records import decode_batch, encode_batch, read_varint
 from storage.index import INT32_MAX, pwrite_all
 from storage.log import CLEANED_SUFFIX, CleaningSnapshot, PartitionLog, cleaned_path
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, Segment
+from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
+from storage.time_index import NO_TIMESTAMP
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
 
 _INDEX_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
 
 
 @dataclass(slots=True)
@@ -248,12 +252,13 @@ class _Cleaned:
 
     A piece is either a re-encoded batch or a (position, size) range of batches kept verbatim,
     copied from ``reader`` when written (so unchanged data is never held in memory).
+    ``batches`` holds (size, last offset, max timestamp) of each surviving batch.
     """
 
     segment: Segment
     reader: Segment
     pieces: list[bytes | tuple[int, int]]
-    batches: list[tuple[int, int]]
+    batches: list[tuple[int, int, int]]
     size: int
     records: int
     unchanged: bool
@@ -269,7 +274,10 @@ class _Group:
         self.fd: int | None = None
         self.written = 0
         self.entries: list[tuple[int, int]] = []
+        self.times: list[tuple[int, int]] = []  # (timestamp, relative offset)
         self.since_index = 0
+        self.max_ts = NO_TIMESTAMP
+        self.max_offset = base
 
 
 class _Cleaner:
@@ -332,7 +340,7 @@ class _Cleaner:
         self, reader: Segment, segment: Segment, surviving: list[int], ptr: int
     ) -> tuple[_Cleaned, int]:
         pieces: list[bytes | tuple[int, int]] = []
-        batches: list[tuple[int, int]] = []
+        batches: list[tuple[int, int, int]] = []
         size = records_before = records = 0
         unchanged = True
         for pos, h, data in reader.scan(0, reader.size):
@@ -363,7 +371,7 @@ class _Cleaner:
                     out = (prev_pos, prev_size + out_size)
                     pieces.pop()
             pieces.append(out)
-            batches.append((out_size, h.last_offset))
+            batches.append((out_size, h.last_offset, h.max_timestamp))
             size += out_size
             records += n
         self.stats.records_before += records_before
@@ -391,9 +399,12 @@ class _Cleaner:
         assert group.fd is not None
         interval = self.snap.index_interval_bytes
         pos = group.written
-        for size, last_offset in cleaned.batches:
+        for size, last_offset, max_ts in cleaned.batches:
+            if max_ts > group.max_ts:
+                group.max_ts, group.max_offset = max_ts, last_offset
             if group.since_index >= interval:
                 group.entries.append((last_offset - group.base, pos))
+                _maybe_add_time(group.times, group.max_ts, group.max_offset - group.base)
                 group.since_index = 0
             group.since_index += size
             pos += size
@@ -434,15 +445,33 @@ class _Cleaner:
                 os.fsync(group.fd)
         finally:
             os.close(group.fd)
-        index_path = cleaned_path(self.directory, group.base, INDEX_SUFFIX)
-        fd = os.open(index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.plan.replacements.append((old, group.base))
-        try:
-            blob = b"".join(_INDEX_ENTRY.pack(r, p) for r, p in group.entries)
-            pwrite_all(fd, blob, 0)
-            if snap.fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        _maybe_add_time(group.times, group.max_ts, group.max_offset - group.base)  # sealed
+        _write_index(
+            cleaned_path(self.directory, group.base, INDEX_SUFFIX),
+            b"".join(_INDEX_ENTRY.pack(r, p) for r, p in group.entries),
+            snap.fsync,
+        )
+        _write_index(
+            cleaned_path(self.directory, group.base, TIMEINDEX_SUFFIX),
+            b"".join(_TIME_ENTRY.pack(t, r) for t, r in group.times),
+            snap.fsync,
+        )
         stats.segments_after += 1
         stats.bytes_after += group.size
+
+
+def _maybe_add_time(times: list[tuple[int, int]], timestamp: int, rel_offset: int) -> None:
+    """A time index entry if the timestamp grew (``storage.time_index``'s rule)."""
+    if timestamp != NO_TIMESTAMP and (not times or timestamp > times[-1][0]):
+        times.append((timestamp, rel_offset))
+
+
+def _write_index(path: os.PathLike[str], blob: bytes, fsync: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        pwrite_all(fd, blob, 0)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -6,37 +6,158 @@ of the segment's ``.log`` file" (the same convention Kafka uses). Entries are st
 in both fields. One entry is added roughly every ``index_interval_bytes`` of log, so a lookup
 narrows a search to a few kilobytes which the segment then scans header by header.
 
-This module owns the in-memory copy of the entries and the file holding them; it knows nothing
-about batches. New entries are written to the file lazily (``write_pending``: when the segment
-is synced, sealed or closed), not one small write per append; an index whose tail was never
-written is completed by the segment's consistency check or recovery at the next start. It is not thread-safe on its own: the owning ``PartitionLog`` serialises writers.
+:class:`IndexFile` is what the offset index and the time index (``storage.time_index``) share:
+the in-memory columns and the file mirroring them. New entries are written to the file lazily
+(``write_pending``: when the segment is synced, sealed or closed), not one small write per
+append; an index whose tail was never written is completed by the segment's consistency check or
+recovery at the next start. If writing the file fails (disk full, read-only file) the entries
+stay in memory and the next write rewrites the whole file. The file's descriptor comes from a
+``storage.files.FilePool`` and is opened only when the file is read or written. Not thread-safe
+on its own: the owning ``PartitionLog`` serialises writers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from storage.files import DEFAULT_POOL, FilePool, ManagedFile
+
 ENTRY_SIZE = 8
 _ENTRY = struct.Struct(">ii")
 INT32_MAX = 2**31 - 1
 
 
-class OffsetIndex:
-    """Sorted (relative offset, position) pairs mirrored to an append-only file."""
+class IndexFile:
+    """Two columns of entries mirrored to an append-only file of fixed-size records."""
 
-    __slots__ = ("path", "base_offset", "_rel", "_pos", "_fd", "_written")
+    _entry: struct.Struct = _ENTRY
+    _codes: tuple[str, str] = ("i", "i")
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, pool: FilePool | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
-        self._rel: array[int] = array("i")
-        self._pos: array[int] = array("i")
-        self._fd: int | None = None
+        self._file = ManagedFile(path, pool or DEFAULT_POOL, create=True)
+        self._a: array[int] = array(self._codes[0])
+        self._b: array[int] = array(self._codes[1])
         self._written = 0  # entries already in the file
+        self._rewrite = False  # the file's contents are unknown: rewrite it whole next time
+
+    @property
+    def file(self) -> ManagedFile:
+        return self._file
+
+    def __len__(self) -> int:
+        return len(self._a)
+
+    def _read_entries(self) -> list[tuple[int, int]] | None:
+        """The file's entries, or None if it is missing or not a whole number of entries."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        size = self._entry.size
+        if len(data) % size:
+            return None
+        return list(self._entry.iter_unpack(data))
+
+    def _set(self, entries: list[tuple[int, int]]) -> None:
+        self._a = array(self._codes[0], (a for a, _ in entries))
+        self._b = array(self._codes[1], (b for _, b in entries))
+
+    def _blob(self, start: int, end: int) -> bytes:
+        pack = self._entry.pack
+        a, b = self._a, self._b
+        return b"".join(pack(a[i], b[i]) for i in range(start, end))
+
+    def reset(self, entries: list[tuple[int, int]]) -> None:
+        """Replace every entry, in memory and then on disk (skipped if the file already holds
+        exactly these). On an OSError the entries are kept in memory and the error raised."""
+        self._set(entries)
+        blob = self._blob(0, len(entries))
+        try:
+            if self.path.read_bytes() == blob:
+                self._written = len(entries)
+                self._rewrite = False
+                return
+        except FileNotFoundError:
+            pass
+        self._written = 0
+        self._rewrite = True
+        self._file.check_writable()
+        with self._file as fd:
+            os.ftruncate(fd, 0)
+            if blob:
+                pwrite_all(fd, blob, 0)
+        self._file.written()
+        self._written = len(entries)
+        self._rewrite = False
+
+    def write_pending(self) -> None:
+        """Write the entries appended since the last call to the file (one write)."""
+        n = len(self._a)
+        if self._rewrite:
+            self._file.check_writable()
+            with self._file as fd:
+                os.ftruncate(fd, 0)
+                if n:
+                    pwrite_all(fd, self._blob(0, n), 0)
+            self._file.written()
+            self._written = n
+            self._rewrite = False
+            return
+        start = self._written
+        if start >= n:
+            return
+        self._file.check_writable()
+        with self._file as fd:
+            pwrite_all(fd, self._blob(start, n), start * self._entry.size)
+        self._file.written()
+        self._written = n
+
+    def _drop_from(self, keep: int) -> None:
+        """Keep only the first ``keep`` entries (in memory, and in the file if it has more)."""
+        if keep >= len(self._a):
+            return
+        del self._a[keep:]
+        del self._b[keep:]
+        if self._written > keep and not self._rewrite:
+            self._written = keep
+            try:
+                self._file.check_writable()
+                with self._file as fd:
+                    os.ftruncate(fd, keep * self._entry.size)
+                self._file.written()
+            except OSError:
+                self._rewrite = True  # left for the next write; recovery copes meanwhile
+                raise
+
+    def sync(self) -> None:
+        self.write_pending()
+        self._file.sync()
+
+    def close(self) -> None:
+        """Write what is pending (best effort: the index can be rebuilt) and close the file."""
+        try:
+            if self._rewrite or self._written < len(self._a):
+                self.write_pending()
+        except OSError:
+            pass
+        finally:
+            self._file.close()
+
+    def delete(self) -> None:
+        self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+class OffsetIndex(IndexFile):
+    """Sorted (relative offset, position) pairs mirrored to ``<base>.index``."""
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -46,50 +167,29 @@ class OffsetIndex:
         Sound means: a whole number of entries, both columns strictly increasing, relative
         offsets non-negative and every position inside a log of ``log_size`` bytes.
         """
-        self._rel = array("i")
-        self._pos = array("i")
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+        self._set([])
+        entries = self._read_entries()
+        if entries is None:
             return False
-        if len(data) % ENTRY_SIZE:
-            return False
-        rel: array[int] = array("i")
-        pos: array[int] = array("i")
         prev_rel = prev_pos = -1
-        for r, p in _ENTRY.iter_unpack(data):
+        for r, p in entries:
             if r <= prev_rel or p <= prev_pos or p >= log_size:
                 return False
-            rel.append(r)
-            pos.append(p)
             prev_rel, prev_pos = r, p
-        self._rel, self._pos = rel, pos
-        self._written = len(rel)
-        return True
-
-    def reset(self, entries: list[tuple[int, int]]) -> None:
-        """Replace every entry (in memory and on disk) with ``entries`` of (relative, position)."""
-        self._rel = array("i", (r for r, _ in entries))
-        self._pos = array("i", (p for _, p in entries))
-        fd = self._open()
-        os.ftruncate(fd, 0)
-        if entries:
-            blob = b"".join(_ENTRY.pack(r, p) for r, p in entries)
-            pwrite_all(fd, blob, 0)
+        self._set(entries)
         self._written = len(entries)
+        self._rewrite = False
+        return True
 
     # -- queries ---------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self._rel)
-
     def entry(self, i: int) -> tuple[int, int]:
         """The i-th entry as (absolute offset, position)."""
-        return self.base_offset + self._rel[i], self._pos[i]
+        return self.base_offset + self._a[i], self._b[i]
 
     @property
     def positions(self) -> array[int]:
-        return self._pos
+        return self._b
 
     def lookup(self, offset: int) -> int:
         """Position to start scanning from for the batch holding ``offset``.
@@ -100,8 +200,8 @@ class OffsetIndex:
         rel = offset - self.base_offset
         if rel > INT32_MAX:
             rel = INT32_MAX
-        i = bisect_right(self._rel, rel) - 1
-        return self._pos[i] if i >= 0 else 0
+        i = bisect_right(self._a, rel) - 1
+        return self._b[i] if i >= 0 else 0
 
     # -- mutation --------------------------------------------------------------------------
 
@@ -109,47 +209,14 @@ class OffsetIndex:
         rel = last_offset - self.base_offset
         if not 0 <= rel <= INT32_MAX or not 0 <= position <= INT32_MAX:
             raise ValueError(f"index entry ({last_offset}, {position}) out of range")
-        if self._rel and (rel <= self._rel[-1] or position <= self._pos[-1]):
+        if self._a and (rel <= self._a[-1] or position <= self._b[-1]):
             raise ValueError("index entries must be strictly increasing")
-        self._rel.append(rel)
-        self._pos.append(position)
-
-    def write_pending(self) -> None:
-        """Write the entries appended since the last call to the file (one write)."""
-        n = len(self._rel)
-        start = self._written
-        if start >= n:
-            return
-        blob = b"".join(_ENTRY.pack(self._rel[i], self._pos[i]) for i in range(start, n))
-        pwrite_all(self._open(), blob, start * ENTRY_SIZE)
-        self._written = n
+        self._a.append(rel)
+        self._b.append(position)
 
     def truncate_to_position(self, position: int) -> None:
         """Drop every entry pointing at or beyond ``position``."""
-        keep = bisect_right(self._pos, position - 1)
-        if keep == len(self._pos):
-            return
-        del self._rel[keep:]
-        del self._pos[keep:]
-        self._written = min(self._written, keep)
-        os.ftruncate(self._open(), self._written * ENTRY_SIZE)
-
-    def sync(self) -> None:
-        self.write_pending()
-        if self._fd is not None:
-            os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._written < len(self._rel):
-            self.write_pending()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        return self._fd
+        self._drop_from(bisect_right(self._b, position - 1))
 
 
 def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:

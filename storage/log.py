@@ -2,19 +2,31 @@
 
 ``<data-dir>/<topic>-<partition>/`` holds segments named by their base offset zero-padded to
 20 digits: ``<base>.log`` with the v2 record batches exactly as Kafka stores them (baseOffset
-is the absolute offset) and ``<base>.index``, Kafka's sparse offset index. ``PartitionLog`` owns
-that directory: it assigns offsets on append, rolls segments by size, serves reads by offset or
-timestamp, recovers after a crash and flushes on request (the broker groups several appends
-into one flush).
+is the absolute offset), ``<base>.index``, Kafka's sparse offset index, and ``<base>.timeindex``,
+Kafka's time index. ``PartitionLog`` owns that directory: it assigns offsets on append, rolls
+segments by size, serves reads by offset or timestamp, recovers after a crash and flushes on
+request (the broker groups several appends into one flush). Segment files are opened lazily
+through a bounded pool of descriptors (``storage.files``).
 
-Recovery at open: every segment but the last is trusted if its index passes a consistency
+Recovery at open: every segment but the last is trusted if its indexes pass a consistency
 check; the last (active) segment, and any segment whose index is missing or inconsistent, is
 scanned batch by batch (framing, magic 2, CRC-32C, increasing offsets). The first torn or
 corrupt batch and everything after it is cut from the file, later segments are deleted, and a
-single warning is logged on the ``kcoord.storage`` logger.
+single warning is logged on the ``kcoord.storage`` logger. Lost data is logged at ERROR with its
+offsets: an index file whose ``.log`` is gone (segment files are deleted indexes first, so only
+an outside hand leaves that), and, in a log that is not compacted, offsets missing between two
+segments. Writes recovery would like to make (cutting a tail, rewriting an index, fsyncs) may
+fail on a full disk or a read-only file without failing the open (see ``storage.segment``).
+
+Offline logs: a partition that cannot be opened (:func:`open_or_offline`) or whose active
+segment file is found deleted under the running broker (checked at every flush: a file with no
+link left would be lost at the next start, so what was written to it is refused, not
+acknowledged) is *offline*: every operation raises :class:`LogOffline`, an OSError, and the
+error is logged once at ERROR with the offsets affected.
 
 Threading: one writer. ``append``, ``truncate_to``, ``read``, ``iter_batches``,
-``offset_for_timestamp``, ``replace_sealed``, ``close`` and ``delete`` must be called from one
+``offset_for_timestamp``, ``max_timestamp_batch``, ``replace_sealed``, ``close`` and ``delete``
+must be called from one
 thread at a time (the broker's event loop). ``flush`` may run concurrently with ``append`` and
 ``read`` in another thread (e.g. via ``asyncio.to_thread``) so the fsync does not block the loop,
 and so may ``begin_cleaning`` and reading through the private handles it returns. This module
@@ -22,8 +34,9 @@ does plain blocking file I/O and never touches asyncio or sockets.
 
 Compaction (``storage.compaction`` decides what to keep; this module only swaps files):
 ``begin_cleaning`` snapshots the segment list and opens private read-only handles on every
-segment (at most one cleaning at a time). The cleaner writes ``<base>.log.cleaned`` and
-``<base>.index.cleaned`` (complete and fsynced) for groups of adjacent sealed segments, then
+segment (at most one cleaning at a time). The cleaner writes ``<base>.log.cleaned``,
+``<base>.index.cleaned`` and ``<base>.timeindex.cleaned`` (complete and fsynced) for groups of
+adjacent sealed segments, then
 ``replace_sealed`` swaps them in on the writer thread: rename every ``.cleaned`` to ``.swap``,
 fsync the directory (the commit point), delete the replaced segments, rename every ``.swap`` to
 its final name, fsync the directory. Each cleaned segment has the base offset of the first
@@ -36,16 +49,18 @@ Crash leftovers, handled at open before anything else: every ``*.cleaned`` file 
 swap had not started). A ``<B>.log.swap`` is complete and fsynced (it was renamed from a finished
 ``.cleaned`` file), so the swap is finished: the segments whose base offset is B or lies in
 [B, next offset of the swap file) -- all of them members of the group it replaces -- are deleted
-(``.log`` and ``.index``), ``<B>.index.swap`` (if any) and then ``<B>.log.swap`` are renamed into
-place. Members of the group beyond the swap file's next offset (their records were all removed)
-may survive a crash; they only hold offsets above the swap file's, so the log stays consistent,
-merely less compacted. An ``.index.swap`` without its ``.log.swap`` is deleted (the index is
-rebuilt if needed). This rule is safe for any subset of a swap's renames having reached disk.
+(indexes, then ``.log``), ``<B>.index.swap`` and ``<B>.timeindex.swap`` (if any) and then
+``<B>.log.swap`` are renamed into place. Members of the group beyond the swap file's next offset
+(their records were all removed) may survive a crash; they only hold offsets above the swap
+file's, so the log stays consistent, merely less compacted. An index ``.swap`` without its
+``.log.swap`` is deleted (the index is rebuilt if needed). This rule is safe for any subset of a
+swap's renames having reached disk.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -59,15 +74,26 @@ from pathlib import Path
 from types import TracebackType
 
 from protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
-from storage.index import INT32_MAX
-from storage.segment import BUILD_CHUNK, INDEX_SUFFIX, LOG_SUFFIX, Cut, Segment
+from storage.files import DEFAULT_POOL, FilePool
+from storage.index import INT32_MAX, OffsetIndex
+from storage.segment import (
+    BUILD_CHUNK,
+    INDEX_SUFFIX,
+    INDEX_SUFFIXES,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    Cut,
+    Segment,
+)
+from storage.time_index import TimeIndex
 
 log = logging.getLogger("kcoord.storage")
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
 CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file being written (phase 1 of compaction)
 SWAP_SUFFIX = ".swap"  # a cleaned segment file committed to replace its group (phase 2)
-_CLEANER_FILE = re.compile(r"^(\d{20})(\.log|\.index)(\.cleaned|\.swap)$")
+_CLEANER_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)(\.cleaned|\.swap)$")
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 
 
 class OffsetOutOfRange(Exception):
@@ -84,12 +110,37 @@ class LogClosed(RuntimeError):
     """The log was closed or deleted."""
 
 
+class LogOffline(OSError):
+    """The partition is offline: it could not be opened, or its files were lost while it ran.
+
+    Raised by every operation on an offline log (the Produce path answers KAFKA_STORAGE_ERROR
+    for OSErrors). ``cause`` is what took the partition offline.
+    """
+
+    def __init__(self, path: Path, cause: BaseException | str) -> None:
+        reason = cause if isinstance(cause, str) else describe_error(cause)
+        super().__init__(errno.EIO, f"partition {path.name} is offline: {reason}")
+        self.path = path
+        self.cause = cause
+
+
+def describe_error(e: BaseException) -> str:
+    """A short description of an error (no traceback, bounded length)."""
+    if isinstance(e, OSError) and e.strerror:
+        name = Path(e.filename).name if isinstance(e.filename, str) else ""
+        text = f"{e.strerror} ({name})" if name else e.strerror
+    else:
+        text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
 class CleaningInProgress(RuntimeError):
     """begin_cleaning was called while another cleaning of the same log was under way."""
 
 
 def cleaned_path(directory: Path, base_offset: int, suffix: str) -> Path:
-    """``<base>.log.cleaned`` / ``<base>.index.cleaned`` (``suffix`` is LOG_ or INDEX_SUFFIX)."""
+    """``<base>.log.cleaned``, ``<base>.index.cleaned`` or ``<base>.timeindex.cleaned``
+    (``suffix`` is LOG_SUFFIX, INDEX_SUFFIX or TIMEINDEX_SUFFIX)."""
     return directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}"
 
 
@@ -117,7 +168,8 @@ class CleaningSnapshot:
 
 
 class PartitionLog:
-    """The segments of one partition. Create with :meth:`open`."""
+    """The segments of one partition. Create with :meth:`open` (or :meth:`fresh` for a
+    directory :meth:`initialize` just made, or :meth:`offline_log`)."""
 
     def __init__(
         self,
@@ -127,6 +179,8 @@ class PartitionLog:
         segment_bytes: int,
         index_interval_bytes: int,
         fsync: bool,
+        pool: FilePool | None = None,
+        offline: LogOffline | None = None,
     ) -> None:
         self._path = path
         self._segments = segments
@@ -134,12 +188,14 @@ class PartitionLog:
         self._segment_bytes = segment_bytes
         self._index_interval_bytes = index_interval_bytes
         self._fsync = fsync
+        self._pool = pool or DEFAULT_POOL
         self._lock = threading.Lock()  # guards state shared with flush()
         self._flush_lock = threading.Lock()  # one flush at a time; excludes file deletion
         self._dirty: list[Segment] = []  # sealed segments written since the last flush
         self._dir_dirty = False
-        self._flushed_offset = segments[-1].next_offset
+        self._flushed_offset = segments[-1].next_offset if segments else -1
         self._closed = False
+        self._offline = offline
         self._truncations = 0  # bumped by truncate_to: invalidates a cleaning in progress
         self._swaps = 0  # bumped by replace_sealed: tells suspended iterators to re-resolve
         self._cleaning = False
@@ -154,8 +210,14 @@ class PartitionLog:
         segment_bytes: int = 1 << 30,
         index_interval_bytes: int = 4096,
         fsync: bool = True,
+        compacted: bool = False,
+        pool: FilePool | None = None,
     ) -> PartitionLog:
-        """Open (creating if needed) the partition directory ``path`` and recover it."""
+        """Open (creating if needed) the partition directory ``path`` and recover it.
+
+        ``compacted``: the log is compacted, so offsets may legitimately be missing between
+        segments (otherwise a gap is reported as lost data).
+        """
         if not 0 < segment_bytes <= INT32_MAX:
             raise ValueError(f"segment_bytes must be in 1..{INT32_MAX}")
         if index_interval_bytes < 0:
@@ -165,16 +227,24 @@ class PartitionLog:
 
         dir_changed = _recover_cleaner_files(path)
         log_bases: set[int] = set()
-        index_bases: set[int] = set()
+        index_bases: dict[int, set[str]] = {}
         for entry in os.listdir(path):
             m = _SEGMENT_FILE.match(entry)
             if m:
-                (log_bases if m.group(2) == LOG_SUFFIX else index_bases).add(int(m.group(1)))
-        for base in index_bases - log_bases:  # an index without its log is useless
-            (path / f"{base:020d}{INDEX_SUFFIX}").unlink()
+                base = int(m.group(1))
+                if m.group(2) == LOG_SUFFIX:
+                    log_bases.add(base)
+                else:
+                    index_bases.setdefault(base, set()).add(m.group(2))
+        orphans = sorted(set(index_bases) - log_bases)
+        if orphans:  # an index without its log: the log was deleted by someone else
+            _report_orphans(path, orphans, sorted(log_bases))
+            for base in orphans:
+                for suffix in index_bases[base]:
+                    (path / f"{base:020d}{suffix}").unlink()
             dir_changed = True
 
-        segments = [Segment(path, b, index_interval_bytes) for b in sorted(log_bases)]
+        segments = [Segment(path, b, index_interval_bytes, pool) for b in sorted(log_bases)]
         kept: list[Segment] = []
         cut: tuple[Segment, Cut] | None = None
         dropped: list[Segment] = []
@@ -186,13 +256,15 @@ class PartitionLog:
             is_last = i == len(segments) - 1
             if is_last or not seg.load_sealed():
                 c = seg.recover()
-                if seg.base_offset not in index_bases:
-                    dir_changed = True  # recover() created the index file
+                if index_bases.get(seg.base_offset) != set(INDEX_SUFFIXES):
+                    dir_changed = True  # recover() created an index file
                 if c is not None:
                     cut = (seg, c)
                     kept.append(seg)
                     dropped = segments[i + 1 :]
                     break
+                if not is_last:
+                    _seal_quietly(seg)
             kept.append(seg)
 
         dropped_bytes = 0
@@ -203,22 +275,70 @@ class PartitionLog:
             dir_changed = True
         if cut is not None or dropped:
             _warn_recovery(path, cut, dropped, dropped_bytes)
+        if not compacted:
+            _report_gaps(path, kept)
 
         if not kept:
-            kept.append(Segment.create(path, 0, index_interval_bytes))
+            kept.append(Segment.create(path, 0, index_interval_bytes, pool))
             dir_changed = True
         if fsync:
             # Whatever the previous process left in the page cache becomes durable now.
-            for seg in kept:
-                seg.sync(index=True)
-            if dir_changed:
-                _fsync_dir(path)
+            try:
+                for seg in kept:
+                    seg.sync_existing()
+                if dir_changed:
+                    _fsync_dir(path)
+            except OSError as e:
+                log.warning("recovery of %s: fsync failed: %s", path, describe_error(e))
         return cls(
             path,
             kept,
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
             fsync=fsync,
+            pool=pool,
+        )
+
+    @staticmethod
+    def initialize(path: Path, *, fsync: bool = True) -> None:
+        """Create the files of a new, empty partition in the existing directory ``path`` (one
+        empty segment at offset 0), fsyncing the directory if ``fsync``."""
+        Segment.create_files(path, 0)
+        if fsync:
+            _fsync_dir(path)
+
+    @classmethod
+    def fresh(
+        cls,
+        path: Path,
+        *,
+        segment_bytes: int = 1 << 30,
+        index_interval_bytes: int = 4096,
+        fsync: bool = True,
+        pool: FilePool | None = None,
+    ) -> PartitionLog:
+        """The log of a directory :meth:`initialize` just made, built without any file I/O
+        (the new partition holds no descriptor until it is used)."""
+        return cls(
+            Path(path),
+            [Segment.empty(Path(path), 0, index_interval_bytes, pool)],
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            fsync=fsync,
+            pool=pool,
+        )
+
+    @classmethod
+    def offline_log(cls, path: Path, cause: BaseException | str) -> PartitionLog:
+        """A log for the partition at ``path`` that could not be opened: every operation
+        raises LogOffline; offsets read as -1."""
+        return cls(
+            Path(path),
+            [],
+            segment_bytes=1 << 30,
+            index_interval_bytes=4096,
+            fsync=False,
+            offline=LogOffline(Path(path), cause),
         )
 
     # -- state -----------------------------------------------------------------------------
@@ -228,14 +348,20 @@ class PartitionLog:
         return self._path
 
     @property
+    def offline(self) -> LogOffline | None:
+        """Why the log is offline, or None if it is not."""
+        return self._offline
+
+    @property
     def log_start_offset(self) -> int:
-        """The first offset the log can hold (the first segment's base offset)."""
-        return self._segments[0].base_offset
+        """The first offset the log can hold (the first segment's base offset); -1 if the log
+        was never opened (offline at start-up)."""
+        return self._segments[0].base_offset if self._segments else -1
 
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended record will get."""
-        return self._segments[-1].next_offset
+        return self._segments[-1].next_offset if self._segments else -1
 
     @property
     def high_watermark(self) -> int:
@@ -254,6 +380,19 @@ class PartitionLog:
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    def _go_offline(self, cause: BaseException | str, lost: str) -> LogOffline:
+        """Take the log offline (once), logging why and which offsets are affected."""
+        if self._offline is None:
+            self._offline = LogOffline(self._path, cause)
+            reason = cause if isinstance(cause, str) else describe_error(cause)
+            log.error(
+                "partition %s is offline: %s; %s; writes are refused until the broker restarts",
+                self._path.name,
+                reason,
+                lost,
+            )
+        return self._offline
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -299,14 +438,26 @@ class PartitionLog:
                         [(pos - start, h) for pos, h in assigned[i:j]],
                     )
                     i = j
-            except BaseException:
+            except BaseException as e:
                 for seg in self._segments[n_segments:]:
-                    seg.delete_files()
+                    with contextlib.suppress(OSError):
+                        seg.delete_files()
                 del self._segments[n_segments:]
                 del self._bases[n_segments:]
                 del self._dirty[n_dirty:]
-                if active.size != old_size:
-                    active.truncate(old_size, old_next)
+                try:
+                    if active.size != old_size:
+                        active.truncate(old_size, old_next)
+                except OSError as undo:
+                    raise self._go_offline(
+                        f"an append failed ({describe_error(e)}) and could not be undone"
+                        f" ({describe_error(undo)})",
+                        f"offsets from {old_next} on are in doubt",
+                    ) from e
+                if isinstance(e, FileNotFoundError):
+                    raise self._go_offline(
+                        e, f"offsets {active.base_offset} to {old_next - 1} are lost"
+                    ) from e
                 raise
         return first, next_offset - 1
 
@@ -318,8 +469,8 @@ class PartitionLog:
         return used == 0 or used + h.size <= self._segment_bytes
 
     def _roll(self, base_offset: int) -> Segment:
-        seg = Segment.create(self._path, base_offset, self._index_interval_bytes)
-        self._segments[-1].index.write_pending()  # sealed: its index is complete on disk
+        seg = Segment.create(self._path, base_offset, self._index_interval_bytes, self._pool)
+        self._segments[-1].seal()  # sealed: its indexes are complete on disk
         self._dirty.append(self._segments[-1])
         self._segments.append(seg)
         self._bases.append(base_offset)
@@ -329,10 +480,14 @@ class PartitionLog:
     def flush(self) -> None:
         """Make everything appended so far durable (fsync), then advance flushed_offset.
 
-        Syncs the segments sealed since the last flush (log and index), the active segment's
-        log (its index is rebuilt by recovery anyway) and the directory if segments were
+        Syncs the segments sealed since the last flush (log and indexes), the active segment's
+        log (its indexes are rebuilt by recovery anyway) and the directory if segments were
         created. With fsync disabled only flushed_offset moves. Safe to call from another thread
         while append()/read() run.
+
+        If the active segment's file turns out to have been deleted (no link left, or gone),
+        what was appended to it would vanish at the next start: the log goes offline and
+        LogOffline is raised instead of flushed_offset moving.
         """
         with self._flush_lock:
             self._check_open()
@@ -348,14 +503,23 @@ class PartitionLog:
             try:
                 for seg in sealed:
                     seg.sync(index=True)
-                active.sync(index=False)
+                written = active.sync(index=False)
                 if dir_dirty:
                     _fsync_dir(self._path)
+                gone = written and active.unlinked()
+            except FileNotFoundError:
+                gone = True
             except BaseException:
                 with self._lock:
                     self._dirty[:0] = sealed
                     self._dir_dirty = self._dir_dirty or dir_dirty
                 raise
+            if gone:
+                raise self._go_offline(
+                    f"segment file {active.log_path.name} was deleted while in use",
+                    f"offsets {active.base_offset} to {target - 1} (durable up to"
+                    f" {self._flushed_offset - 1}) are lost at the next start",
+                )
         with self._lock:
             self._flushed_offset = max(self._flushed_offset, target)
 
@@ -457,17 +621,33 @@ class PartitionLog:
         """(offset, timestamp) for the first batch, in offset order, whose max timestamp >= ts_ms.
 
         Granularity is the batch: the offset is that batch's base offset and the timestamp its
-        maxTimestamp (records are not decoded). None if no batch qualifies. The first lookup in
-        a segment loaded from disk walks its batch headers once to build its time index.
+        maxTimestamp (records are not decoded). None if no batch qualifies. Segments whose
+        largest timestamp is too small are skipped without reading them; in the segment that
+        qualifies, the time index says where to start and a few batch headers are walked.
         """
         self._check_open()
         for seg in self._segments:
-            if seg.size == 0:
+            if seg.size == 0 or seg.max_timestamp < ts_ms:
                 continue
             found = seg.find_timestamp(ts_ms)
             if found is not None:
                 return found
         return None
+
+    def max_timestamp_batch(self) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch carrying the log's largest timestamp
+        (ListOffsets MAX_TIMESTAMP), or None if the log is empty.
+
+        Each segment knows its largest timestamp and where it is (time index), so this reads a
+        few batch headers of one segment, never the whole log. Decode that one batch to find
+        the record.
+        """
+        self._check_open()
+        best: Segment | None = None
+        for seg in self._segments:
+            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
+                best = seg
+        return best.max_timestamp_batch() if best is not None else None
 
     # -- compaction ------------------------------------------------------------------------
 
@@ -568,7 +748,7 @@ class PartitionLog:
         try:
             # 1. Commit: every cleaned file becomes a .swap file, made durable.
             for base in new_bases:
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                for suffix in _SEGMENT_SUFFIXES:
                     cleaned = cleaned_path(path, base, suffix)
                     if suffix == LOG_SUFFIX or cleaned.exists():
                         os.rename(cleaned, path / f"{base:020d}{suffix}{SWAP_SUFFIX}")
@@ -582,21 +762,22 @@ class PartitionLog:
             fresh: dict[int, Segment] = {}
             for base in new_bases:
                 stem = f"{base:020d}"
-                index_swap = path / f"{stem}{INDEX_SUFFIX}{SWAP_SUFFIX}"
-                if index_swap.exists():
-                    os.rename(index_swap, path / f"{stem}{INDEX_SUFFIX}")
+                for suffix in INDEX_SUFFIXES:
+                    index_swap = path / f"{stem}{suffix}{SWAP_SUFFIX}"
+                    if index_swap.exists():
+                        os.rename(index_swap, path / f"{stem}{suffix}")
                 os.rename(path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}", path / f"{stem}{LOG_SUFFIX}")
             if self._fsync:
                 _fsync_dir(path)
             for base in new_bases:
-                seg = Segment(path, base, self._index_interval_bytes)
+                seg = Segment(path, base, self._index_interval_bytes, self._pool)
                 if not seg.load_sealed():
                     seg.recover()
                 fresh[base] = seg
         except BaseException:
             if not committed:
                 for base in new_bases:  # nothing was deleted yet: put the log back as it was
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                    for suffix in _SEGMENT_SUFFIXES:
                         with contextlib.suppress(OSError):
                             (path / f"{base:020d}{suffix}{SWAP_SUFFIX}").unlink()
                     _remove_cleaned(path, base)
@@ -627,14 +808,19 @@ class PartitionLog:
     # -- closing ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush (if fsync is on) and release file descriptors. Idempotent."""
+        """Flush (if fsync is on) and release file descriptors. Idempotent.
+
+        The descriptors are released even if the flush fails (the error propagates)."""
         if self._closed:
             return
         with self._flush_lock:
-            self._flush_locked()
-            self._closed = True
-            for seg in self._segments:
-                seg.close()
+            try:
+                if self._offline is None:
+                    self._flush_locked()
+            finally:
+                self._closed = True
+                for seg in self._segments:
+                    seg.close()
 
     def delete(self) -> None:
         """Remove the partition directory (DeleteTopics).
@@ -643,15 +829,23 @@ class PartitionLog:
         rename fsynced, so a crash part-way through never leaves a half-deleted log that would
         load as a live partition; the renamed directory is then removed.
         """
+        doomed = self.detach()
+        if self._fsync:
+            _fsync_dir(self._path.parent)
+        shutil.rmtree(doomed)
+
+    def detach(self) -> Path:
+        """Close the log and rename its directory to ``<name>.<uuid>-delete`` (a name the
+        loader removes); returns the new path. The caller fsyncs the parent directory and
+        removes the renamed one (many partitions: one fsync, removal off the event loop)."""
         with self._flush_lock:
             self._closed = True
             for seg in self._segments:
-                seg.close()
+                with contextlib.suppress(OSError):
+                    seg.close()
             doomed = self._path.with_name(f"{self._path.name}.{uuid.uuid4().hex}-delete")
             os.rename(self._path, doomed)
-            if self._fsync:
-                _fsync_dir(self._path.parent)
-            shutil.rmtree(doomed)
+            return doomed
 
     def __enter__(self) -> PartitionLog:
         return self
@@ -667,6 +861,8 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(f"log {self._path} is closed")
+        if self._offline is not None:
+            raise self._offline
 
 
 def _fsync_dir(path: Path) -> None:
@@ -678,15 +874,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _remove_cleaned(directory: Path, base: int) -> None:
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+    for suffix in _SEGMENT_SUFFIXES:
         with contextlib.suppress(OSError):
             cleaned_path(directory, base, suffix).unlink()
 
 
 def _swap_next_offset(path: Path, base: int) -> int:
     """One past the last offset of the whole batches in the swap file ``path``."""
-    reader = Segment(path.parent, base, 0)
-    reader.log_path = path  # read the .swap file through the segment's header walker
+    reader = Segment.private_reader(path, base)  # the segment's header walker on the .swap
     next_offset = base
     try:
         size = reader.file_size()
@@ -706,8 +901,8 @@ def _recover_cleaner_files(path: Path) -> bool:
     """
     cleaned: list[str] = []
     log_swaps: list[int] = []
-    index_swaps: set[int] = set()
-    log_bases: list[int] = []
+    index_swaps: set[tuple[int, str]] = set()
+    bases: set[int] = set()
     for entry in os.listdir(path):
         m = _CLEANER_FILE.match(entry)
         if m:
@@ -716,26 +911,28 @@ def _recover_cleaner_files(path: Path) -> bool:
             elif m.group(2) == LOG_SUFFIX:
                 log_swaps.append(int(m.group(1)))
             else:
-                index_swaps.add(int(m.group(1)))
+                index_swaps.add((int(m.group(1)), m.group(2)))
             continue
         m = _SEGMENT_FILE.match(entry)
-        if m and m.group(2) == LOG_SUFFIX:
-            log_bases.append(int(m.group(1)))
+        if m:
+            bases.add(int(m.group(1)))
     for entry in cleaned:
         (path / entry).unlink()
-    for base in index_swaps - set(log_swaps):
-        (path / f"{base:020d}{INDEX_SUFFIX}{SWAP_SUFFIX}").unlink()
+    for base, suffix in index_swaps:
+        if base not in log_swaps:
+            (path / f"{base:020d}{suffix}{SWAP_SUFFIX}").unlink()
     for base in sorted(log_swaps):
         stem = f"{base:020d}"
         swap = path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}"
         end = _swap_next_offset(swap, base)
-        for old in log_bases:
+        for old in sorted(bases):
             if old == base or base <= old < end:
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX):
+                for suffix in (*INDEX_SUFFIXES, LOG_SUFFIX):  # indexes first, as always
                     with contextlib.suppress(FileNotFoundError):
                         (path / f"{old:020d}{suffix}").unlink()
-        if base in index_swaps:
-            os.rename(path / f"{stem}{INDEX_SUFFIX}{SWAP_SUFFIX}", path / f"{stem}{INDEX_SUFFIX}")
+        for suffix in INDEX_SUFFIXES:
+            if (base, suffix) in index_swaps:
+                os.rename(path / f"{stem}{suffix}{SWAP_SUFFIX}", path / f"{stem}{suffix}")
         os.rename(swap, path / f"{stem}{LOG_SUFFIX}")
     if log_swaps:
         log.warning(
@@ -763,3 +960,114 @@ def _warn_recovery(
         names = ", ".join(s.log_path.name for s in dropped)
         parts.append(f"deleted {len(dropped)} later segment(s) ({dropped_bytes} bytes): {names}")
     log.warning("recovery of %s: %s", path, "; ".join(parts))
+
+
+def _seal_quietly(seg: Segment) -> None:
+    """Seal a recovered segment (final time index entry); a failed write only warns."""
+    try:
+        seg.seal()
+    except OSError as e:
+        log.warning(
+            "recovery of %s: sealing its indexes failed, kept in memory: %s",
+            seg.log_path,
+            describe_error(e),
+        )
+
+
+def _report_orphans(path: Path, orphans: list[int], log_bases: list[int]) -> None:
+    """Log, at ERROR, each segment whose index files remain but whose ``.log`` is gone."""
+    for base in orphans:
+        later = [b for b in log_bases if b > base]
+        if later:
+            lost = f"offsets {base} to {later[0] - 1} are lost"
+        else:
+            seen = _last_indexed_offset(path, base)
+            more = f" (at least to {seen})" if seen is not None else ""
+            lost = f"offsets from {base} on{more} are lost"
+        log.error(
+            "partition %s: segment %s.log is missing (its index remains): %s",
+            path.name,
+            f"{base:020d}",
+            lost,
+        )
+
+
+def _last_indexed_offset(path: Path, base: int) -> int | None:
+    """The largest offset an orphan index file of segment ``base`` names, if readable."""
+    best: int | None = None
+    try:
+        offsets = OffsetIndex(path / f"{base:020d}{INDEX_SUFFIX}", base)
+        if offsets.load(INT32_MAX) and len(offsets):
+            best = offsets.entry(len(offsets) - 1)[0]
+        times = TimeIndex(path / f"{base:020d}{TIMEINDEX_SUFFIX}", base)
+        if times.load() and len(times):
+            best = max(best or base, times.last_entry()[1])
+    except OSError:
+        pass
+    return best
+
+
+def _report_gaps(path: Path, segments: list[Segment]) -> None:
+    """Log, at ERROR, offsets missing between consecutive segments of an uncompacted log."""
+    for prev, seg in zip(segments, segments[1:], strict=False):
+        if prev.next_offset < seg.base_offset:
+            log.error(
+                "partition %s: offsets %d to %d are missing (no segment holds them; segment"
+                " files were deleted?)",
+                path.name,
+                prev.next_offset,
+                seg.base_offset - 1,
+            )
+
+
+def segment_bases(path: Path) -> list[int]:
+    """Base offsets of the ``.log`` files in partition directory ``path`` (by name only)."""
+    bases = []
+    for entry in os.listdir(path):
+        m = _SEGMENT_FILE.match(entry)
+        if m and m.group(2) == LOG_SUFFIX:
+            bases.append(int(m.group(1)))
+    return sorted(bases)
+
+
+def open_or_offline(
+    path: Path,
+    *,
+    segment_bytes: int = 1 << 30,
+    index_interval_bytes: int = 4096,
+    fsync: bool = True,
+    compacted: bool = False,
+    pool: FilePool | None = None,
+) -> PartitionLog:
+    """:meth:`PartitionLog.open`, or, if the partition cannot be opened (an I/O error, an
+    unreadable directory or segment, anything recovery cannot handle), an offline log; the
+    failure is logged at ERROR with the offsets affected."""
+    try:
+        return PartitionLog.open(
+            path,
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            fsync=fsync,
+            compacted=compacted,
+            pool=pool,
+        )
+    except Exception as e:
+        try:
+            bases = segment_bases(path)
+        except OSError:
+            bases = []
+        if bases:
+            affected = (
+                f"offsets from {bases[0]} on ({len(bases)} segment(s), the last starting at"
+                f" {bases[-1]})"
+            )
+        else:
+            affected = "its offsets (segments unknown)"
+        log.error(
+            "partition %s is offline: it could not be opened: %s; %s are unavailable",
+            Path(path).name,
+            describe_error(e),
+            affected,
+            exc_info=not isinstance(e, OSError),
+        )
+        return PartitionLog.offline_log(path, e)

@@ -67,13 +67,20 @@ def read_partition_metadata(directory: Path) -> uuid.UUID | None:
     return topic_id_from_str(fields["topic_id"])
 
 
-def write_partition_metadata(directory: Path, topic_id: uuid.UUID, *, fsync: bool = True) -> None:
-    """Atomically (re)write ``partition.metadata`` in ``directory``."""
+def write_partition_metadata(
+    directory: Path, topic_id: uuid.UUID, *, fsync: bool = True, atomic: bool = True
+) -> None:
+    """(Re)write ``partition.metadata`` in ``directory``.
+
+    ``atomic``: through a temporary file renamed into place, the directory fsynced. Without it
+    the file is written directly (fsynced, the directory not): for a new directory that is
+    discarded whole if anything in it is incomplete (``storage.creation``).
+    """
     directory = Path(directory)
     path = directory / PARTITION_METADATA_FILE
-    tmp = directory / (PARTITION_METADATA_FILE + ".tmp")
+    target = directory / (PARTITION_METADATA_FILE + ".tmp") if atomic else path
     data = f"version: {VERSION}\ntopic_id: {topic_id_to_str(topic_id)}\n".encode("ascii")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -82,7 +89,9 @@ def write_partition_metadata(directory: Path, topic_id: uuid.UUID, *, fsync: boo
             os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    if not atomic:
+        return
+    os.replace(target, path)
     if fsync:
         dfd = os.open(directory, os.O_RDONLY)
         try:

@@ -1,0 +1,155 @@
+"""Topic changes and storage faults against a real broker: partition limits judged in request
+order, concurrent creations, offline partitions at start-up (data and __consumer_offsets)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from protocol.apis import ApiKey
+from protocol.errors import ErrorCode
+from protocol.javahash import partition_for
+
+from .clients import consume_confluent, create_topic, produce_confluent
+from .harness import BrokerProcess
+from .rawclient import RawClient
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+def _error_of(future: Future[Any]) -> int:
+    try:
+        future.result(30)
+    except KafkaException as e:
+        return int(e.args[0].code())
+    return 0
+
+
+def _partition_dirs(data: Path, topic: str) -> list[str]:
+    return sorted(p.name for p in data.iterdir() if p.name.rpartition("-")[0] == topic)
+
+
+def test_partition_limits_in_request_order(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory(
+        {"max.broker.partitions": 30, "max.partitions.per.request": 20, "num.partitions": 2}
+    )
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fs = admin.create_topics(
+        [NewTopic("a", 8, 1), NewTopic("b", 15, 1), NewTopic("c", 10, 1), NewTopic("d", 3, 1)]
+    )
+    assert {t: _error_of(f) for t, f in fs.items()} == {
+        "a": 0,
+        "b": ErrorCode.policy_violation,  # 8 + 15 > 20 in one request
+        "c": 0,
+        "d": ErrorCode.policy_violation,  # 18 + 3 > 20
+    }
+    assert _partition_dirs(broker.data_dir, "b") == [] and _partition_dirs(broker.data_dir, "d") == []
+    # validate_only judges the same way and creates nothing.
+    fs = admin.create_topics([NewTopic("v", 5, 1)], validate_only=True)
+    assert _error_of(fs["v"]) == 0 and _partition_dirs(broker.data_dir, "v") == []
+    assert _error_of(admin.create_topics([NewTopic("e", 12, 1)])["e"]) == 0  # 30 held now
+    assert _error_of(admin.create_topics([NewTopic("f", 1, 1)])["f"]) == ErrorCode.policy_violation
+    assert (
+        _error_of(admin.create_partitions([NewPartitions("a", 9)])["a"])
+        == ErrorCode.policy_violation
+    )
+    with RawClient(broker.port) as c:
+        r = c.request(ApiKey.METADATA, 12, topics=[dict(name="auto", topic_id=None)],
+                      allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+        assert r.topics[0].error_code == ErrorCode.policy_violation  # auto-creation too
+        r = c.request(ApiKey.CREATE_TOPICS, 7, topics=[dict(
+            name="g", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
+            timeout=10000, validate_only=False)
+        assert r.topics[0].error_code == ErrorCode.policy_violation
+        assert "max.broker.partitions" in r.topics[0].error_message
+    admin.delete_topics(["e"])["e"].result(30)
+    assert _error_of(admin.create_partitions([NewPartitions("a", 9)])["a"]) == 0
+    md = admin.list_topics(timeout=10)
+    assert len(md.topics["a"].partitions) == 9 and len(md.topics["c"].partitions) == 10
+
+
+def test_concurrent_creations_of_one_name(broker: BrokerProcess) -> None:
+    results: list[int] = []
+
+    def create() -> None:
+        with RawClient(broker.port, timeout=60) as c:
+            r = c.request(ApiKey.CREATE_TOPICS, 7, topics=[dict(
+                name="race", num_partitions=400, replication_factor=1, assignments=[],
+                configs=[])], timeout=30000, validate_only=False)
+            results.append(r.topics[0].error_code)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == [0, ErrorCode.topic_already_exists, ErrorCode.topic_already_exists,
+                               ErrorCode.topic_already_exists]
+    assert len(_partition_dirs(broker.data_dir, "race")) == 400
+    produce_confluent(broker.bootstrap, "race", [(399, b"k", b"v")], "none")
+
+
+def test_an_unopenable_partition_is_offline_and_the_rest_serve(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "split", 3)
+    produce_confluent(broker.bootstrap, "split", [(p, b"k", b"v%d" % p) for p in range(3)], "none")
+    broker.stop()
+    seg = broker.data_dir / "split-1" / f"{0:020d}.log"
+    seg.unlink()
+    seg.mkdir()  # cannot be opened as a file
+    broker.restart()
+    assert "split-1 is offline" in broker.log() and "Traceback" not in broker.log()
+    with RawClient(broker.port) as c:
+        md = c.request(ApiKey.METADATA, 12, topics=[dict(name="split", topic_id=None)],
+                       allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        parts = {p.partition_index: p for p in md.topics[0].partitions}
+        assert parts[1].error_code == ErrorCode.leader_not_available
+        assert parts[1].leader_id == -1 and list(parts[1].offline_replicas) == [0]
+        assert parts[0].error_code == 0 and parts[0].leader_id == 0
+        lo = c.request(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=0, topics=[dict(
+            name="split", partitions=[dict(partition_index=i, current_leader_epoch=-1,
+                                           timestamp=-1) for i in range(3)])])
+        assert [p.error_code for p in lo.topics[0].partitions] == [
+            0, ErrorCode.kafka_storage_error, 0]
+    got = consume_confluent(broker.bootstrap, "split", 1, 1)  # partition 0
+    assert got[0][3] == b"v0"
+    produce_confluent(broker.bootstrap, "split", [(2, b"k", b"more")], "none")
+
+
+def test_an_unopenable_offsets_partition_leaves_only_its_groups_without_coordinator(
+    broker_factory: BrokerFactory,
+) -> None:
+    broker = broker_factory({"group.initial.rebalance.delay.ms": 0})
+    create_topic(broker.bootstrap, "t", 1)
+    groups = ["lost-group", *(f"fine-{i}" for i in range(50))]
+    lost = partition_for(groups[0], 50)
+    fine = next(g for g in groups[1:] if partition_for(g, 50) != lost)
+    from confluent_kafka import Consumer
+
+    for group in (groups[0], fine):
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        c.commit(offsets=[TopicPartition("t", 0, 7)], asynchronous=False)
+        c.close()
+    broker.stop()
+    seg = broker.data_dir / f"__consumer_offsets-{lost}" / f"{0:020d}.log"
+    seg.unlink()
+    seg.mkdir()
+    broker.restart()
+    assert f"__consumer_offsets-{lost} is offline" in broker.log()
+    with RawClient(broker.port) as c:
+        r = c.request(ApiKey.FIND_COORDINATOR, 3, key=groups[0], key_type=0)
+        assert r.error_code == ErrorCode.coordinator_not_available and r.node_id == -1
+        r = c.request(ApiKey.FIND_COORDINATOR, 3, key=fine, key_type=0)
+        assert r.error_code == 0
+        r = c.request(ApiKey.OFFSET_FETCH, 5, group_id=groups[0], topics=None)
+        assert r.error_code == ErrorCode.not_coordinator
+    c2 = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": fine})
+    try:
+        assert c2.committed([TopicPartition("t", 0)], timeout=20)[0].offset == 7
+    finally:
+        c2.close()

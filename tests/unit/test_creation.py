@@ -1,0 +1,316 @@
+"""storage.creation (all-or-nothing partition directories, rolled back or forward at start-up),
+storage.checkpoint (Kafka's checkpoint files, lost offsets), and the topic registry using them:
+limits judged in request order, failed creations leaving nothing, interrupted ones loading
+whole or not at all, losses since the last checkpoint logged."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+import storage.creation as creation
+from broker.topics import LogSettings, PartitionLimits, TopicError, TopicStore
+from protocol.errors import ErrorCode
+from storage.checkpoint import CheckpointError, lost_offsets, read_checkpoint, write_checkpoint
+from storage.creation import COMMIT_MARKER, STAGING_DIR, StagedPartitions, create_partitions
+from storage.log import PartitionLog
+from storage.partition_metadata import read_partition_metadata
+
+from .test_log import make_batch
+
+SETTINGS = LogSettings(segment_bytes=1 << 20, index_interval_bytes=4096, fsync=True)
+
+
+def _partition_dirs(data: Path) -> list[str]:
+    return sorted(p.name for p in data.iterdir() if p.is_dir() and p.name != STAGING_DIR)
+
+
+def _staged(data: Path) -> list[str]:
+    """What is left in the staging area (which is removed once empty)."""
+    root = data / STAGING_DIR
+    return sorted(os.listdir(root)) if root.exists() else []
+
+
+# -- storage.creation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [3, creation.SYNCFS_FROM + 5])  # fsyncs; one syncfs
+def test_created_partitions_are_complete_and_nothing_is_left_in_staging(
+    tmp_path: Path, n: int
+) -> None:
+    topic_id = uuid.uuid4()
+    paths = create_partitions(tmp_path, "t", topic_id, range(n))
+    assert [p.name for p in paths] == [f"t-{p}" for p in range(n)]
+    assert _partition_dirs(tmp_path) == sorted(f"t-{p}" for p in range(n))
+    assert not (tmp_path / STAGING_DIR).exists()
+    for p in paths:
+        assert read_partition_metadata(p) == topic_id
+        assert sorted(os.listdir(p)) == sorted(
+            ["partition.metadata"] + [f"{0:020d}{s}" for s in (".log", ".index", ".timeindex")]
+        )
+        log = PartitionLog.fresh(p)
+        log.append(make_batch())
+        log.close()
+        assert PartitionLog.open(p).log_end_offset == 1
+
+
+def test_a_failure_part_way_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = creation.write_partition_metadata
+    calls = [0]
+
+    def full_disk(*args: object, **kw: object) -> None:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(creation, "write_partition_metadata", full_disk)
+    with pytest.raises(OSError):
+        create_partitions(tmp_path, "t", uuid.uuid4(), range(5))
+    assert _partition_dirs(tmp_path) == [] and _staged(tmp_path) == []
+
+
+def test_an_existing_target_aborts_before_the_commit_point(tmp_path: Path) -> None:
+    (tmp_path / "t-1").mkdir()
+    with pytest.raises(FileExistsError):
+        create_partitions(tmp_path, "t", uuid.uuid4(), range(3))
+    assert _partition_dirs(tmp_path) == ["t-1"] and _staged(tmp_path) == []
+
+
+def _interrupted(data: Path, n: int, *, committed: bool, moved: int = 0) -> None:
+    """A creation of topic ``t`` stopped as a crash would: built, maybe committed, ``moved``
+    partitions renamed into place."""
+    staged = StagedPartitions(data)
+    for p in range(n):
+        staged.add("t", p, uuid.uuid4())
+    if committed:
+        (staged.dir / COMMIT_MARKER).touch()
+        for name in staged.names[:moved]:
+            os.rename(staged.dir / name, data / name)
+
+
+@pytest.mark.parametrize(
+    ("committed", "moved", "whole"),
+    [(False, 0, False), (True, 0, True), (True, 2, True), (True, 5, True)],
+)
+def test_start_up_rolls_an_interrupted_creation_back_or_forward(
+    tmp_path: Path, committed: bool, moved: int, whole: bool
+) -> None:
+    _interrupted(tmp_path, 5, committed=committed, moved=moved)
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    assert _staged(tmp_path) == []
+    if whole:
+        topic = store.get("t")
+        assert topic is not None and len(topic.partitions) == 5
+        assert _partition_dirs(tmp_path) == [f"t-{p}" for p in range(5)]
+    else:
+        assert store.get("t") is None and _partition_dirs(tmp_path) == []
+    store.close()
+
+
+def test_a_committed_creation_whose_target_exists_is_left_staged_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _interrupted(tmp_path, 3, committed=True)
+    (tmp_path / "t-1").mkdir()  # made by hand meanwhile
+    with caplog.at_level(logging.ERROR):
+        creation.recover_staged(tmp_path)
+    assert any("already exist" in r.getMessage() for r in caplog.records)
+    assert _partition_dirs(tmp_path) == ["t-0", "t-1", "t-2"]
+    assert len(_staged(tmp_path)) == 1  # the staged t-1 is kept for inspection
+
+
+def test_interrupted_growth_keeps_the_old_count_or_completes(tmp_path: Path) -> None:
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    topic_id = store.create("g", 2).topic_id  # type: ignore[union-attr]
+    store.close()
+    staged = StagedPartitions(tmp_path)
+    for p in range(2, 6):
+        staged.add("g", p, topic_id)  # not committed: rolled back
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    assert len(store.topics["g"].partitions) == 2
+    store.close()
+    staged = StagedPartitions(tmp_path)
+    for p in range(2, 6):
+        staged.add("g", p, topic_id)
+    (staged.dir / COMMIT_MARKER).touch()
+    os.rename(staged.dir / "g-3", tmp_path / "g-3")
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    assert len(store.topics["g"].partitions) == 6 and _staged(tmp_path) == []
+    assert store.topics["g"].topic_id == topic_id
+    store.close()
+
+
+# -- storage.checkpoint -------------------------------------------------------------------------
+
+
+def test_checkpoint_files_in_kafkas_format(tmp_path: Path) -> None:
+    path = tmp_path / "recovery-point-offset-checkpoint"
+    write_checkpoint(path, {("a", 0): 5, ("b.c", 12): 0})
+    assert path.read_text() == "0\n2\na 0 5\nb.c 12 0\n"
+    assert read_checkpoint(path) == {("a", 0): 5, ("b.c", 12): 0}
+    assert read_checkpoint(tmp_path / "missing") == {}
+    for bad in ("1\n0\n", "0\n2\na 0 5\n", "0\nx\n", "0\n1\na b 5\n", ""):
+        path.write_text(bad)
+        with pytest.raises(CheckpointError):
+            read_checkpoint(path)
+
+
+def test_lost_offsets() -> None:
+    assert lost_offsets(0, 10, 0, 10) == []
+    assert lost_offsets(0, 12, 0, 10) == []  # more than checkpointed: fine
+    assert lost_offsets(0, 0, 0, 6) == [(0, 5)]  # the active segment went
+    assert lost_offsets(100, 200, 0, 150) == [(0, 99)]  # the first segment went
+    assert lost_offsets(100, 100, 0, 150) == [(0, 149)]  # merged
+    assert lost_offsets(0, 10, None, None) == []
+
+
+# -- the topic registry ---------------------------------------------------------------------------
+
+
+def test_limits_are_judged_in_request_order(tmp_path: Path) -> None:
+    limits = PartitionLimits(max_broker_partitions=20, max_partitions_per_request=10)
+    store = TopicStore(tmp_path, SETTINGS, limits)
+    store.load()
+    in_request = 0
+    outcomes = []
+    for name, count in [("a", 4), ("b", 7), ("c", 6), ("d", 1)]:
+        try:
+            res = store.reserve_topic(name, count, in_request=in_request)
+        except TopicError as e:
+            outcomes.append((name, e.code, str(e)))
+            continue
+        in_request += count
+        store.complete(res, store.build(res))
+        outcomes.append((name, 0, ""))
+    assert [(n, c) for n, c, _ in outcomes] == [
+        ("a", 0),
+        ("b", ErrorCode.policy_violation),
+        ("c", 0),
+        ("d", ErrorCode.policy_violation),
+    ]
+    assert "max.partitions.per.request" in outcomes[1][2]
+    assert store.partition_count == 10
+    store.create("e", 10)
+    for change in (lambda: store.create("f", 1), lambda: store.add_partitions("e", 11)):
+        with pytest.raises(TopicError) as exc:
+            change()
+        assert exc.value.code == ErrorCode.policy_violation
+        assert "max.broker.partitions" in str(exc.value) and len(str(exc.value)) < 120
+    assert _partition_dirs(tmp_path) == [f"a-{p}" for p in range(4)] + [
+        f"c-{p}" for p in range(6)
+    ] + [f"e-{p}" for p in range(10)]
+    store.close()
+
+
+def test_a_reserved_name_is_taken_until_done(tmp_path: Path) -> None:
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    res = store.reserve_topic("busy", 3)
+    with pytest.raises(TopicError) as exc:
+        store.create("busy", 1)
+    assert exc.value.code == ErrorCode.topic_already_exists
+    assert store.get("busy") is None and store.partition("busy", 0) is None
+    assert store.partition_count == 3
+    store.release(res)
+    assert store.partition_count == 0
+    store.create("busy", 1)
+    store.close()
+
+
+def test_a_failed_creation_raises_a_storage_error_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    real = PartitionLog.initialize
+    calls = [0]
+
+    def emfile(path: Path, *, fsync: bool = True) -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise OSError(errno.EMFILE, "Too many open files")
+        real(path, fsync=fsync)
+
+    monkeypatch.setattr(PartitionLog, "initialize", staticmethod(emfile))
+    with pytest.raises(TopicError) as exc:
+        store.create("doomed", 6)
+    assert exc.value.code == ErrorCode.kafka_storage_error
+    assert "Too many open files" in str(exc.value)
+    assert _partition_dirs(tmp_path) == [] and _staged(tmp_path) == []
+    assert store.partition_count == 0 and store.get("doomed") is None
+    store.close()
+
+
+def test_losses_since_the_last_checkpoint_are_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    for name in ("kept", "hurt", "gone"):
+        store.create(name, 1)
+        plog = store.partition(name, 0)
+        assert plog is not None
+        for _ in range(6):
+            plog.append(make_batch())
+        plog.flush()
+    store.close()
+    assert store.write_checkpoints(store.checkpoint_snapshot())
+    (tmp_path / "hurt-0" / f"{0:020d}.log").unlink()
+    for f in (tmp_path / "gone-0").iterdir():
+        f.unlink()
+    (tmp_path / "gone-0").rmdir()
+    store = TopicStore(tmp_path, SETTINGS)
+    with caplog.at_level(logging.ERROR):
+        store.load()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("hurt-0" in m and "offsets 0 to 5" in m for m in errors), errors
+    assert any("gone-0" in m and "offsets 0 to 5" in m for m in errors), errors
+    assert not any("kept" in m for m in errors)
+    # The next checkpoint records the logs as they are now: no second alarm.
+    assert store.write_checkpoints(store.checkpoint_snapshot())
+    store.close()
+    caplog.clear()
+    store = TopicStore(tmp_path, SETTINGS)
+    with caplog.at_level(logging.ERROR):
+        store.load()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    # Deleting a topic is no loss.
+    store.delete("kept")
+    store.close()
+    store = TopicStore(tmp_path, SETTINGS)
+    with caplog.at_level(logging.ERROR):
+        store.load()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    store.close()
+
+
+def test_start_up_registers_an_unopenable_partition_offline(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = TopicStore(tmp_path, SETTINGS)
+    store.load()
+    store.create("t", 3)
+    store.close()
+    seg = tmp_path / "t-1" / f"{0:020d}.log"
+    seg.unlink()
+    seg.mkdir()
+    store = TopicStore(tmp_path, SETTINGS)
+    with caplog.at_level(logging.ERROR):
+        store.load()
+    topic = store.get("t")
+    assert topic is not None
+    assert [p.offline is not None for p in topic.partitions] == [False, True, False]
+    assert any("t-1" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    store.close()
