@@ -84,8 +84,18 @@ def _status_kb(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+def internal_errors(broker: BrokerProcess) -> list[str]:
+    """Log lines of connections closed because a handler or an encoder failed: bad input
+    must get an error code or a clean close, never reach such a failure."""
+    text = broker.log_path.read_text(errors="replace")
+    return [line for line in text.splitlines() if line.endswith(": internal error")]
+
+
 def assert_survived(broker: BrokerProcess, group: HealthyGroup, what: str) -> None:
-    """The broker is alive and the healthy group consumes again after the probe ``what``."""
+    """The broker is alive, no request made a handler fail, and the healthy group consumes
+    again after the probe ``what``."""
     assert broker.alive(), f"broker died after {what}:\n{broker.log()}"
     group.wait_progress(what=what)
     assert broker.alive(), f"broker died after {what}:\n{broker.log()}"
+    failures = internal_errors(broker)
+    assert not failures, f"handler failures after {what}: {failures[:5]}\n{broker.log()}"
