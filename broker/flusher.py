@@ -47,12 +47,23 @@ class Flusher:
 
     def synced(self, logs: Iterable[Flushable]) -> asyncio.Future[None] | None:
         """A future done once everything appended to ``logs`` before this call is on disk;
-        None if that is already so (fsync disabled). For callers chaining callbacks rather
-        than awaiting."""
+        None if that is already so (fsync disabled, the logs flushed at once, which makes their
+        records readable). For callers chaining callbacks rather than awaiting."""
         if not self.enabled:
+            # No fsync: a flush only makes what was appended readable (no I/O), at once.
+            error: BaseException | None = None
+            for item in logs:
+                try:
+                    item.flush()
+                except Exception as e:  # an offline log: its waiters learn it as with fsync
+                    error = error or e
             if self._on_flushed is not None:
                 self._on_flushed()
-            return None
+            if error is None:
+                return None
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(error)
+            return failed
         wanted = tuple(logs)
         self._dirty.update(wanted)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -46,3 +46,13 @@ def test_produce_consume_every_codec_survives_sigkill(
     broker.restart()
     for topic, messages in produced.items():
         _check(consume(broker.bootstrap, topic, PARTITIONS, PER_TOPIC), messages)
+
+
+def test_without_fsync_produced_records_are_readable_at_once(broker_factory: object) -> None:
+    """log.flush.interval.messages > 1 leaves flushing to the OS; records must still become
+    readable (the high watermark moved only with an fsync before, so Fetch saw nothing)."""
+    b: BrokerProcess = broker_factory({"log.flush.interval.messages": 10000})  # type: ignore[operator]
+    create_topic(b.bootstrap, "no-fsync", PARTITIONS)
+    messages = _messages("no-fsync")
+    PRODUCERS["confluent"](b.bootstrap, "no-fsync", messages, "none")
+    _check(CONSUMERS["confluent"](b.bootstrap, "no-fsync", PARTITIONS, PER_TOPIC), messages)

@@ -47,5 +47,14 @@ async def test_later_rounds_work_after_a_failure() -> None:
     assert log.flushes == 2
 
 
-async def test_disabled_flusher_does_not_wait() -> None:
-    assert Flusher(enabled=False).synced([FakeLog(fail=True)]) is None
+async def test_disabled_flusher_does_not_wait_but_still_flushes() -> None:
+    # log.flush.interval.messages > 1: no fsync, but a log's flush is what moves its high
+    # watermark, so it is flushed at once (before, Fetch never saw any record).
+    healthy, offline = FakeLog(), FakeLog(fail=True)
+    flusher = Flusher(enabled=False)
+    assert flusher.synced([healthy]) is None
+    assert healthy.flushes == 1
+    failed = flusher.synced([healthy, offline])
+    assert failed is not None and failed.done()
+    assert isinstance(failed.exception(), OSError)
+    assert healthy.flushes == 2 and offline.flushes == 1
