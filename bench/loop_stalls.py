@@ -1,4 +1,4 @@
-"""How long one big group or offset request holds the broker's event loop.
+"""How long one big request holds the broker's event loop.
 
 Every other connection waits while one request is decoded and handled on the loop, so the
 figure that matters is the longest time the loop is not serving anyone. It is measured from
@@ -13,8 +13,9 @@ group ``wide`` with ``--wide`` offsets (a topic that does not exist: the coordin
 offsets for any name). Then, each at a few sizes: OffsetCommit (partition entries cycling over
 ``t``'s 16 partitions, a standalone group), OffsetFetch of every offset of ``wide`` (v7: the direct
 path, v8: the generic one), OffsetFetch v8 / DescribeGroups / DeleteGroups of many groups,
-ListGroups of all groups, OffsetDelete of many partitions, JoinGroup with big metadata, and one
-``/metrics`` scrape.
+ListGroups of all groups, OffsetDelete of many partitions, JoinGroup with big metadata, Metadata
+of many absent topics, Fetch and ListOffsets of many partition entries, and one ``/metrics``
+scrape.
 
     .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
 
@@ -246,8 +247,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "groups": args.groups,
         "wide_offsets": args.wide,
     }
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    many = [1_000] if args.quick else [1_000, 10_000, 100_000]
+    # 99,999: with its one topic (or group list), the most array entries a request may carry
+    # (socket.request.max.elements); one more closes the connection.
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 99_999]
+    many = [1_000] if args.quick else [1_000, 10_000, 99_999]
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         started = time.perf_counter()
@@ -296,8 +299,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 off += n
                 record("DeleteGroups v2 (groups)", n, lambda ids=ids: bench.measure(
                     42, 2, groups_names=ids))
-            bound = min(largest_offset_delete("wide", "wide-topic"), args.wide)
-            for n in [bound, args.wide] if args.wide > bound else [args.wide]:
+            most = min(args.wide, 99_999)
+            bound = min(largest_offset_delete("wide", "wide-topic"), most)
+            for n in [bound, most] if most > bound else [most]:
                 record("OffsetDelete v0 (partitions)", n, lambda n=n: bench.measure(
                     47, 0, group_id="wide",
                     topics=[dict(name="wide-topic", partitions=[dict(partition_index=i) for i in range(n)])]))
@@ -307,6 +311,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     11, 3, group_id=f"join-{mib}", session_timeout=10000, rebalance_timeout=10000,
                     member_id="", group_instance_id=None, protocol_type="consumer",
                     protocols=[dict(name="range", metadata=metadata)]))
+            # The data plane: requests whose work grows with their own size.
+            for n in many:
+                names = [dict(name=f"absent-{i}", topic_id=None) for i in range(n)]
+                record("Metadata v12 (topics)", n, lambda names=names: bench.measure(
+                    3, 12, topics=names, allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False))
+                parts = [dict(partition=i % TOPIC_PARTITIONS, current_leader_epoch=-1, fetch_offset=0,
+                              last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1024)
+                         for i in range(n)]
+                record("Fetch v12 (partitions)", n, lambda parts=parts: bench.measure(
+                    1, 12, cluster_id=None, replica_id=-1, max_wait=0, min_bytes=0,
+                    max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                    topics=[dict(topic="t", partitions=parts)], forgotten_topics_data=[],
+                    rack_id=""))
+                lparts = [dict(partition_index=i % TOPIC_PARTITIONS, current_leader_epoch=-1,
+                               timestamp=-1) for i in range(n)]
+                record("ListOffsets v7 (partitions)", n, lambda lparts=lparts: bench.measure(
+                    2, 7, replica_id=-1, isolation_level=0,
+                    topics=[dict(name="t", partitions=lparts)]))
             figures = bench.scrape()
             results.setdefault("/metrics (groups held)", []).append({"size": args.groups - off, **figures})
             print("/metrics", json.dumps(figures), file=sys.stderr, flush=True)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 from protocol.apis import SUPPORTED, ApiKey, is_flexible, is_supported
 from protocol.codec import DecodeError, decode_request, encode_response, response_type
 from protocol.errors import ErrorCode
-from protocol.framing import FrameDecoder, FrameError
+from protocol.framing import Frame, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
@@ -84,7 +84,7 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Any]
-DirectHandler = Callable[[bytes, int, int], "bytes | None"]
+DirectHandler = Callable[[Frame, int, int], "bytes | None"]
 """``(frame, version, correlation_id)`` -> the whole response frame, or None to fall back to
 the generic path. For the hottest requests: decodes the frame itself, answers at once."""
 
@@ -272,7 +272,7 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _on_frame(self, frame: bytes) -> bool:
+    def _on_frame(self, frame: Frame) -> bool:
         """Handle one request; True if its answer comes from a task just started (a Fetch, a
         Produce awaiting its fsync, an admin fan-out): the pass then ends, so that the task's
         first step runs, and its answer counts in the bytes held, before the next request is
@@ -355,7 +355,7 @@ class Connection(asyncio.Protocol):
             self.abort("internal error")
             return None
 
-    def _direct(self, frame: bytes) -> bool:
+    def _direct(self, frame: Frame) -> bool:
         """Answer ``frame`` through its API's direct handler (see DirectHandler), tried before
         the generic path; False if there is none for it or it declined."""
         if len(frame) < 8:

@@ -22,6 +22,7 @@ from coordinator.shard import listed_groups
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, encode_body, encode_response, response_type
 from protocol.errors import ErrorCode
+from protocol.framing import Frame
 from protocol.heartbeat import decode_heartbeat
 from protocol.responses import build, to_millis
 
@@ -218,7 +219,7 @@ class GroupApi:
         result = runtime.submit(p, runtime.shard(p).heartbeat, request)
         return then(result, lambda r: self._heartbeat_body(ctx.version, r.error))
 
-    def heartbeat_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes | None:
+    def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int) -> bytes | None:
         """The hot path: a Heartbeat decoded straight from the frame and answered with a whole
         response frame, no header object, no Output. None when the generic path must answer."""
         group_id, generation_id, member_id, instance_id = decode_heartbeat(

@@ -20,6 +20,7 @@ from coordinator.shard import fetched_offsets
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, decode_request_frame, encode_body
 from protocol.errors import ErrorCode
+from protocol.framing import Frame
 from protocol.offset_fetch import MAX_VERSION as OFFSET_FETCH_DIRECT_MAX
 from protocol.offset_fetch import encode_offset_fetch_response
 
@@ -252,7 +253,7 @@ class OffsetApi:
 
         return then(result, finish)
 
-    def offset_fetch_direct(self, frame: bytes, version: int, correlation_id: int) -> bytes | None:
+    def offset_fetch_direct(self, frame: Frame, version: int, correlation_id: int) -> bytes | None:
         """The hot path of OffsetFetch v0-v7 (monitoring tools poll it for every group): the
         shard's answer written straight to the wire by protocol/offset_fetch.py. None when the
         generic path must answer (v8+, or the shard has commits still becoming durable)."""

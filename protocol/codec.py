@@ -20,6 +20,7 @@ from kio.serial import entity_writer
 
 from . import fastcodec
 from .apis import is_flexible
+from .framing import Frame
 from .guard import DEFAULT_MAX_ELEMENTS, Guard, GuardError, guard
 from .headers import HeaderError, parse_request_header
 from .legacy import LegacyDecodeError, decode_legacy_produce, decode_offset_commit_v0_v1
@@ -36,7 +37,7 @@ _REQUEST_ALIAS = {(9, 0): (9, 1)}  # OffsetFetch v0 == v1 on the wire
 _RESPONSE_ALIAS = {(9, 0): (9, 1), (8, 0): (8, 2), (8, 1): (8, 2)}
 
 
-def _legacy_produce(frame: bytes, pos: int, max_elements: int) -> Any:
+def _legacy_produce(frame: Frame, pos: int, max_elements: int) -> Any:
     decoded = decode_legacy_produce(frame, pos, max_elements)
     if decoded is None:
         raise LegacyDecodeError("cannot decode a Produce v0-v2 request")
@@ -44,7 +45,7 @@ def _legacy_produce(frame: bytes, pos: int, max_elements: int) -> Any:
 
 
 # Old versions decoded by hand (protocol/legacy.py).
-_LEGACY_DECODERS: dict[tuple[int, int], Callable[[bytes, int, int], Any]] = {
+_LEGACY_DECODERS: dict[tuple[int, int], Callable[[Frame, int, int], Any]] = {
     (0, 0): _legacy_produce,
     (0, 1): _legacy_produce,
     (0, 2): _legacy_produce,
@@ -54,7 +55,7 @@ _LEGACY_DECODERS: dict[tuple[int, int], Callable[[bytes, int, int], Any]] = {
 
 
 @cache
-def _reader(api_key: int, version: int) -> Callable[[bytes, int], tuple[Any, int]]:
+def _reader(api_key: int, version: int) -> fastcodec.Decoder:
     return fastcodec.decoder(request_type(api_key, version))
 
 
@@ -77,13 +78,13 @@ def _writer(cls: type) -> Callable[[io.BytesIO, Any], None]:
 
 
 # (api key, version) -> (pre-pass, reader), for the versions kio models (one dict probe per request).
-_readers: dict[tuple[int, int], tuple[Guard, Callable[[bytes, int], tuple[Any, int]]]] = {}
+_readers: dict[tuple[int, int], tuple[Guard, fastcodec.Decoder]] = {}
 
 
 def decode_request(
     api_key: int,
     version: int,
-    frame: bytes,
+    frame: Frame,
     offset: int,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
 ) -> Any:
@@ -105,12 +106,14 @@ def decode_request(
             raise DecodeError(f"cannot decode api {api_key} v{version}: {e!r}") from e
         _readers[key] = found
     check, read = found
+    # kio reads read-only buffers: a large frame handed over by the framing is a bytearray.
+    data = memoryview(frame).toreadonly() if isinstance(frame, bytearray) else frame
     try:
-        check(frame, offset, max_elements)
+        check(data, offset, max_elements)
     except GuardError as e:
         raise DecodeError(f"refused api {api_key} v{version}: {e}") from e
     try:
-        value, _size = read(frame, offset)
+        value, _size = read(data, offset)
     except Exception as e:  # kio raises several kinds of error on garbage
         raise DecodeError(f"cannot decode api {api_key} v{version}: {e!r}") from e
     return value
@@ -144,7 +147,7 @@ def encode_response(correlation_id: int, entity: Any, flexible_header: bool) -> 
 
 
 def decode_request_frame(
-    api_key: int, version: int, frame: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS
+    api_key: int, version: int, frame: Frame, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> Any:
     """The request in a whole frame (size prefix excluded), its header skipped: for the direct
     handlers, which have the API, version and correlation id already. DecodeError if either

@@ -37,7 +37,7 @@ from kio.serial import entity_reader, entity_writer
 
 Encoder = Callable[[Any], bytes]
 # (buffer, offset) -> (entity, number of bytes it took), kio's reader convention.
-Decoder = Callable[[bytes, int], tuple[Any, int]]
+Decoder = Callable[[bytes | memoryview, int], tuple[Any, int]]
 
 _ZERO_UUID = bytes(16)
 

@@ -35,7 +35,7 @@ from .fastcodec import field_kind
 DEFAULT_MAX_ELEMENTS = 100_000
 """Array entries a request may hold unless the broker says otherwise (socket.request.max.elements)."""
 
-Guard = Callable[[bytes, int, int], int]
+Guard = Callable[[bytes | memoryview, int, int], int]
 """``(frame, body offset, element limit) -> elements found``; raises GuardError."""
 
 

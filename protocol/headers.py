@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .framing import Frame
+
 _FIXED = struct.Struct(">hhih")
 _CORRELATION = struct.Struct(">i")
 
@@ -34,7 +36,7 @@ def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     return _read_uvarint(buf, pos)
 
 
-def skip_tagged_fields(buf: bytes, pos: int) -> int:
+def skip_tagged_fields(buf: Frame, pos: int) -> int:
     """The position after the tagged-field section at ``pos``; HeaderError if malformed."""
     count, pos = _read_uvarint(buf, pos)
     for _ in range(count):
@@ -46,7 +48,7 @@ def skip_tagged_fields(buf: bytes, pos: int) -> int:
     return pos
 
 
-def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_uvarint(buf: Frame, pos: int) -> tuple[int, int]:
     result = 0
     shift = 0
     while True:
@@ -62,7 +64,7 @@ def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
             raise HeaderError("varint too long in header")
 
 
-def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: Frame, flexible: bool) -> tuple[RequestHeader, int]:
     """Parse the header at the start of ``frame``; returns it and the offset of the body."""
     if len(frame) < 10:
         raise HeaderError("frame shorter than a request header")

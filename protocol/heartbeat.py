@@ -14,6 +14,7 @@ import struct
 
 from .apis import ApiKey
 from .codec import DecodeError, decode_request_frame
+from .framing import Frame
 from .guard import DEFAULT_MAX_ELEMENTS
 
 _I32 = struct.Struct(">i")
@@ -23,7 +24,7 @@ HeartbeatFields = tuple[str, int, str, str | None]
 
 
 def decode_heartbeat(
-    frame: bytes, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
+    frame: Frame, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> HeartbeatFields:
     """The fields of a whole Heartbeat request frame (header included, size prefix excluded)."""
     if version >= 4:

@@ -17,6 +17,7 @@ import struct
 from types import SimpleNamespace
 
 from .errors import ErrorCode
+from .framing import Frame
 from .guard import DEFAULT_MAX_ELEMENTS
 
 _I16 = struct.Struct(">h")
@@ -25,7 +26,7 @@ _I64 = struct.Struct(">q")
 
 
 class _Cursor:
-    def __init__(self, buf: bytes, pos: int, max_elements: int) -> None:
+    def __init__(self, buf: Frame, pos: int, max_elements: int) -> None:
         self.buf = buf
         self.pos = pos
         self.elements_left = max_elements
@@ -71,7 +72,7 @@ class LegacyDecodeError(ValueError):
 
 
 def decode_legacy_produce(
-    frame: bytes, pos: int, max_elements: int = DEFAULT_MAX_ELEMENTS
+    frame: Frame, pos: int, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> tuple[int, list[tuple[str, list[int]]]] | None:
     """(acks, [(topic, [partitions])]) of a Produce v0–v2 body, or None if it does not parse
     (or holds more than ``max_elements`` array entries)."""
@@ -115,7 +116,7 @@ def _nullable_string(c: _Cursor) -> str | None:
 
 
 def decode_offset_commit_v0_v1(
-    frame: bytes, pos: int, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
+    frame: Frame, pos: int, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> SimpleNamespace:
     """OffsetCommit v0 (group, topics) or v1 (+ generation, member id, per-partition timestamp),
     as an object with the fields of a kio OffsetCommitRequest v2; LegacyDecodeError if it does

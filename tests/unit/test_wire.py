@@ -7,7 +7,14 @@ import struct
 import pytest
 
 from protocol.apis import SUPPORTED, ApiKey, is_flexible, is_supported
-from protocol.codec import DecodeError, decode_request, encode_response, response_type
+from protocol.codec import (
+    DecodeError,
+    decode_request,
+    encode_body,
+    encode_response,
+    request_type,
+    response_type,
+)
 from protocol.errors import ErrorCode
 from protocol.framing import FrameDecoder, FrameError, frame
 from protocol.headers import HeaderError, parse_request_header, response_header
@@ -48,6 +55,41 @@ def test_frames_are_handed_out_one_at_a_time() -> None:
     assert d.next_frame() is None
     d.append(b"gh")
     assert d.head_size() is None and d.next_frame() == b"fgh"
+
+
+def test_a_large_frame_alone_is_handed_over_without_a_copy() -> None:
+    d = FrameDecoder(1 << 20)
+    payload = bytes(range(256)) * 1000
+    data = frame(payload)
+    d.append(data[:1000])
+    d.append(data[1000:])
+    got = d.next_frame()
+    assert got == payload and isinstance(got, bytearray)
+    assert d.buffered == 0 and d.next_frame() is None
+    d.append(frame(b"next"))  # the decoder goes on with a fresh buffer
+    assert d.next_frame() == b"next"
+
+
+def test_a_large_frame_decodes_from_the_handed_over_buffer() -> None:
+    cls = request_type(ApiKey.JOIN_GROUP, 3)
+    join = build(
+        cls,
+        group_id="g",
+        session_timeout=10000,
+        rebalance_timeout=10000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[dict(name="range", metadata=b"m" * 200_000)],
+    )
+    head = struct.pack(">hhih", ApiKey.JOIN_GROUP, 3, 7, 1) + b"c"
+    d = FrameDecoder(1 << 20)
+    d.append(frame(head + encode_body(join)))
+    got = d.next_frame()
+    assert isinstance(got, bytearray)
+    header, body_at = parse_request_header(got, flexible=False)
+    assert header.correlation_id == 7
+    assert decode_request(ApiKey.JOIN_GROUP, 3, got, body_at) == join
 
 
 @pytest.mark.parametrize("size", [-1, 1001, 2**31 - 1])
