@@ -24,6 +24,7 @@ from protocol.framing import Frame
 from protocol.responses import build, to_millis
 
 from .connection import RequestContext
+from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_problem
 
 if TYPE_CHECKING:
@@ -114,10 +115,48 @@ class ClusterApi:
             wanted: list[tuple[str | None, uuid.UUID | None]] = [
                 (name, None) for name in sorted(self.topics.topics)
             ]
+            work = len(wanted) + self.topics.partition_count
         else:
             wanted = [(t.name, getattr(t, "topic_id", None)) for t in requested]
+            work = len(wanted)
+        if is_big(work):
+            return self._metadata_big(ctx, wanted, auto_create)
+        return self._metadata_answer(ctx, run_now(self._topics_out(wanted, auto_create)))
+
+    async def _metadata_big(
+        self,
+        ctx: RequestContext,
+        wanted: list[tuple[str | None, uuid.UUID | None]],
+        auto_create: bool,
+    ) -> Any:
+        """Metadata of many topics: looked up in slices, the answer built in the worker
+        (broker/offload.py)."""
+        topics_out = await run_sliced(self._topics_out(wanted, auto_create))
+        return await encoded_off_loop(lambda: self._metadata_answer(ctx, topics_out))
+
+    def _metadata_answer(self, ctx: RequestContext, topics_out: list[dict[str, Any]]) -> Any:
+        return ctx.respond(
+            throttle_time=0,
+            brokers=self.brokers(),
+            cluster_id=self.broker.cluster_id,
+            controller_id=self.node_id,
+            topics=topics_out,
+            cluster_authorized_operations=-2147483648,
+        )
+
+    def _topics_out(
+        self, wanted: list[tuple[str | None, uuid.UUID | None]], auto_create: bool
+    ) -> Sliced[list[dict[str, Any]]]:
+        """The answer for each topic asked for (by name or id), creating unknown ones if
+        ``auto_create``; yields between slices of topics and partitions described."""
+        config = self.broker.config
         topics_out = []
+        work = 0
         for name, topic_id in wanted:
+            work += 1
+            if work >= SLICE:
+                work = 0
+                yield
             topic: Topic | None = None
             if name is None and topic_id is not None and topic_id != ZERO_UUID:
                 topic = self.topics.by_id.get(topic_id)
@@ -159,14 +198,8 @@ class ClusterApi:
                 topics_out.append(self._topic_error(name, None, ErrorCode.invalid_request))
                 continue
             topics_out.append(self._describe(topic))
-        return ctx.respond(
-            throttle_time=0,
-            brokers=self.brokers(),
-            cluster_id=self.broker.cluster_id,
-            controller_id=self.node_id,
-            topics=topics_out,
-            cluster_authorized_operations=-2147483648,
-        )
+            work += len(topic.partitions)
+        return topics_out
 
     def _describe(self, topic: Topic) -> dict[str, Any]:
         node = self.node_id

@@ -36,6 +36,7 @@ from storage.producer_state import ProducerStateTable
 
 from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .connection import NO_RESPONSE, RequestContext
+from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from .topics import TopicError
 
 if TYPE_CHECKING:
@@ -327,27 +328,38 @@ class DataApi:
         max_wait_ms = max(0, to_millis(req.max_wait))
         min_bytes = max(0, req.min_bytes)
         deadline = time.monotonic() + max_wait_ms / 1000.0
+        big = is_big(sum(len(t.partitions) for t in req.topics))
         while True:
             waiter = self.topics.appended_future()
-            responses, total, errors = self._fetch_once(req)
+            if big:
+                responses, total, errors = await run_sliced(self._fetch_once(req))
+            else:
+                responses, total, errors = run_now(self._fetch_once(req))
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0 or ctx.connection.closed:
                 break
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), remaining)
             except TimeoutError:
-                responses, total, errors = self._fetch_once(req)
-                break
-        return ctx.respond(throttle_time=0, error_code=0, session_id=0, responses=responses)
+                continue  # one last look, then answer (remaining <= 0 now)
+        fields = dict(throttle_time=0, error_code=0, session_id=0, responses=responses)
+        if big:
+            return await encoded_off_loop(lambda: ctx.respond(**fields))
+        return ctx.respond(**fields)
 
-    def _fetch_once(self, req: Any) -> tuple[list[dict[str, Any]], int, bool]:
+    def _fetch_once(self, req: Any) -> Sliced[tuple[list[dict[str, Any]], int, bool]]:
+        """One look at every partition asked for: (responses, bytes found, any errors)."""
         budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
         total = 0
         errors = False
         responses = []
+        work = 0
         for t in req.topics:
             parts = []
             for p in t.partitions:
+                work += 1
+                if work % SLICE == 0:
+                    yield
                 plog = self.topics.partition(t.topic, p.partition)
                 entry: dict[str, Any] = dict(
                     partition_index=p.partition,
@@ -396,12 +408,36 @@ class DataApi:
 
     # ListOffsets ----------------------------------------------------------------------------------
     def list_offsets(self, ctx: RequestContext, req: Any) -> Any:
+        if is_big(sum(len(t.partitions) for t in req.topics)):
+            return self._list_offsets_big(ctx, req)
+        topics_out, batches, slow = run_now(self._list_offsets(req))
+        if slow:
+            return self._list_offsets_later(ctx, topics_out, batches)
+        self._locate_records(batches)
+        return ctx.respond(throttle_time=0, topics=topics_out)
+
+    async def _list_offsets_big(self, ctx: RequestContext, req: Any) -> Any:
+        """ListOffsets of many partitions: the logs read in slices, the answer built in the
+        worker (broker/offload.py)."""
+        topics_out, batches, _slow = await run_sliced(self._list_offsets(req))
+        await self.appender.in_worker(self._locate_records, batches)
+        return await encoded_off_loop(lambda: ctx.respond(throttle_time=0, topics=topics_out))
+
+    def _list_offsets(
+        self, req: Any
+    ) -> Sliced[tuple[list[dict[str, Any]], list[tuple[dict[str, Any], bytes, int]], bool]]:
+        """Each partition's answer at batch granularity, the batches still to decode for the
+        exact record, and whether decoding them may take long (then off the loop)."""
         topics_out = []
         # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
         lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
+        work = 0
         for t in req.topics:
             parts = []
             for p in t.partitions:
+                work += 1
+                if work % SLICE == 0:
+                    yield
                 plog = self.topics.partition(t.name, p.partition_index)
                 entry = dict(
                     partition_index=p.partition_index,
@@ -437,16 +473,16 @@ class DataApi:
         batches = []
         slow = False
         for entry, plog, base, ts in lookups:
+            work += 1
+            if work % SLICE == 0:
+                yield
             found_batch = _one_batch(plog, base)
             if found_batch is not None:
                 h, batch = found_batch
                 batches.append((entry, batch, ts))
                 # decoding it may take long: as for Produce, off the event loop then
                 slow = slow or h.compression != Compression.NONE or h.size > INLINE_BYTES
-        if slow:
-            return self._list_offsets_later(ctx, topics_out, batches)
-        self._locate_records(batches)
-        return ctx.respond(throttle_time=0, topics=topics_out)
+        return topics_out, batches, slow
 
     async def _list_offsets_later(
         self,

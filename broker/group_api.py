@@ -28,7 +28,7 @@ from protocol.responses import build, to_millis
 
 from .connection import RequestContext
 from .group_runtime import GroupRuntime
-from .offload import SLICE, gc_paused, is_big, off_loop, pause
+from .offload import SLICE, encoded_off_loop, gc_paused, is_big, pause
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -316,7 +316,7 @@ class GroupApi:
             )
 
         if is_big(sum(map(len, runs))):
-            return await off_loop(lambda: RawBody(encode_body(body())))
+            return await encoded_off_loop(body)
         return body()
 
     # DescribeGroups -------------------------------------------------------------------------------
@@ -398,7 +398,7 @@ class GroupApi:
             return ctx.respond(throttle_time=0, groups=groups)
 
         if is_big(len(req.groups) + sum(len(g.members) for g in found.values())):
-            return await off_loop(lambda: RawBody(encode_body(body())))
+            return await encoded_off_loop(body)
         return body()
 
     # DeleteGroups ---------------------------------------------------------------------------------
@@ -415,5 +415,5 @@ class GroupApi:
             )
 
         if is_big(len(req.groups_names)):
-            return await off_loop(lambda: RawBody(encode_body(body())))
+            return await encoded_off_loop(body)
         return body()

@@ -13,6 +13,10 @@ most). Two tools, for the two kinds of work a big request brings:
 
 One worker, not the default executor: fsyncs run there and must not queue behind encodings.
 
+Work that grows with a request's size and reads state on the loop can be written once as a
+generator yielding between slices (:data:`Sliced`): :func:`run_now` runs it at once for small
+requests, :func:`run_sliced` with pauses for big ones.
+
 While a big request is served (:func:`gc_paused`), in the worker or in slices on the loop,
 the cyclic garbage collector is paused. Serving one creates hundreds of thousands of
 short-lived container objects; collections of the young generations would promote them, and
@@ -30,9 +34,11 @@ import contextlib
 import gc
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from protocol.codec import RawBody, encode_body
 
 T = TypeVar("T")
 
@@ -102,6 +108,12 @@ def off_loop(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
     return asyncio.get_running_loop().run_in_executor(_executor, _without_gc, fn, args)
 
 
+def encoded_off_loop(build: Callable[[], Any]) -> asyncio.Future[RawBody]:
+    """The response ``build()`` makes (a kio entity), built and encoded in the worker: a
+    RawBody the connection frames as it is."""
+    return off_loop(lambda: RawBody(encode_body(build())))
+
+
 def _without_gc(fn: Callable[..., T], args: tuple[Any, ...]) -> T:
     with gc_paused():
         return fn(*args)
@@ -110,3 +122,29 @@ def _without_gc(fn: Callable[..., T], args: tuple[Any, ...]) -> T:
 async def pause() -> None:
     """Let the loop serve everyone else once (one pass over ready I/O and callbacks)."""
     await asyncio.sleep(0)
+
+
+Sliced = Generator[None, None, T]
+"""Work on coordinator or log state written as a generator: it yields after each slice (about
+``SLICE`` units) and returns its result. One body serves small requests (:func:`run_now`) and
+big ones (:func:`run_sliced`)."""
+
+
+def run_now(work: Sliced[T]) -> T:
+    """Run sliced work to the end at once (a request too small to be worth pausing)."""
+    while True:
+        try:
+            next(work)
+        except StopIteration as done:
+            return done.value
+
+
+async def run_sliced(work: Sliced[T]) -> T:
+    """Run sliced work, serving the loop between slices, the collector paused meanwhile."""
+    with gc_paused():
+        while True:
+            try:
+                next(work)
+            except StopIteration as done:
+                return done.value
+            await pause()

@@ -27,7 +27,7 @@ from protocol.offset_fetch import encode_offset_fetch_response
 from .connection import RequestContext
 from .group_api import then
 from .group_runtime import GroupRuntime
-from .offload import SLICE, gc_paused, is_big, off_loop, pause
+from .offload import SLICE, encoded_off_loop, gc_paused, is_big, off_loop, pause
 
 if TYPE_CHECKING:
     from .app import Broker
@@ -248,7 +248,7 @@ class OffsetApi:
 
         def finish(r: m.OffsetFetchResponse) -> Any:
             if is_big(_answered(r.topics)):
-                return off_loop(lambda: RawBody(encode_body(body(r))))
+                return encoded_off_loop(lambda: body(r))
             return body(r)
 
         return then(result, finish)
@@ -304,7 +304,7 @@ class OffsetApi:
             )
 
         if is_big(len(answers) + sum(_answered(r.topics) for r in answers)):
-            return await off_loop(lambda: RawBody(encode_body(body())))
+            return await encoded_off_loop(body)
         return body()
 
     # OffsetDelete ---------------------------------------------------------------------------------
@@ -346,5 +346,5 @@ class OffsetApi:
             )
 
         if is_big(_requested(req.topics)):
-            return await off_loop(lambda: RawBody(encode_body(body())))
+            return await encoded_off_loop(body)
         return body()

@@ -11,6 +11,7 @@ import struct
 
 from protocol.apis import ApiKey
 from protocol.codec import encode_body, request_type
+from protocol.errors import ErrorCode
 from protocol.responses import build
 from tests.integration.harness import BrokerProcess
 from tests.integration.rawclient import RawClient
@@ -103,3 +104,73 @@ def test_a_request_over_the_element_limit_closes_the_connection(
         assert c.closed_by_peer(timeout=10)
     assert "socket.request.max.elements" in abuse_broker.log()
     assert_survived(abuse_broker, healthy, "a request over the element limit")
+
+
+def test_the_largest_data_plane_requests_are_answered_in_full(
+    abuse_broker: BrokerProcess, healthy: HealthyGroup
+) -> None:
+    """99,999 entries (with their topic, the element limit): answered completely, read in
+    slices and built off the loop (broker/offload.py), while the healthy group goes on."""
+    n = 99_999
+    with RawClient(abuse_broker.port, timeout=120) as c:
+        meta = c.request(
+            ApiKey.METADATA,
+            12,
+            topics=[dict(name=f"absent-{i}", topic_id=None) for i in range(n)],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        assert [t.name for t in meta.topics] == [f"absent-{i}" for i in range(n)]
+        assert {int(t.error_code) for t in meta.topics} == {ErrorCode.unknown_topic_or_partition}
+        fetch = c.request(
+            ApiKey.FETCH,
+            12,
+            cluster_id=None,
+            replica_id=-1,
+            max_wait=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                dict(
+                    topic=TOPIC,
+                    partitions=[
+                        dict(
+                            partition=i % 3,  # 2 does not exist
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1,
+                        )
+                        for i in range(n)
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        parts = fetch.responses[0].partitions
+        assert [p.partition_index for p in parts] == [i % 3 for i in range(n)]
+        assert [int(p.error_code) for p in parts[:3]] == [0, 0, ErrorCode.unknown_topic_or_partition]
+        assert parts[0].high_watermark > 0 and parts[n - 3].high_watermark >= parts[0].high_watermark
+        listed = c.request(
+            ApiKey.LIST_OFFSETS,
+            7,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                dict(
+                    name=TOPIC,
+                    partitions=[
+                        dict(partition_index=i % 2, current_leader_epoch=-1, timestamp=-2)
+                        for i in range(n)
+                    ],
+                )
+            ],
+        )
+        offsets = listed.topics[0].partitions
+        assert len(offsets) == n and {(int(p.error_code), p.offset) for p in offsets} == {(0, 0)}
+    assert_survived(abuse_broker, healthy, "Metadata, Fetch and ListOffsets of 99,999 entries")
