@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import shutil
 import threading
@@ -48,8 +47,8 @@ from storage.checkpoint import (
     write_checkpoint,
 )
 from storage.creation import STAGING_DIR, CreationIncomplete, create_partitions, recover_staged
-from storage.files import FilePool
-from storage.log import PartitionLog, describe_error, open_or_offline
+from storage.files import FilePool, describe_error, fsync_dir
+from storage.log import PartitionLog, open_or_offline
 from storage.partition_metadata import read_partition_metadata, write_partition_metadata
 
 log = logging.getLogger("kcoord.topics")
@@ -557,7 +556,7 @@ class TopicStore:
                 log.error("deleting %s failed: %s", plog.path.name, describe_error(e))
         if self.settings.fsync:
             try:
-                _fsync_dir(self.data_dir)
+                fsync_dir(self.data_dir)
             except OSError as e:
                 log.warning("fsync of %s failed: %s", self.data_dir, describe_error(e))
         self.notify_appended()  # wake long-polling fetches so they see the topic is gone
@@ -650,14 +649,6 @@ def _log_unawaited_failure(done: asyncio.Future[Topic]) -> None:
     it ended (and its exception counts as retrieved)."""
     if not done.cancelled() and done.exception() is not None:
         log.info("a topic change ended with an error: %s", done.exception())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)

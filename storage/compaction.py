@@ -52,7 +52,8 @@ from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.compression import decompress
 from protocol.records import decode_batch, encode_batch, read_varint
 from storage.index import INT32_MAX, pwrite_all
-from storage.log import CLEANED_SUFFIX, CleaningSnapshot, PartitionLog, cleaned_path
+from storage.log import CleaningSnapshot, PartitionLog
+from storage.recovery import CLEANED_SUFFIX, cleaned_path
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from storage.time_index import NO_TIMESTAMP
 

@@ -45,6 +45,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from storage.files import fsync_dir
 from storage.log import PartitionLog
 from storage.partition_metadata import write_partition_metadata
 
@@ -94,14 +95,6 @@ def _syncfs(path: Path) -> bool:
     return True
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class StagedPartitions:
     """One creation of partition directories under ``<data-dir>/.staging/<id>/``."""
 
@@ -118,8 +111,8 @@ class StagedPartitions:
                 if attempt == 2:
                     raise
         if fsync:
-            _fsync_dir(root)
-            _fsync_dir(self.data_dir)
+            fsync_dir(root)
+            fsync_dir(self.data_dir)
         self.names: list[str] = []
         self.committed = False
 
@@ -144,8 +137,8 @@ class StagedPartitions:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-            _fsync_dir(path)
-        _fsync_dir(self.dir)
+            fsync_dir(path)
+        fsync_dir(self.dir)
 
     def commit(self) -> list[Path]:
         """Commit and move every partition into place; returns their final paths.
@@ -162,7 +155,7 @@ class StagedPartitions:
             fd = os.open(self.dir / COMMIT_MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             os.close(fd)
             if self.fsync:
-                _fsync_dir(self.dir)  # the commit point
+                fsync_dir(self.dir)  # the commit point
         except BaseException:
             self.abort()
             raise
@@ -173,8 +166,8 @@ class StagedPartitions:
                 os.rename(self.dir / name, self.data_dir / name)
                 installed.append(self.data_dir / name)
             if self.fsync:
-                _fsync_dir(self.data_dir)
-                _fsync_dir(self.dir)
+                fsync_dir(self.data_dir)
+                fsync_dir(self.dir)
         except OSError as e:
             raise CreationIncomplete(e, installed) from e
         self._remove()
@@ -192,7 +185,7 @@ class StagedPartitions:
             (self.dir / COMMIT_MARKER).unlink()
             self.dir.rmdir()
             if self.fsync:
-                _fsync_dir(self.dir.parent)
+                fsync_dir(self.dir.parent)
         except OSError as e:  # only bookkeeping is left: the next start removes it
             log.warning("could not remove finished creation %s: %s", self.dir, e.strerror)
         _remove_if_empty(self.dir.parent)
@@ -262,7 +255,7 @@ def _recover_one(data_dir: Path, creation: Path, fsync: bool) -> None:
             continue
         os.rename(creation / name, data_dir / name)
     if fsync:
-        _fsync_dir(data_dir)
+        fsync_dir(data_dir)
     if stuck:
         log.error(
             "an interrupted creation could not be completed: %d partition directory(ies) already"
@@ -275,7 +268,7 @@ def _recover_one(data_dir: Path, creation: Path, fsync: bool) -> None:
     (creation / COMMIT_MARKER).unlink()
     creation.rmdir()
     if fsync:
-        _fsync_dir(creation.parent)
+        fsync_dir(creation.parent)
     if parts:
         log.warning(
             "completed an interrupted creation of %d partition(s) (%s ...)", len(parts), parts[0]

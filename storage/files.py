@@ -20,6 +20,7 @@ read-only instead: ``read_only`` says so and writers refuse to write (see
 fsynced, ``sync()`` fsyncs it only then; fsync works on the file, not the descriptor, so a
 descriptor closed by eviction before the fsync loses nothing (the next fsync reopens the file).
 
+Also here: :func:`fsync_dir` and :func:`describe_error`, used wherever storage touches files.
 This module does plain blocking file I/O and knows nothing about segments.
 """
 
@@ -35,6 +36,25 @@ from types import TracebackType
 DEFAULT_CAPACITY = 1000
 
 _READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory (makes the creation, renaming or removal of its entries durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def describe_error(e: BaseException) -> str:
+    """A short description of an error for a log line (no traceback, bounded length)."""
+    if isinstance(e, OSError) and e.strerror:
+        name = Path(e.filename).name if isinstance(e.filename, str) else ""
+        text = f"{e.strerror} ({name})" if name else e.strerror
+    else:
+        text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 300 else text[:300] + "..."
 
 
 class FileReadOnly(OSError):

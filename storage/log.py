@@ -45,16 +45,7 @@ gaps where records were removed. An ``iter_batches`` iterator that is suspended 
 happens continues from the offset after its last batch on the new segments (its memoryviews are
 copies and stay valid); it never reads a replaced file.
 
-Crash leftovers, handled at open before anything else: every ``*.cleaned`` file is deleted (the
-swap had not started). A ``<B>.log.swap`` is complete and fsynced (it was renamed from a finished
-``.cleaned`` file), so the swap is finished: the segments whose base offset is B or lies in
-[B, next offset of the swap file) -- all of them members of the group it replaces -- are deleted
-(indexes, then ``.log``), ``<B>.index.swap`` and ``<B>.timeindex.swap`` (if any) and then
-``<B>.log.swap`` are renamed into place. Members of the group beyond the swap file's next offset
-(their records were all removed) may survive a crash; they only hold offsets above the swap
-file's, so the log stays consistent, merely less compacted. An index ``.swap`` without its
-``.log.swap`` is deleted (the index is rebuilt if needed). This rule is safe for any subset of a
-swap's renames having reached disk.
+Crash leftovers of compaction and what recovery reports are handled by ``storage.recovery``.
 """
 
 from __future__ import annotations
@@ -63,7 +54,6 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import shutil
 import threading
 import uuid
@@ -74,26 +64,30 @@ from pathlib import Path
 from types import TracebackType
 
 from protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
-from storage.files import DEFAULT_POOL, FilePool
-from storage.index import INT32_MAX, OffsetIndex
+from storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
+from storage.index import INT32_MAX
+from storage.recovery import (
+    SEGMENT_FILE,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    cleaned_path,
+    finish_cleaner_leftovers,
+    remove_cleaned,
+    report_gaps,
+    report_orphans,
+    seal_quietly,
+    segment_bases,
+    warn_recovery,
+)
 from storage.segment import (
-    BUILD_CHUNK,
-    INDEX_SUFFIX,
     INDEX_SUFFIXES,
     LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
     Cut,
     Segment,
 )
-from storage.time_index import TimeIndex
 
 log = logging.getLogger("kcoord.storage")
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
-CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file being written (phase 1 of compaction)
-SWAP_SUFFIX = ".swap"  # a cleaned segment file committed to replace its group (phase 2)
-_CLEANER_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)(\.cleaned|\.swap)$")
-_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 
 
 class OffsetOutOfRange(Exception):
@@ -124,24 +118,8 @@ class LogOffline(OSError):
         self.cause = cause
 
 
-def describe_error(e: BaseException) -> str:
-    """A short description of an error (no traceback, bounded length)."""
-    if isinstance(e, OSError) and e.strerror:
-        name = Path(e.filename).name if isinstance(e.filename, str) else ""
-        text = f"{e.strerror} ({name})" if name else e.strerror
-    else:
-        text = f"{type(e).__name__}: {e}"
-    return text if len(text) <= 300 else text[:300] + "..."
-
-
 class CleaningInProgress(RuntimeError):
     """begin_cleaning was called while another cleaning of the same log was under way."""
-
-
-def cleaned_path(directory: Path, base_offset: int, suffix: str) -> Path:
-    """``<base>.log.cleaned``, ``<base>.index.cleaned`` or ``<base>.timeindex.cleaned``
-    (``suffix`` is LOG_SUFFIX, INDEX_SUFFIX or TIMEINDEX_SUFFIX)."""
-    return directory / f"{base_offset:020d}{suffix}{CLEANED_SUFFIX}"
 
 
 @dataclass(eq=False)
@@ -225,11 +203,11 @@ class PartitionLog:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
 
-        dir_changed = _recover_cleaner_files(path)
+        dir_changed = finish_cleaner_leftovers(path)
         log_bases: set[int] = set()
         index_bases: dict[int, set[str]] = {}
         for entry in os.listdir(path):
-            m = _SEGMENT_FILE.match(entry)
+            m = SEGMENT_FILE.match(entry)
             if m:
                 base = int(m.group(1))
                 if m.group(2) == LOG_SUFFIX:
@@ -238,7 +216,7 @@ class PartitionLog:
                     index_bases.setdefault(base, set()).add(m.group(2))
         orphans = sorted(set(index_bases) - log_bases)
         if orphans:  # an index without its log: the log was deleted by someone else
-            _report_orphans(path, orphans, sorted(log_bases))
+            report_orphans(path, orphans, sorted(log_bases))
             for base in orphans:
                 for suffix in index_bases[base]:
                     (path / f"{base:020d}{suffix}").unlink()
@@ -264,7 +242,7 @@ class PartitionLog:
                     dropped = segments[i + 1 :]
                     break
                 if not is_last:
-                    _seal_quietly(seg)
+                    seal_quietly(seg)
             kept.append(seg)
 
         dropped_bytes = 0
@@ -274,9 +252,9 @@ class PartitionLog:
             seg.delete_files()
             dir_changed = True
         if cut is not None or dropped:
-            _warn_recovery(path, cut, dropped, dropped_bytes)
+            warn_recovery(path, cut, dropped, dropped_bytes)
         if not compacted:
-            _report_gaps(path, kept)
+            report_gaps(path, kept)
 
         if not kept:
             kept.append(Segment.create(path, 0, index_interval_bytes, pool))
@@ -287,7 +265,7 @@ class PartitionLog:
                 for seg in kept:
                     seg.sync_existing()
                 if dir_changed:
-                    _fsync_dir(path)
+                    fsync_dir(path)
             except OSError as e:
                 log.warning("recovery of %s: fsync failed: %s", path, describe_error(e))
         return cls(
@@ -305,7 +283,7 @@ class PartitionLog:
         empty segment at offset 0), fsyncing the directory if ``fsync``."""
         Segment.create_files(path, 0)
         if fsync:
-            _fsync_dir(path)
+            fsync_dir(path)
 
     @classmethod
     def fresh(
@@ -505,7 +483,7 @@ class PartitionLog:
                     seg.sync(index=True)
                 written = active.sync(index=False)
                 if dir_dirty:
-                    _fsync_dir(self._path)
+                    fsync_dir(self._path)
                 gone = written and active.unlinked()
             except FileNotFoundError:
                 gone = True
@@ -731,7 +709,7 @@ class PartitionLog:
                 )
                 if stale:
                     for base in new_bases:
-                        _remove_cleaned(self._path, base)
+                        remove_cleaned(self._path, base)
                     return False
                 if not replacements:
                     return True
@@ -748,12 +726,12 @@ class PartitionLog:
         try:
             # 1. Commit: every cleaned file becomes a .swap file, made durable.
             for base in new_bases:
-                for suffix in _SEGMENT_SUFFIXES:
+                for suffix in SEGMENT_SUFFIXES:
                     cleaned = cleaned_path(path, base, suffix)
                     if suffix == LOG_SUFFIX or cleaned.exists():
                         os.rename(cleaned, path / f"{base:020d}{suffix}{SWAP_SUFFIX}")
             if self._fsync:
-                _fsync_dir(path)
+                fsync_dir(path)
             committed = True
             # 2. Delete the replaced segments, 3. move the swap files into place.
             for group, _ in replacements:
@@ -768,7 +746,7 @@ class PartitionLog:
                         os.rename(index_swap, path / f"{stem}{suffix}")
                 os.rename(path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}", path / f"{stem}{LOG_SUFFIX}")
             if self._fsync:
-                _fsync_dir(path)
+                fsync_dir(path)
             for base in new_bases:
                 seg = Segment(path, base, self._index_interval_bytes, self._pool)
                 if not seg.load_sealed():
@@ -777,10 +755,10 @@ class PartitionLog:
         except BaseException:
             if not committed:
                 for base in new_bases:  # nothing was deleted yet: put the log back as it was
-                    for suffix in _SEGMENT_SUFFIXES:
+                    for suffix in SEGMENT_SUFFIXES:
                         with contextlib.suppress(OSError):
                             (path / f"{base:020d}{suffix}{SWAP_SUFFIX}").unlink()
-                    _remove_cleaned(path, base)
+                    remove_cleaned(path, base)
                 raise
             log.error("swap of cleaned segments in %s failed; closing the log", path)
             with self._lock:
@@ -831,7 +809,7 @@ class PartitionLog:
         """
         doomed = self.detach()
         if self._fsync:
-            _fsync_dir(self._path.parent)
+            fsync_dir(self._path.parent)
         shutil.rmtree(doomed)
 
     def detach(self) -> Path:
@@ -863,171 +841,6 @@ class PartitionLog:
             raise LogClosed(f"log {self._path} is closed")
         if self._offline is not None:
             raise self._offline
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove_cleaned(directory: Path, base: int) -> None:
-    for suffix in _SEGMENT_SUFFIXES:
-        with contextlib.suppress(OSError):
-            cleaned_path(directory, base, suffix).unlink()
-
-
-def _swap_next_offset(path: Path, base: int) -> int:
-    """One past the last offset of the whole batches in the swap file ``path``."""
-    reader = Segment.private_reader(path, base)  # the segment's header walker on the .swap
-    next_offset = base
-    try:
-        size = reader.file_size()
-        for _, h in reader.walk_headers(0, size, BUILD_CHUNK):
-            next_offset = max(next_offset, h.next_offset)
-    except CorruptBatch:
-        pass  # normal recovery cuts the segment there after the rename
-    finally:
-        reader.close()
-    return next_offset
-
-
-def _recover_cleaner_files(path: Path) -> bool:
-    """Delete ``.cleaned`` leftovers and finish interrupted swaps; True if anything changed.
-
-    The rule is in the module docstring.
-    """
-    cleaned: list[str] = []
-    log_swaps: list[int] = []
-    index_swaps: set[tuple[int, str]] = set()
-    bases: set[int] = set()
-    for entry in os.listdir(path):
-        m = _CLEANER_FILE.match(entry)
-        if m:
-            if m.group(3) == CLEANED_SUFFIX:
-                cleaned.append(entry)
-            elif m.group(2) == LOG_SUFFIX:
-                log_swaps.append(int(m.group(1)))
-            else:
-                index_swaps.add((int(m.group(1)), m.group(2)))
-            continue
-        m = _SEGMENT_FILE.match(entry)
-        if m:
-            bases.add(int(m.group(1)))
-    for entry in cleaned:
-        (path / entry).unlink()
-    for base, suffix in index_swaps:
-        if base not in log_swaps:
-            (path / f"{base:020d}{suffix}{SWAP_SUFFIX}").unlink()
-    for base in sorted(log_swaps):
-        stem = f"{base:020d}"
-        swap = path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}"
-        end = _swap_next_offset(swap, base)
-        for old in sorted(bases):
-            if old == base or base <= old < end:
-                for suffix in (*INDEX_SUFFIXES, LOG_SUFFIX):  # indexes first, as always
-                    with contextlib.suppress(FileNotFoundError):
-                        (path / f"{old:020d}{suffix}").unlink()
-        for suffix in INDEX_SUFFIXES:
-            if (base, suffix) in index_swaps:
-                os.rename(path / f"{stem}{suffix}{SWAP_SUFFIX}", path / f"{stem}{suffix}")
-        os.rename(swap, path / f"{stem}{LOG_SUFFIX}")
-    if log_swaps:
-        log.warning(
-            "recovery of %s: finished an interrupted compaction swap of segment(s) %s",
-            path,
-            ", ".join(str(b) for b in sorted(log_swaps)),
-        )
-    return bool(cleaned or index_swaps or log_swaps)
-
-
-def _warn_recovery(
-    path: Path, cut: tuple[Segment, Cut] | None, dropped: list[Segment], dropped_bytes: int
-) -> None:
-    parts: list[str] = []
-    if cut is not None:
-        seg, c = cut
-        if c.removed_bytes:
-            parts.append(
-                f"cut {c.removed_bytes} bytes from {seg.log_path.name} at position "
-                f"{c.position} (next offset {seg.next_offset}): {c.reason}"
-            )
-        else:
-            parts.append(c.reason)
-    if dropped:
-        names = ", ".join(s.log_path.name for s in dropped)
-        parts.append(f"deleted {len(dropped)} later segment(s) ({dropped_bytes} bytes): {names}")
-    log.warning("recovery of %s: %s", path, "; ".join(parts))
-
-
-def _seal_quietly(seg: Segment) -> None:
-    """Seal a recovered segment (final time index entry); a failed write only warns."""
-    try:
-        seg.seal()
-    except OSError as e:
-        log.warning(
-            "recovery of %s: sealing its indexes failed, kept in memory: %s",
-            seg.log_path,
-            describe_error(e),
-        )
-
-
-def _report_orphans(path: Path, orphans: list[int], log_bases: list[int]) -> None:
-    """Log, at ERROR, each segment whose index files remain but whose ``.log`` is gone."""
-    for base in orphans:
-        later = [b for b in log_bases if b > base]
-        if later:
-            lost = f"offsets {base} to {later[0] - 1} are lost"
-        else:
-            seen = _last_indexed_offset(path, base)
-            more = f" (at least to {seen})" if seen is not None else ""
-            lost = f"offsets from {base} on{more} are lost"
-        log.error(
-            "partition %s: segment %s.log is missing (its index remains): %s",
-            path.name,
-            f"{base:020d}",
-            lost,
-        )
-
-
-def _last_indexed_offset(path: Path, base: int) -> int | None:
-    """The largest offset an orphan index file of segment ``base`` names, if readable."""
-    best: int | None = None
-    try:
-        offsets = OffsetIndex(path / f"{base:020d}{INDEX_SUFFIX}", base)
-        if offsets.load(INT32_MAX) and len(offsets):
-            best = offsets.entry(len(offsets) - 1)[0]
-        times = TimeIndex(path / f"{base:020d}{TIMEINDEX_SUFFIX}", base)
-        if times.load() and len(times):
-            best = max(best or base, times.last_entry()[1])
-    except OSError:
-        pass
-    return best
-
-
-def _report_gaps(path: Path, segments: list[Segment]) -> None:
-    """Log, at ERROR, offsets missing between consecutive segments of an uncompacted log."""
-    for prev, seg in zip(segments, segments[1:], strict=False):
-        if prev.next_offset < seg.base_offset:
-            log.error(
-                "partition %s: offsets %d to %d are missing (no segment holds them; segment"
-                " files were deleted?)",
-                path.name,
-                prev.next_offset,
-                seg.base_offset - 1,
-            )
-
-
-def segment_bases(path: Path) -> list[int]:
-    """Base offsets of the ``.log`` files in partition directory ``path`` (by name only)."""
-    bases = []
-    for entry in os.listdir(path):
-        m = _SEGMENT_FILE.match(entry)
-        if m and m.group(2) == LOG_SUFFIX:
-            bases.append(int(m.group(1)))
-    return sorted(bases)
 
 
 def open_or_offline(
