@@ -369,12 +369,29 @@ def _emit_field(
         inner = _Pending()
         _emit_entity(src, body + 1, inner, kind.entity, item)
         src.flush(body + 1, inner)
+        _emit_spill(src, body + 1)
         return
     assert kind.kafka_type is not None
     src.line(body, f"for {item} in {arr}:")
     inner = _Pending()
     _emit_primitive(src, body + 1, inner, kind.kafka_type, item, flexible, False)
     src.flush(body + 1, inner)
+    _emit_spill(src, body + 1)
+
+
+_SPILL_PARTS = 65536
+"""Chunks an encoder collects before joining them into one (see :func:`_emit_spill`)."""
+
+
+def _emit_spill(src: _EncoderSource, indent: int) -> None:
+    """After each array item: join the chunks so far once they are many. One ``b''.join`` of
+    millions of chunks (a ListGroups of 400,000 groups) holds the interpreter lock for
+    hundreds of milliseconds, and with it every other thread (the event loop, when big answers
+    are encoded in a worker); joining every ``_SPILL_PARTS`` chunks bounds each hold. The
+    bytes are the same."""
+    src.line(indent, f"if len(parts) > {_SPILL_PARTS}:")
+    src.line(indent + 1, "spilled.append(b''.join(parts))")
+    src.line(indent + 1, "parts.clear()")
 
 
 def _tagged_default(field: dataclasses.Field[Any]) -> Any:
@@ -445,10 +462,14 @@ def _generate_encoder(cls: type, fallback: Encoder | None) -> Encoder:
         src.line(1, "try:")
         body = 2
     src.line(body, "parts = []")
+    src.line(body, "spilled = []")
     src.line(body, "w = parts.append")
     pending = _Pending()
     _emit_entity(src, body, pending, cls, "entity")
     src.flush(body, pending)
+    src.line(body, "if spilled:")
+    src.line(body + 1, "spilled.append(b''.join(parts))")
+    src.line(body + 1, "return b''.join(spilled)")
     src.line(body, "return b''.join(parts)")
     if fallback is not None:
         src.line(1, "except Exception:")

@@ -308,3 +308,24 @@ def test_build_missing_required_field_and_defaults() -> None:
     assert built.throttle_time == datetime.timedelta(milliseconds=5)
     with pytest.raises(ValueError):
         build(cls, throttle_time=0, topics=[], error_code=12345)
+
+
+def test_a_response_of_many_chunks_is_joined_in_pieces_to_the_same_bytes() -> None:
+    """400,000 groups in a ListGroups answer are millions of chunks: the generated encoder
+    joins them every _SPILL_PARTS chunks (so no single join holds the interpreter long) and
+    still writes exactly kio's bytes."""
+    cls = response_type(16, 4)
+    groups = 20_000  # 7 chunks each: past the spill threshold
+    assert 7 * groups > fastcodec._SPILL_PARTS
+    entity = build(
+        cls,
+        throttle_time=0,
+        error_code=0,
+        groups=[
+            dict(group_id=f"group-{i}", protocol_type="consumer", group_state="Stable")
+            for i in range(groups)
+        ],
+    )
+    generated = fastcodec.generated_encoder(cls)
+    assert generated is not None and "spilled.append" in generated.__fastcodec_source__  # type: ignore[attr-defined]
+    assert generated(entity) == fastcodec.kio_encoder(cls)(entity)
