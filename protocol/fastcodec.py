@@ -124,6 +124,21 @@ def field_kind(field: dataclasses.Field[Any]) -> FieldKind:
     return FieldKind(kafka_type, None, is_array, optional)
 
 
+def split_fields(
+    cls: type,
+) -> tuple[list[dataclasses.Field[Any]], list[tuple[int, dataclasses.Field[Any]]]]:
+    """The fields of kio class ``cls``: (plain ones in wire order, [(tag, field)] tagged ones)."""
+    plain: list[dataclasses.Field[Any]] = []
+    tagged: list[tuple[int, dataclasses.Field[Any]]] = []
+    for field in dataclasses.fields(cls):
+        tag = field.metadata.get("tag")
+        if tag is None:
+            plain.append(field)
+        else:
+            tagged.append((int(tag), field))
+    return plain, tagged
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoder generation
 
@@ -406,14 +421,7 @@ def _emit_entity(src: _EncoderSource, indent: int, pending: _Pending, cls: type,
     if not dataclasses.is_dataclass(cls):
         raise NotImplementedError(f"{cls!r} is not a dataclass")
     flexible = bool(getattr(cls, "__flexible__", False))
-    plain: list[dataclasses.Field[Any]] = []
-    tagged: list[tuple[int, dataclasses.Field[Any]]] = []
-    for field in dataclasses.fields(cls):
-        tag = field.metadata.get("tag")
-        if tag is None:
-            plain.append(field)
-        else:
-            tagged.append((int(tag), field))
+    plain, tagged = split_fields(cls)
     if tagged and not flexible:
         raise NotImplementedError("tagged fields on a non-flexible struct")
     for field in plain:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from .fastcodec import field_kind
+from .fastcodec import field_kind, split_fields
 
 DEFAULT_MAX_ELEMENTS = 100_000
 """Array entries a request may hold unless the broker says otherwise (socket.request.max.elements)."""
@@ -102,18 +102,6 @@ def _flexible(cls: type) -> bool:
     return bool(getattr(cls, "__flexible__", False))
 
 
-def _split_fields(cls: type) -> tuple[list[dataclasses.Field[Any]], list[tuple[int, Any]]]:
-    plain: list[dataclasses.Field[Any]] = []
-    tagged: list[tuple[int, dataclasses.Field[Any]]] = []
-    for f in dataclasses.fields(cls):
-        tag = f.metadata.get("tag")
-        if tag is None:
-            plain.append(f)
-        else:
-            tagged.append((int(tag), f))
-    return plain, tagged
-
-
 def _primitive_min(kafka_type: str, flexible: bool) -> int:
     if kafka_type in _FIXED_SIZE:
         return _FIXED_SIZE[kafka_type]
@@ -128,7 +116,7 @@ def _primitive_min(kafka_type: str, flexible: bool) -> int:
 def _entity_min(cls: type) -> int:
     """The fewest bytes an instance of ``cls`` can take on the wire."""
     flexible = _flexible(cls)
-    plain, _ = _split_fields(cls)
+    plain, _ = split_fields(cls)
     total = 1 if flexible else 0  # tagged-field count
     for f in plain:
         total += _field_min(f, flexible)
@@ -349,7 +337,7 @@ def _emit_entity(src: _Source, indent: int, cls: type) -> None:
     if not dataclasses.is_dataclass(cls):
         raise NotImplementedError(f"{cls!r} is not a dataclass")
     flexible = _flexible(cls)
-    plain, tagged = _split_fields(cls)
+    plain, tagged = split_fields(cls)
     for f in plain:
         _emit_field(src, indent, cls, f, flexible)
     if not flexible:

@@ -20,7 +20,8 @@ read-only instead: ``read_only`` says so and writers refuse to write (see
 fsynced, ``sync()`` fsyncs it only then; fsync works on the file, not the descriptor, so a
 descriptor closed by eviction before the fsync loses nothing (the next fsync reopens the file).
 
-Also here: :func:`fsync_dir` and :func:`describe_error`, used wherever storage touches files.
+Also here: :func:`fsync_dir`, :func:`write_file` (small files written whole, atomically) and
+:func:`describe_error`, used wherever storage touches files.
 This module does plain blocking file I/O and knows nothing about segments.
 """
 
@@ -45,6 +46,26 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_file(path: Path, data: bytes, *, fsync: bool = True, atomic: bool = True) -> None:
+    """Write the small file ``path`` whole. ``atomic``: through ``<name>.tmp`` renamed into
+    place, then the directory fsynced (if ``fsync``), so a crash leaves the old file or the new
+    one. Without it the file is written directly and fsynced (if ``fsync``), the directory not."""
+    target = path.with_name(path.name + ".tmp") if atomic else path
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if atomic:
+        os.replace(target, path)
+        if fsync:
+            fsync_dir(path.parent)
 
 
 def describe_error(e: BaseException) -> str:

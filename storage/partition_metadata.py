@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import uuid
 from pathlib import Path
+
+from storage.files import write_file
 
 PARTITION_METADATA_FILE = "partition.metadata"
 VERSION = 0
@@ -76,25 +77,5 @@ def write_partition_metadata(
     the file is written directly (fsynced, the directory not): for a new directory that is
     discarded whole if anything in it is incomplete (``storage.creation``).
     """
-    directory = Path(directory)
-    path = directory / PARTITION_METADATA_FILE
-    target = directory / (PARTITION_METADATA_FILE + ".tmp") if atomic else path
     data = f"version: {VERSION}\ntopic_id: {topic_id_to_str(topic_id)}\n".encode("ascii")
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if not atomic:
-        return
-    os.replace(target, path)
-    if fsync:
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    write_file(Path(directory) / PARTITION_METADATA_FILE, data, fsync=fsync, atomic=atomic)
