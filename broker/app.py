@@ -188,7 +188,7 @@ class Broker:
                 if since is not None and since < cutoff:
                     conn.abort(
                         f"request not received within {timeout * 1000:.0f} ms"
-                        f" ({conn.decoder.buffered} bytes of it arrived;"
+                        f" ({conn.decoder.partial} bytes of it arrived;"
                         " socket.request.receive.timeout.ms)"
                     )
 

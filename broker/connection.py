@@ -55,7 +55,7 @@ log = logging.getLogger("kcoord.connection")
 _FRAMES_PER_PASS = 64
 """Frames handled in one turn of the event loop before the connection lets others go."""
 _PASS_SECONDS = 0.005
-"""...or this much time, whichever comes first."""
+"""...or this much time (looked at every 8 frames), whichever comes first."""
 _MAX_HELD_BYTES = 8 * 1024 * 1024
 """Answers ready but not yet handed to the socket, above which nothing more is handled."""
 _SEND_BUFFER_HIGH = 1024 * 1024
@@ -152,12 +152,16 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.decoder.append(data)
+        try:
+            self.decoder.append(data)
+        except FrameError as e:
+            self.abort(f"bad frame: {e}")
+            return
         self._pass()
 
     def eof_received(self) -> bool | None:
-        if self.decoder.buffered:
-            log.info("connection %s closed mid-frame (%d bytes)", self.peer, self.decoder.buffered)
+        if self.decoder.partial:
+            log.info("connection %s closed mid-frame (%d bytes)", self.peer, self.decoder.partial)
         return None
 
     def pause_writing(self) -> None:
@@ -170,28 +174,35 @@ class Connection(asyncio.Protocol):
     # flow control -------------------------------------------------------------------------------
     def _pass(self) -> None:
         """Handle the frames that have arrived, a bounded number of them, then decide whether
-        to read on (:meth:`_flow`)."""
+        to read on (:meth:`_flow`). This runs for every request: locals, and _busy() inlined."""
         self._pass_scheduled = False
-        decoder = self.decoder
-        handled = 0
+        next_frame = self.decoder.next_frame
+        direct = self._direct
+        slots = self._slots
+        max_in_flight = self._max_in_flight
+        budget = _FRAMES_PER_PASS
         deadline = time.perf_counter() + _PASS_SECONDS
-        try:
-            while not self.closed and not self._busy():
-                frame = decoder.next_frame()
-                if frame is None:
-                    break
-                self.partial_since = None
-                if self._reserved:  # this is the large frame the reservation was for
-                    reserved, self._reserved = self._reserved, 0
-                    self.broker.request_memory.release(reserved)
-                if not self._direct(frame) and self._on_frame(frame):
-                    break  # a task was started: let it run before handling more (below)
-                handled += 1
-                if handled >= _FRAMES_PER_PASS or time.perf_counter() >= deadline:
-                    break
-        except FrameError as e:
-            self.abort(f"bad frame: {e}")
-            return
+        handled = False
+        while (
+            len(slots) < max_in_flight
+            and self._held < _MAX_HELD_BYTES
+            and not self._writing_paused
+            and not self.closed
+        ):
+            frame = next_frame()
+            if frame is None:
+                break
+            handled = True
+            if self._reserved:  # this is the large frame the reservation was for
+                reserved, self._reserved = self._reserved, 0
+                self.broker.request_memory.release(reserved)
+            if not direct(frame) and self._on_frame(frame):
+                break  # a task was started: let it run before handling more (below)
+            budget -= 1
+            if not budget & 7 and (not budget or time.perf_counter() >= deadline):
+                break
+        if handled:
+            self.partial_since = None  # a frame arrived whole; the next one starts its clock
         self._flow()
 
     def _busy(self) -> bool:
@@ -216,11 +227,7 @@ class Connection(asyncio.Protocol):
                 self._pass_scheduled = True
                 self._loop.call_soon(self._pass)
             return
-        try:
-            size = decoder.head_size()
-        except FrameError as e:
-            self.abort(f"bad frame: {e}")
-            return
+        size = decoder.head_size()
         if size is not None and size > SMALL_REQUEST and not self._reserved:
             memory = self.broker.request_memory
             if not memory.reserve(size):
@@ -229,17 +236,14 @@ class Connection(asyncio.Protocol):
                 return
             self._reserved = size
         self._set_reading(True)
-        if decoder.buffered and self.partial_since is None:
+        if decoder.partial and self.partial_since is None:
             self.partial_since = time.monotonic()
 
     def wanted(self) -> int:
         """Request memory budget: the bytes this connection waits for (0 once closed)."""
         if self.closed:
             return 0
-        try:
-            return self.decoder.head_size() or 0
-        except FrameError:
-            return 0
+        return self.decoder.head_size() or 0
 
     def admitted(self, size: int) -> None:
         """Request memory budget: ``size`` bytes are now reserved for the frame arriving."""

@@ -360,8 +360,12 @@ def _holds_array(f: dataclasses.Field[Any]) -> bool:
 
 
 @cache
-def guard(cls: type) -> Guard:
-    """The pre-pass for request class ``cls`` (see the module docstring), cached per class."""
+def guard(cls: type) -> Guard | None:
+    """The pre-pass for request class ``cls`` (see the module docstring), cached per class;
+    None for a class without arrays, which has nothing to check (kio checks string and bytes
+    lengths itself)."""
+    if not any(_holds_array(f) for f in dataclasses.fields(cls)):
+        return None
     src = _Source()
     src.line(1, "n = len(b)")
     src.line(1, "e = 0")

@@ -30,7 +30,11 @@ def test_every_served_request_version_passes_and_decodes_unchanged(
     api_key: int, version: int, body: bytes
 ) -> None:
     cls = request_type(api_key, version)
-    assert guard(cls)(body, 0, 10_000) == array_entries(cls)
+    check = guard(cls)
+    if check is None:  # no arrays: nothing for the pre-pass to check
+        assert array_entries(cls) == 0
+    else:
+        assert check(body, 0, 10_000) == array_entries(cls)
     assert decode_request(api_key, version, body, 0) == sample(cls)
 
 
@@ -56,7 +60,8 @@ def test_a_legacy_array_claiming_more_than_the_frame_holds_is_refused() -> None:
     # Exactly as many minimal entries as the bytes allow is not a lie: it gets to kio.
     cls = request_type(ApiKey.LIST_OFFSETS, 1)
     one_topic = encode_body(sample(cls))
-    assert guard(cls)(one_topic, 0, 100) == array_entries(cls)
+    check = guard(cls)
+    assert check is not None and check(one_topic, 0, 100) == array_entries(cls)
 
 
 def test_null_is_refused_where_the_schema_has_no_null_array() -> None:
