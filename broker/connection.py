@@ -55,7 +55,7 @@ log = logging.getLogger("kcoord.connection")
 _FRAMES_PER_PASS = 64
 """Frames handled in one turn of the event loop before the connection lets others go."""
 _PASS_SECONDS = 0.005
-"""...or this much time (looked at every 8 frames), whichever comes first."""
+"""...or this much time after its 8th frame (the clock is read every 8), whichever is first."""
 _MAX_HELD_BYTES = 8 * 1024 * 1024
 """Answers ready but not yet handed to the socket, above which nothing more is handled."""
 _SEND_BUFFER_HIGH = 1024 * 1024
@@ -181,7 +181,7 @@ class Connection(asyncio.Protocol):
         slots = self._slots
         max_in_flight = self._max_in_flight
         budget = _FRAMES_PER_PASS
-        deadline = time.perf_counter() + _PASS_SECONDS
+        deadline = 0.0  # set at the 8th frame: most passes handle fewer
         handled = False
         while (
             len(slots) < max_in_flight
@@ -199,10 +199,16 @@ class Connection(asyncio.Protocol):
             if not direct(frame) and self._on_frame(frame):
                 break  # a task was started: let it run before handling more (below)
             budget -= 1
-            if not budget & 7 and (not budget or time.perf_counter() >= deadline):
-                break
+            if not budget & 7:
+                now = time.perf_counter()
+                if not deadline:
+                    deadline = now + _PASS_SECONDS
+                elif not budget or now >= deadline:
+                    break
         if handled:
             self.partial_since = None  # a frame arrived whole; the next one starts its clock
+        if self._reading and self.decoder.idle and not self.closed:
+            return  # the usual end of a pass: all handled, nothing half-arrived, reading on
         self._flow()
 
     def _busy(self) -> bool:

@@ -185,7 +185,10 @@ class OffsetApi:
     def _is_big_fetch(self, group_id: str, wanted: Wanted) -> bool:
         """Whether a fetch reads too many offsets to be answered on the loop at once."""
         if wanted is not None:
-            return is_big(sum(len(parts) for _, parts in wanted))
+            count = 0
+            for _name, parts in wanted:  # a loop, not sum() over a generator: the hot path
+                count += len(parts)
+            return is_big(count)
         runtime = self.runtime
         return is_big(runtime.shard(runtime.partition_of(group_id)).offset_count_of(group_id))
 

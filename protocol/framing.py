@@ -98,6 +98,11 @@ class FrameDecoder:
         return self._next < len(self._ready)
 
     @property
+    def idle(self) -> bool:
+        """No whole frame waiting and none partly here."""
+        return not self._buf and self._next >= len(self._ready)
+
+    @property
     def partial(self) -> int:
         """Bytes received of the frame still arriving."""
         return len(self._buf)
