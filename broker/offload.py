@@ -1,4 +1,4 @@
-"""Keeping big group and offset requests from holding the event loop.
+"""Keeping big requests (groups, offsets, metadata, fetches) from holding the event loop.
 
 One loop serves every connection, so no single request may keep it for long (about 100 ms at
 most). Two tools, for the two kinds of work a big request brings:
