@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
-from coordinator.shard import listed_groups
+from coordinator.classic.manager import listed_groups
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, encode_body, encode_response, response_type
 from protocol.errors import ErrorCode

@@ -21,7 +21,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from coordinator.group import GroupState
+from coordinator.classic.group import GroupState
 
 from .offload import SLICE, gc_paused, pause
 

@@ -38,7 +38,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from coordinator.shard import RebalanceCompleted
+from coordinator.output import RebalanceCompleted
 from protocol.apis import ApiKey
 
 from .group_metrics import GroupSeries, GroupsSnapshot, read_groups

@@ -16,7 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
-from coordinator.shard import fetched_offsets
+from coordinator.offsets import fetched_offsets
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, decode_request_frame, encode_body
 from protocol.errors import ErrorCode

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
-from coordinator.group import GroupState
 from coordinator.messages import JoinGroupResponse, JoinMember, LeaveMember
 from tests.unit.test_group_harness import E, Harness
 

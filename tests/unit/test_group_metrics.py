@@ -11,7 +11,7 @@ import pytest
 
 from broker import group_metrics
 from broker.group_metrics import OTHER, GroupSeries, read_groups
-from coordinator.group import GroupState
+from coordinator.classic.group import GroupState
 from tests.unit.test_group_harness import Harness
 
 END = 10  # every existing partition's log end offset

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from coordinator.group import ClassicGroup, GroupState, IllegalStateTransition, Member
-from coordinator.shard import _default_member_id
+from coordinator.classic.group import ClassicGroup, GroupState, IllegalStateTransition, Member
+from coordinator.classic.groups import default_member_id
 
 S = GroupState
 
@@ -74,11 +74,11 @@ def test_C3_invalid_transitions_raise(start: GroupState, target: GroupState) -> 
 
 
 def test_B3_default_member_ids_are_prefix_dash_uuid() -> None:
-    mid = _default_member_id("client-a")
+    mid = default_member_id("client-a")
     assert re.fullmatch(
         r"client-a-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", mid
     )
-    assert _default_member_id("x") != _default_member_id("x")
+    assert default_member_id("x") != default_member_id("x")
 
 
 def test_B4_add_sets_type_leader_votes_awaiting() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
-from coordinator.group import GroupState
 from coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -565,21 +565,22 @@ def test_G3_timer_compaction_never_drops_a_live_session_timer() -> None:
     h.sync(ids[0], 1, [(m, b"") for m in ids])
     g = h.group()
     compactions = 0
-    compact = h.shard._compact_timers
+    timers = h.shard.timers
+    compact = timers._compact
 
     def counting() -> None:
         nonlocal compactions
         compactions += 1
         compact()
 
-    h.shard._compact_timers = counting  # type: ignore[method-assign]
-    h.shard._compact_at = len(h.shard._timers) // 2  # the first re-queue compacts
+    timers._compact = counting  # type: ignore[method-assign]
+    timers._compact_at = len(timers.entries) // 2  # the first re-queue compacts
     for r in range(40):  # past the first deadlines: every entry re-queues itself once
         h.tick(1_000)
         for i, m in enumerate(ids):
             out = h.shard.heartbeat(f"hb-{r}-{i}", _hb(m), h.now)
             assert out.replies[0][1].error == E.none  # type: ignore[union-attr]
-        tokens = {entry[1] for entry in h.shard._timers}
+        tokens = {entry[1] for entry in timers.entries}
         assert all(g.members[m].heartbeat_token in tokens for m in ids)
     assert compactions > 0
     assert len(g.members) == n

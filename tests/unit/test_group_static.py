@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.group import GroupState
+from coordinator.classic.group import GroupState
 from coordinator.messages import JoinGroupRequest, JoinGroupResponse, JoinMember
 from coordinator.schemas import GroupMetadataValue
 from tests.unit.test_group_harness import E, Harness

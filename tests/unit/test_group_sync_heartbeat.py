@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from coordinator.group import GroupState
+from coordinator.classic.group import GroupState
 from coordinator.messages import (
     LeaveGroupRequest,
     LeaveMember,

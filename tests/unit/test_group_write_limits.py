@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 
+from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
-from coordinator.group import GroupState
 from coordinator.messages import (
     JoinGroupRequest,
     OffsetCommitPartition,

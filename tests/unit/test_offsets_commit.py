@@ -3,8 +3,8 @@ metadata limits, the records written and undoing a failed write."""
 
 from __future__ import annotations
 
+from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
-from coordinator.group import GroupState
 from coordinator.messages import (
     OffsetCommitPartition,
     OffsetCommitRequest,

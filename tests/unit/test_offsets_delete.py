@@ -3,8 +3,8 @@ and the consumer-protocol subscription parser that decides which topics a group 
 
 from __future__ import annotations
 
+from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
-from coordinator.group import GroupState
 from coordinator.messages import OffsetDeleteResponse
 from coordinator.schemas import GroupMetadataKey, OffsetCommitKey, decode_key
 from coordinator.shard import GroupShard

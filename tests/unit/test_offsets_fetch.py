@@ -3,7 +3,7 @@ for unknown groups, and with a group-level error only while loading or for forei
 
 from __future__ import annotations
 
-from coordinator.group import GroupState
+from coordinator.classic.group import GroupState
 from coordinator.messages import FetchedOffset, OffsetFetchResponse
 from protocol.javahash import partition_for
 from tests.unit.test_group_harness import E, Harness

@@ -3,8 +3,8 @@ expire, from which base time, and what happens to groups left without offsets.""
 
 from __future__ import annotations
 
+from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
-from coordinator.group import GroupState
 from coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,

@@ -2,11 +2,13 @@
 
 This module owns what a classic consumer group *is*: its state machine with checked
 transitions (C1-C4), its members in insertion order, the static-member and pending-member
-registries, the protocol vote counters and the awaiting-join count (B1-B9), and protocol
-selection (E7). It knows nothing about requests, replies, records or timers: the shard
-(:mod:`coordinator.shard`) drives it. Parked requests are represented by the runtime's opaque
-handles stored on the member (``join_handle``/``sync_handle``); the group only tells the shard
-which handles it displaced so that every handle gets exactly one reply.
+registries, the protocol vote counters and the awaiting-join count (B1-B9), protocol
+selection (E7), and the group as the offsets manager sees it (who may commit or delete its
+offsets, which offsets may expire: :class:`coordinator.offsets.OffsetGroup`). It knows nothing
+about requests, replies, records or timers: the classic group manager
+(:mod:`coordinator.classic.manager`) drives it. Parked requests are represented by the
+runtime's opaque handles stored on the member (``join_handle``/``sync_handle``); the group only
+tells its manager which handles it displaced so that every handle gets exactly one reply.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from types import MappingProxyType
 from typing import Any
 
 from coordinator.messages import JoinMember
-from coordinator.subscription import subscribed_topics
+from coordinator.offsets import OffsetExpiry
+from coordinator.subscription import CONSUMER_PROTOCOL_TYPE, subscribed_topics
+from protocol.errors import ErrorCode
 
 __all__ = [
     "ClassicGroup",
@@ -394,3 +398,85 @@ class ClassicGroup:
             JoinMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
             for m in self.members.values()
         )
+
+    # ---- its members' identity (D7, L7) ---------------------------------------------------
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> int | None:
+        """D7/L7: the error for a request naming ``member_id`` (and ``instance_id``), None if
+        it is a current member; an instance id must be registered to exactly this member."""
+        if instance_id is not None:
+            current = self.static_member_id(instance_id)
+            if current is None:
+                return ErrorCode.unknown_member_id
+            if current != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        return None
+
+    # ---- as the offsets see it (J, I6, OffsetDelete) ----------------------------------------
+
+    @property
+    def is_empty(self) -> bool:
+        return self.state is GroupState.EMPTY
+
+    @property
+    def may_have_record(self) -> bool:
+        """Whether a group record of it may exist: it reached a generation (a generation-0
+        group only ever stored offsets)."""
+        return self.generation > 0
+
+    def validate_offset_commit(
+        self, member_id: str, instance_id: str | None, generation: int
+    ) -> int | None:
+        """J6, in Kafka's order: Dead -> COORDINATOR_NOT_AVAILABLE; a commit naming a member
+        (generation >= 0, a member id or an instance id) must come from a current member of
+        the current generation; an anonymous one is only accepted by an Empty group (a
+        standalone consumer), else UNKNOWN_MEMBER_ID; CompletingRebalance ->
+        REBALANCE_IN_PROGRESS (the member has no assignment yet)."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if generation >= 0 or member_id != "" or instance_id is not None:
+            error = self.validate_member(member_id, instance_id)
+            if error is not None:
+                return error
+            if generation != self.generation:
+                return ErrorCode.illegal_generation
+        elif self.state is not GroupState.EMPTY:
+            return ErrorCode.unknown_member_id  # while it has members, only members commit
+        if self.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return None
+
+    def validate_offset_delete(self) -> int | None:
+        """OffsetDelete's group-level check: Dead -> GROUP_ID_NOT_FOUND; members whose
+        protocol type is not ``consumer`` -> NON_EMPTY_GROUP (their subscriptions cannot be
+        known)."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found
+        if self.state is not GroupState.EMPTY and self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return ErrorCode.non_empty_group
+        return None
+
+    def offset_expiry(self) -> OffsetExpiry | None:
+        """J2-J4: which of its offsets may expire, and from when (None: none of them).
+
+        - with a protocol type and Empty: every offset, counted from when it became Empty
+          (its state timestamp; unknown for groups loaded from records without one: then
+          from each commit);
+        - a Stable ``consumer`` group with known subscriptions: offsets of the topics it does
+          not subscribe to, counted from their commit;
+        - standalone (no protocol type): every offset, counted from its commit;
+        - otherwise (rebalancing, other protocol types, unknown subscriptions): none.
+        """
+        if self.protocol_type is None:
+            return OffsetExpiry()
+        if self.state is GroupState.EMPTY:
+            return OffsetExpiry(since=self.state_timestamp_ms)
+        if (
+            self.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and self.subscribed_topics is not None
+            and self.state is GroupState.STABLE
+        ):
+            return OffsetExpiry(kept_topics=self.subscribed_topics)
+        return None
