@@ -108,6 +108,7 @@ class ConnectionServices:
     request_memory: RequestMemory
     """The broker-wide ``queued.max.request.bytes`` budget (broker/admission.py)."""
     metrics: MetricsHooks
+    """Requests by API and their latency (broker/services.py)."""
 
 
 class _Slot:
