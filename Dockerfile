@@ -23,6 +23,7 @@ COPY storage ./storage
 COPY coordinator ./coordinator
 COPY broker ./broker
 COPY pipeline ./pipeline
+COPY admin ./admin
 RUN pip install . && rm -rf /build
 
 RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/kcoord kcoord \

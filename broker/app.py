@@ -1,5 +1,9 @@
-"""The broker process: owns the config, the topic registry, the flusher and the listening socket,
-and maps each API key to its handler.
+"""The broker process: builds every part of the broker, wires them together and runs them.
+
+It owns the config, the topic registry, the flusher, the group runtime, the metrics and the
+listening socket, and maps each API key to its handler. Each part is handed the few services it
+uses (``broker/services.py``), never the broker: nothing but the command line imports this
+module.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from storage.files import FilePool
 from .admission import RequestMemory
 from .cluster_api import ClusterApi
 from .config import Config
-from .connection import Connection, DirectHandler, Handler
+from .connection import Connection, ConnectionServices, DirectHandler, Handler
 from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
 from .group_runtime import GroupRuntime
-from .metrics import BrokerMetrics, MetricsServer
+from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
+from .services import MetricsHooks
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
 
 log = logging.getLogger("kcoord.broker")
@@ -64,7 +69,8 @@ class Broker:
         self.metrics: BrokerMetrics | None = None
         self._metrics_server: MetricsServer | None = None
         if config.metrics_port is not None:
-            self.metrics = BrokerMetrics(self)
+            self.metrics = BrokerMetrics()
+        hooks = self.metrics.hooks() if self.metrics is not None else MetricsHooks()
         fsync = config["log.flush.interval.messages"] == 1
         # Every segment and index file of this broker shares one bounded pool of descriptors.
         self.file_pool = FilePool(config["log.max.open.files"])
@@ -77,14 +83,18 @@ class Broker:
         self.flusher = Flusher(
             enabled=fsync,
             on_flushed=self.topics.notify_appended,
-            observe=self.metrics.log_flush.observe if self.metrics is not None else None,
+            observe=hooks.log_flush,
         )
-        self.cluster = ClusterApi(self)
-        self.data = DataApi(self)
-        self.groups = GroupRuntime(self)
-        self.group_api = GroupApi(self, self.groups)
+        self.cluster = ClusterApi(config, self.topics, self.cluster_id)
+        self.data = DataApi(config, self.topics, self.flusher, hooks)
+        self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
+        self.group_api = GroupApi(config, self.groups)
         g = self.group_api
-        o = OffsetApi(self, self.groups)
+        o = OffsetApi(config, self.groups, self.topics)
+        if self.metrics is not None:
+            self.metrics.observe(
+                CoordinatorState(self.groups, self.topics, self.data.producers, config)
+            )
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.cluster.api_versions,
             ApiKey.METADATA: self.cluster.metadata,
@@ -113,25 +123,17 @@ class Broker:
             ApiKey.HEARTBEAT: g.heartbeat_direct,
             ApiKey.OFFSET_FETCH: o.offset_fetch_direct,
         }
+        self._connection_services = ConnectionServices(
+            config=config,
+            handlers=self.handlers,
+            direct_handlers=self.direct_handlers,
+            open_connections=self.connections,
+            request_memory=self.request_memory,
+            metrics=hooks,
+        )
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
-
-    # metrics hooks (no-ops without --metrics-port) ----------------------------------------------
-    def metrics_request(self, api_key: int) -> None:
-        """A request arrived (counted by API)."""
-        if self.metrics is not None:
-            self.metrics.request(api_key)
-
-    def metrics_response(self, api_key: int, started: float) -> None:
-        """A request's response is ready; ``started`` is its ``time.perf_counter()`` on arrival."""
-        if self.metrics is not None:
-            self.metrics.response(api_key, time.perf_counter() - started)
-
-    def metrics_append(self, seconds: float) -> None:
-        """A batch was appended to a partition log."""
-        if self.metrics is not None:
-            self.metrics.log_append.observe(seconds)
 
     @property
     def serving(self) -> bool:
@@ -142,7 +144,11 @@ class Broker:
         if self.metrics is not None and self.config.metrics_port is not None:
             # First, so that /healthz and /readyz answer (503) during start-up.
             self._metrics_server = MetricsServer(
-                self, self.metrics, self.config.host, self.config.metrics_port
+                self.metrics,
+                self.config.host,
+                self.config.metrics_port,
+                serving=lambda: self.serving,
+                runtime=self.groups,
             )
             await self._metrics_server.start()
         self.topics.load(skip=INTERNAL_TOPICS)
@@ -151,8 +157,9 @@ class Broker:
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         loop = asyncio.get_running_loop()
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
+        services = self._connection_services
         self._server = await loop.create_server(
-            lambda: Connection(self),
+            lambda: Connection(services),
             self.config.host,
             self.config.port,
             reuse_address=True,

@@ -59,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--verbose", "-v", action="store_true", help="also show allowed values and descriptions"
     )
-    from .admin_cli import add_parsers as add_admin_parsers
+    # The admin commands are Kafka clients of their own package (admin/); only their
+    # arguments are added here: confluent-kafka is imported when one of them runs.
+    from admin.cli import add_parsers as add_admin_parsers
 
     add_admin_parsers(sub)
     try:  # the Spark pipeline is an optional extra
@@ -153,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         return _show_config(args)
     if args.command in ("groups", "offsets"):
-        from .admin_cli import run as run_admin
+        from admin.cli import run as run_admin
 
         return run_admin(args)
     if args.command == "pipeline":

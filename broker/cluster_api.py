@@ -28,7 +28,8 @@ from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_slice
 from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_problem
 
 if TYPE_CHECKING:
-    from .app import Broker
+    from .config import Config
+    from .topics import TopicStore
 
 log = logging.getLogger("kcoord.cluster")
 
@@ -36,18 +37,19 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 class ClusterApi:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.topics = broker.topics
+    def __init__(self, config: Config, topics: TopicStore, cluster_id: str) -> None:
+        self.config = config
+        self.topics = topics
+        self.cluster_id = cluster_id
         self._api_versions_bodies: dict[int, RawBody] = {}
-        self._max_elements: int = broker.config["socket.request.max.elements"]
+        self._max_elements: int = config["socket.request.max.elements"]
 
     @property
     def node_id(self) -> int:
-        return int(self.broker.config["node.id"])
+        return int(self.config["node.id"])
 
     def brokers(self) -> list[dict[str, Any]]:
-        host, port = self.broker.config.advertised
+        host, port = self.config.advertised
         return [dict(node_id=self.node_id, host=host, port=port, rack=None)]
 
     # ApiVersions ----------------------------------------------------------------------------------
@@ -87,7 +89,7 @@ class ClusterApi:
 
     # Metadata -------------------------------------------------------------------------------------
     def metadata(self, ctx: RequestContext, req: Any) -> Any:
-        config = self.broker.config
+        config = self.config
         auto_create = config["auto.create.topics.enable"] and getattr(
             req, "allow_auto_topic_creation", True
         )
@@ -138,7 +140,7 @@ class ClusterApi:
         return ctx.respond(
             throttle_time=0,
             brokers=self.brokers(),
-            cluster_id=self.broker.cluster_id,
+            cluster_id=self.cluster_id,
             controller_id=self.node_id,
             topics=topics_out,
             cluster_authorized_operations=-2147483648,
@@ -149,7 +151,7 @@ class ClusterApi:
     ) -> Sliced[list[dict[str, Any]]]:
         """The answer for each topic asked for (by name or id), creating unknown ones if
         ``auto_create``; yields between slices of topics and partitions described."""
-        config = self.broker.config
+        config = self.config
         topics_out = []
         work = 0
         for name, topic_id in wanted:
@@ -295,7 +297,7 @@ class ClusterApi:
 
     def _creatable(self, t: Any) -> tuple[int, int, int | None]:
         """(partitions, replication factor, segment.bytes) of a CreateTopics entry, checked."""
-        config = self.broker.config
+        config = self.config
         count = t.num_partitions
         if t.assignments:
             if count != -1 or t.replication_factor != -1:

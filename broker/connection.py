@@ -33,7 +33,7 @@ import logging
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,7 +48,9 @@ from .admission import SMALL_REQUEST
 from .offload import gc_paused
 
 if TYPE_CHECKING:
-    from .app import Broker
+    from .admission import RequestMemory
+    from .config import Config
+    from .services import MetricsHooks
 
 log = logging.getLogger("kcoord.connection")
 
@@ -91,6 +93,24 @@ the generic path. For the hottest requests: decodes the frame itself, answers at
 _HEAD = struct.Struct(">hhi")
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionServices:
+    """What every connection of the listener is handed; built once by broker/app.py."""
+
+    config: Config
+    handlers: Mapping[int, Handler]
+    """The generic path: a handler per API key, given the decoded request."""
+    direct_handlers: Mapping[int, DirectHandler]
+    """The hot path, tried first for the APIs that have one (see DirectHandler)."""
+    open_connections: set[Connection]
+    """The broker's set of open connections: a connection is in it from connection_made to
+    connection_lost (the broker sweeps it for slow requests and closes it at shutdown)."""
+    request_memory: RequestMemory
+    """The broker-wide ``queued.max.request.bytes`` budget (broker/admission.py)."""
+    metrics: MetricsHooks
+    """Requests by API and their latency (broker/services.py)."""
+
+
 class _Slot:
     __slots__ = ("data", "done")
 
@@ -100,9 +120,8 @@ class _Slot:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
+    def __init__(self, services: ConnectionServices) -> None:
+        config = services.config
         self.decoder = FrameDecoder(config["socket.request.max.bytes"])
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
@@ -115,7 +134,14 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._write_scheduled = False
         self._loop = asyncio.get_running_loop()
-        self._direct_handlers = broker.direct_handlers
+        # What the per-request path uses, bound here once (no attribute hops per request).
+        self._handlers = services.handlers
+        self._direct_handlers = services.direct_handlers
+        self._open_connections = services.open_connections
+        self._request_memory = services.request_memory
+        self._metered = services.metrics.enabled
+        self._on_request = services.metrics.request
+        self._on_response = services.metrics.response
         self._max_elements: int = config["socket.request.max.elements"]
         self._max_in_flight: int = config["queued.max.requests"]
         # Flow control (module docstring).
@@ -135,13 +161,13 @@ class Connection(asyncio.Protocol):
         if peer:
             self.client_host = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
-        self.broker.connections.add(self)
+        self._open_connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.partial_since = None
-        self.broker.connections.discard(self)
-        memory = self.broker.request_memory
+        self._open_connections.discard(self)
+        memory = self._request_memory
         memory.forget(self)
         if self._reserved:
             reserved, self._reserved = self._reserved, 0
@@ -195,7 +221,7 @@ class Connection(asyncio.Protocol):
             handled = True
             if self._reserved:  # this is the large frame the reservation was for
                 reserved, self._reserved = self._reserved, 0
-                self.broker.request_memory.release(reserved)
+                self._request_memory.release(reserved)
             if not direct(frame) and self._on_frame(frame):
                 break  # a task was started: let it run before handling more (below)
             budget -= 1
@@ -235,7 +261,7 @@ class Connection(asyncio.Protocol):
             return
         size = decoder.head_size()
         if size is not None and size > SMALL_REQUEST and not self._reserved:
-            memory = self.broker.request_memory
+            memory = self._request_memory
             if not memory.reserve(size):
                 memory.wait(self)  # admitted() is called back once memory is given back
                 self._set_reading(False)
@@ -303,7 +329,7 @@ class Connection(asyncio.Protocol):
         except HeaderError as e:
             self.abort(f"bad request header: {e}")
             return False
-        handler = self.broker.handlers.get(api_key)
+        handler = self._handlers.get(api_key)
         if handler is None:
             self.abort(f"no handler for api {api_key}")
             return False
@@ -320,7 +346,7 @@ class Connection(asyncio.Protocol):
         ctx = RequestContext(header, self.client_host, self)
         # ApiVersions responses always use header v0 (KIP-511).
         flexible_response = flexible and api_key != ApiKey.API_VERSIONS
-        self.broker.metrics_request(api_key)
+        self._on_request(api_key)
         started = time.perf_counter()
         try:
             result = handler(ctx, request)
@@ -348,12 +374,12 @@ class Connection(asyncio.Protocol):
             task.add_done_callback(self._tasks.discard)
             return True
         elif result is NO_RESPONSE:
-            self.broker.metrics_response(api_key, started)
+            self._on_response(api_key, started)
         else:
             data = self._encode(header.correlation_id, result, flexible_response, api_key)
             if data is not None:
                 self._enqueue_ready(data)
-                self.broker.metrics_response(api_key, started)
+                self._on_response(api_key, started)
         return False
 
     def _encode(self, correlation_id: int, response: Any, flexible: bool, api_key: int) -> bytes | None:
@@ -374,7 +400,7 @@ class Connection(asyncio.Protocol):
         direct = self._direct_handlers.get(api_key)
         if direct is None or not is_supported(api_key, version):
             return False
-        metered = self.broker.metrics is not None
+        metered = self._metered
         started = time.perf_counter() if metered else 0.0
         try:
             data = direct(frame, version, correlation_id)
@@ -388,8 +414,8 @@ class Connection(asyncio.Protocol):
         if data is None:
             return False
         if metered:
-            self.broker.metrics_request(api_key)
-            self.broker.metrics_response(api_key, started)
+            self._on_request(api_key)
+            self._on_response(api_key, started)
         self._enqueue_ready(data)
         return True
 
@@ -451,7 +477,7 @@ class Connection(asyncio.Protocol):
                 return
             slot.data = data
             self._held += len(data)
-        self.broker.metrics_response(api_key, started)
+        self._on_response(api_key, started)
         slot.done = True
         self._flush()
 

@@ -40,7 +40,10 @@ from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_slice
 from .topics import TopicError
 
 if TYPE_CHECKING:
-    from .app import Broker
+    from .config import Config
+    from .flusher import Flusher
+    from .services import MetricsHooks
+    from .topics import TopicStore
 
 log = logging.getLogger("kcoord.data")
 
@@ -93,10 +96,13 @@ def _one_batch(plog: PartitionLog, base_offset: int) -> tuple[BatchHeader, bytes
 
 
 class DataApi:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.topics = broker.topics
-        config = broker.config
+    def __init__(
+        self, config: Config, topics: TopicStore, flusher: Flusher, metrics: MetricsHooks
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.flusher = flusher
+        self._observe_append = metrics.log_append
         self.decompression_limit = decompression_limit(config["message.max.bytes"])
         self.producers = ProducerStateTable(
             config["producer.id.expiration.ms"], lambda: int(time.monotonic() * 1000)
@@ -117,7 +123,7 @@ class DataApi:
         self.appender.close()
 
     def _schedule_expiry(self) -> None:
-        interval = self.broker.config["producer.id.expiration.check.interval.ms"] / 1000.0
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000.0
         self._expiry = asyncio.get_running_loop().call_later(interval, self._expire_producers)
 
     def _expire_producers(self) -> None:
@@ -187,7 +193,7 @@ class DataApi:
         if not synced:
             return done
         # One waiter per log (all in the same fsync round), so a failure names its partition.
-        waits = [(plog, self.broker.flusher.synced([plog])) for plog in synced]
+        waits = [(plog, self.flusher.synced([plog])) for plog in synced]
         pending = [(plog, w) for plog, w in waits if w is not None]
         results = await asyncio.gather(*(w for _, w in pending), return_exceptions=True)
         failed = {
@@ -254,9 +260,9 @@ class DataApi:
         """Look up the partition, check its batch's header and hand it to the appender."""
         topics = self.topics
         topic = topics.get(name)
-        if topic is None and self.broker.config["auto.create.topics.enable"]:
+        if topic is None and self.config["auto.create.topics.enable"]:
             try:
-                topic = topics.create(name, self.broker.config["num.partitions"])
+                topic = topics.create(name, self.config["num.partitions"])
             except TopicError:
                 topic = None
         if topic is None:
@@ -267,7 +273,7 @@ class DataApi:
         if plog is None:
             return None, Outcome(ErrorCode.unknown_topic_or_partition)
         records = records or b""
-        limit = self.broker.config["message.max.bytes"]
+        limit = self.config["message.max.bytes"]
         if len(records) > limit:
             return plog, Outcome(
                 ErrorCode.message_too_large,
@@ -297,7 +303,7 @@ class DataApi:
         try:
             started = time.perf_counter()
             base, _last = plog.append(records)
-            self.broker.metrics_append(time.perf_counter() - started)
+            self._observe_append(time.perf_counter() - started)
         except CorruptBatch as e:  # checked already; kept as a last line of defence
             log.warning("append to %s-%d refused: %s", topic, partition, e)
             return Outcome(ErrorCode.corrupt_message, message=str(e))

@@ -31,7 +31,7 @@ from .group_runtime import GroupRuntime
 from .offload import SLICE, encoded_off_loop, gc_paused, is_big, pause
 
 if TYPE_CHECKING:
-    from .app import Broker
+    from .config import Config
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
@@ -81,11 +81,11 @@ def then(result: Any, finish: Callable[[Any], Any]) -> Any:
 
 
 class GroupApi:
-    def __init__(self, broker: Broker, runtime: GroupRuntime) -> None:
-        self.broker = broker
+    def __init__(self, config: Config, runtime: GroupRuntime) -> None:
+        self.config = config
         self.runtime = runtime
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
-        self._max_elements: int = broker.config["socket.request.max.elements"]
+        self._max_elements: int = config["socket.request.max.elements"]
 
     def _client_host(self, ctx: RequestContext) -> str:
         return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
@@ -94,8 +94,8 @@ class GroupApi:
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Any:
         key_type = getattr(req, "key_type", GROUP_KEY)
         keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
-        node_id = int(self.broker.config["node.id"])
-        host, port = self.broker.config.advertised
+        node_id = int(self.config["node.id"])
+        host, port = self.config.advertised
         results = []
         for key in keys:
             if key_type == GROUP_KEY:

@@ -39,7 +39,10 @@ from storage.log import PartitionLog
 from .topics import OFFSETS_TOPIC, Topic, TopicError
 
 if TYPE_CHECKING:
-    from .app import Broker
+    from .config import Config
+    from .flusher import Flusher
+    from .services import MetricsHooks
+    from .topics import TopicStore
 
 log = logging.getLogger("kcoord.coordinator")
 
@@ -111,9 +114,14 @@ class _Completion:
 
 
 class GroupRuntime:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        config = broker.config
+    def __init__(
+        self, config: Config, topics: TopicStore, flusher: Flusher, metrics: MetricsHooks
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.flusher = flusher
+        self._observe_append = metrics.log_append
+        self._observe_partition_load = metrics.partition_load
         self.num_partitions = int(config["offsets.topic.num.partitions"])
         self.group_config = GroupConfig(
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
@@ -140,9 +148,9 @@ class GroupRuntime:
             )
             for p in range(self.num_partitions)
         ]
-        if broker.metrics is not None:
+        if metrics.rebalance is not None:
             for sr in self.shards:
-                sr.shard.rebalance_observer = broker.metrics.rebalance
+                sr.shard.rebalance_observer = metrics.rebalance
         self._handles = itertools.count(1)
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
@@ -159,9 +167,9 @@ class GroupRuntime:
 
     async def start(self) -> None:
         """Load the offsets topic if it is on disk (in the background)."""
-        if self.broker.config["log.cleaner.enable"]:
+        if self.config["log.cleaner.enable"]:
             self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
-        data_dir = self.broker.config.data_dir
+        data_dir = self.config.data_dir
         if any((data_dir / f"{OFFSETS_TOPIC}-{p}").is_dir() for p in range(self.num_partitions)):
             self._open_topic()
             self._load_task = asyncio.ensure_future(self._load_all())
@@ -193,8 +201,8 @@ class GroupRuntime:
         return plog is None or plog.offline is None
 
     def _open_topic(self) -> None:
-        config = self.broker.config
-        topics = self.broker.topics
+        config = self.config
+        topics = self.topics
         existing = topics.get(OFFSETS_TOPIC)
         if existing is None:
             existing = topics.open_internal(
@@ -265,8 +273,7 @@ class GroupRuntime:
             records,
             seconds,
         )
-        if self.broker.metrics is not None:
-            self.broker.metrics.partition_load.observe(seconds)
+        self._observe_partition_load(seconds)
 
     def _unavailable(self, sr: _ShardRuntime, why: str) -> None:
         """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
@@ -301,7 +308,7 @@ class GroupRuntime:
     # compaction ---------------------------------------------------------------------------------
     async def _cleaner_loop(self) -> None:
         """Compact the offsets partitions now and then, off the event loop (phase 1 in a thread)."""
-        backoff = self.broker.config["log.cleaner.backoff.ms"] / 1000.0
+        backoff = self.config["log.cleaner.backoff.ms"] / 1000.0
         while True:
             await asyncio.sleep(backoff)
             if not self.loaded:
@@ -322,7 +329,7 @@ class GroupRuntime:
         size = plog.size_bytes
         if not force and size <= self._cleaned_size.get(partition, 0):
             return  # nothing new since the last compaction
-        retention = self.broker.config["log.cleaner.delete.retention.ms"]
+        retention = self.config["log.cleaner.delete.retention.ms"]
         plan = await asyncio.to_thread(
             prepare_compaction, plog, now_ms=now_ms(), delete_retention_ms=retention
         )
@@ -459,7 +466,7 @@ class GroupRuntime:
             started = time.perf_counter()
             for batch in batches:
                 sr.log.append(batch)
-            self.broker.metrics_append(time.perf_counter() - started)
+            self._observe_append(time.perf_counter() - started)
         except OSError as e:  # disk full, I/O error: the shard decides what it means
             log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, e)
             error = e
@@ -508,7 +515,7 @@ class GroupRuntime:
         runs for every offset commit."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         _Completion(self, sr, sr.chain, out, done, error).start(
-            self.broker.flusher.synced([plog]) if plog is not None else None
+            self.flusher.synced([plog]) if plog is not None else None
         )
         sr.chain = done
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sized
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -43,11 +45,14 @@ from protocol.apis import ApiKey
 
 from .group_metrics import GroupSeries, GroupsSnapshot, read_groups
 from .offload import off_loop
+from .services import MetricsHooks
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from .app import Broker
+    from .config import Config
+    from .group_runtime import GroupRuntime
+    from .topics import TopicStore
 
 log = logging.getLogger("kcoord.metrics")
 
@@ -67,11 +72,25 @@ def api_name(api_key: int) -> str:
     return "".join(word.capitalize() for word in name.split("_"))
 
 
-class BrokerMetrics:
-    """Every metric of one broker, in its own registry (so several brokers can share a process)."""
+@dataclass(frozen=True, slots=True)
+class CoordinatorState:
+    """What a scrape reads the state metrics from."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    runtime: GroupRuntime
+    topics: TopicStore
+    producers: Sized
+    """The idempotent producer states held (``DataApi.producers``)."""
+    config: Config
+    """Read at each scrape for ``metrics.max.groups`` (groups with series of their own)."""
+
+
+class BrokerMetrics:
+    """Every metric of one broker, in its own registry (so several brokers can share a process).
+
+    Built before the parts it measures, which are handed its :meth:`hooks`; the state it
+    reports at scrape time is read from what :meth:`observe` is given once they exist."""
+
+    def __init__(self) -> None:
         disable_created_metrics()  # no *_created series: they only add noise to every scrape
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -113,10 +132,26 @@ class BrokerMetrics:
             registry=r,
         )
         ProcessCollector(registry=r)
-        self._coordinator = _CoordinatorCollector(broker)
+        self._coordinator = _CoordinatorCollector()
         r.register(self._coordinator)
         self._requests_by_key: dict[int, Counter] = {}
         self._latency_by_key: dict[int, Histogram] = {}
+
+    def hooks(self) -> MetricsHooks:
+        """The hooks through which the broker's parts report to these metrics."""
+        return MetricsHooks(
+            enabled=True,
+            request=self.request,
+            response=self.response_since,
+            log_append=self.log_append.observe,
+            log_flush=self.log_flush.observe,
+            partition_load=self.partition_load.observe,
+            rebalance=self.rebalance,
+        )
+
+    def observe(self, state: CoordinatorState) -> None:
+        """Read the state metrics from ``state`` (before the first scrape)."""
+        self._coordinator.source = state
 
     # hooks ------------------------------------------------------------------------------------
     def request(self, api_key: int) -> None:
@@ -131,6 +166,10 @@ class BrokerMetrics:
             child = self._latency_by_key[api_key] = self.request_latency.labels(api_name(api_key))
         child.observe(seconds)
 
+    def response_since(self, api_key: int, started: float) -> None:
+        """:meth:`response` for a request that arrived at ``started`` (``time.perf_counter()``)."""
+        self.response(api_key, time.perf_counter() - started)
+
     def rebalance(self, done: RebalanceCompleted) -> None:
         self.rebalances.inc()
         self.rebalance_duration.observe(done.duration_ms / 1000.0)
@@ -140,8 +179,10 @@ class BrokerMetrics:
         every collector then runs on the loop, and the text is written in the worker thread
         from what they returned."""
         collector = self._coordinator
+        source = collector.source
+        assert source is not None, "BrokerMetrics.observe() comes before the first scrape"
         snapshot = await read_groups(
-            self.broker.groups, self.broker.topics, int(self.broker.config["metrics.max.groups"])
+            source.runtime, source.topics, int(source.config["metrics.max.groups"])
         )
         collector.snapshot = snapshot  # collected right away: no other scrape can come between
         try:
@@ -164,15 +205,17 @@ class _Collected(Collector):
 class _CoordinatorCollector(Collector):
     """State metrics, from the snapshot :meth:`BrokerMetrics.exposition` has just read."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self) -> None:
+        self.source: CoordinatorState | None = None
         self.snapshot: GroupsSnapshot | None = None
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; nothing to check at registration
 
     def collect(self) -> Iterator[Metric]:
-        runtime = self.broker.groups
+        source = self.source
+        assert source is not None
+        runtime = source.runtime
         by_state = GaugeMetricFamily(
             "kcoord_groups", "Classic groups by state.", labels=["state"]
         )
@@ -227,7 +270,7 @@ class _CoordinatorCollector(Collector):
         yield GaugeMetricFamily(
             "kcoord_producer_ids",
             "Idempotent producer states held for de-duplication (one per partition written).",
-            value=len(self.broker.data.producers),
+            value=len(source.producers),
         )
         if runtime.load_seconds is not None:
             yield GaugeMetricFamily(
@@ -266,11 +309,23 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 
 class MetricsServer:
     """``/metrics`` (Prometheus text format), ``/healthz`` (200 while the Kafka listener is up)
-    and ``/readyz`` (200 once every offsets partition is loaded, else 503)."""
+    and ``/readyz`` (200 once every offsets partition is loaded, else 503).
 
-    def __init__(self, broker: Broker, metrics: BrokerMetrics, host: str, port: int) -> None:
-        self.broker = broker
+    ``serving`` says whether the Kafka listener is up; ``runtime`` is the group runtime, whose
+    shards say whether their offsets partition is loaded."""
+
+    def __init__(
+        self,
+        metrics: BrokerMetrics,
+        host: str,
+        port: int,
+        *,
+        serving: Callable[[], bool],
+        runtime: GroupRuntime,
+    ) -> None:
         self.metrics = metrics
+        self._serving = serving
+        self._runtime = runtime
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -304,14 +359,14 @@ class MetricsServer:
         if method not in ("GET", "HEAD"):
             return 405, "text/plain; charset=utf-8", b"method not allowed\n"
         if path == "/healthz":
-            if self.broker.serving:
+            if self._serving():
                 return 200, "text/plain; charset=utf-8", b"ok\n"
             return 503, "text/plain; charset=utf-8", b"not serving\n"
         if path == "/readyz":
-            runtime = self.broker.groups
+            runtime = self._runtime
             done = sum(sr.loaded for sr in runtime.shards)
             total = len(runtime.shards)
-            if self.broker.serving and done == total:
+            if self._serving() and done == total:
                 return 200, "text/plain; charset=utf-8", b"ready\n"
             body = f"loading {done}/{total} offsets partitions\n".encode()
             return 503, "text/plain; charset=utf-8", body

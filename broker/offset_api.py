@@ -30,7 +30,8 @@ from .group_runtime import GroupRuntime
 from .offload import SLICE, encoded_off_loop, gc_paused, is_big, off_loop, pause
 
 if TYPE_CHECKING:
-    from .app import Broker
+    from .config import Config
+    from .topics import TopicStore
 
 
 _BODY_CACHE_SIZE = 4096
@@ -111,11 +112,11 @@ def _error_on_every_partition(req: Any, error: int) -> m.OffsetFetchResponse:
 
 
 class OffsetApi:
-    def __init__(self, broker: Broker, runtime: GroupRuntime) -> None:
-        self.broker = broker
+    def __init__(self, config: Config, runtime: GroupRuntime, topics: TopicStore) -> None:
         self.runtime = runtime
+        self.topics = topics
         self._commit_bodies: dict[tuple[int, Any], RawBody] = {}
-        self._max_elements: int = broker.config["socket.request.max.elements"]
+        self._max_elements: int = config["socket.request.max.elements"]
 
     # OffsetCommit ---------------------------------------------------------------------------------
     def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
@@ -130,7 +131,7 @@ class OffsetApi:
         new, cls = tuple.__new__, m.OffsetCommitPartition  # per partition: skip _make's frame
         has_epoch = ctx.version >= 6
         for t in req.topics:
-            topic = self.broker.topics.get(t.name)
+            topic = self.topics.get(t.name)
             count = len(topic.partitions) if topic is not None else 0
             parts = []
             for p in t.partitions:

@@ -132,13 +132,19 @@ def _get(url: str) -> tuple[int, str]:
 
 @pytest.mark.slow
 def test_image_command_starts_from_a_fresh_venv(tmp_path: Path) -> None:
-    # What the Dockerfile does: copy the sources, `pip install .`, run ENTRYPOINT + CMD.
+    # What the Dockerfile does: copy the sources (what its COPY lines name), `pip install .`,
+    # run ENTRYPOINT + CMD.
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for pkg in ("protocol", "storage", "coordinator", "broker", "pipeline"):
-        shutil.copytree(ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    copied = [
+        name for word, args in dockerfile_instructions() if word == "COPY" for name in args.split()[:-1]
+    ]
+    assert {"pyproject.toml", "broker", "admin"} <= set(copied)
+    for name in copied:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(ROOT / name, src / name)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = subprocess.run(

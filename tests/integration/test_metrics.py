@@ -155,7 +155,13 @@ def test_healthz_and_readyz_follow_serving_and_loading() -> None:
 
     shards = [SimpleNamespace(loaded=True), SimpleNamespace(loaded=False)]
     fake = SimpleNamespace(serving=False, groups=SimpleNamespace(shards=shards))
-    server = MetricsServer(fake, SimpleNamespace(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    server = MetricsServer(
+        SimpleNamespace(),  # type: ignore[arg-type]
+        "127.0.0.1",
+        0,
+        serving=lambda: fake.serving,
+        runtime=fake.groups,  # type: ignore[arg-type]
+    )
     assert server.answer("GET", "/healthz")[0] == 503
     fake.serving = True
     assert server.answer("GET", "/healthz")[0] == 200

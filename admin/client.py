@@ -1,0 +1,242 @@
+"""The admin calls the commands make: confluent-kafka's AdminClient, plus OffsetDelete.
+
+:class:`Admin` wraps the few AdminClient calls the commands need and turns their answers into
+plain values (:class:`Group`, :class:`Member`, offsets by ``(topic, partition)``); a failure is
+an :class:`AdminError`. OffsetDelete, which the AdminClient does not expose, is one request on
+a fresh connection to the group's coordinator, encoded and decoded with ``protocol/``'s codecs.
+confluent-kafka is imported in the calls, not when this module is.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# librdkafka's ConsumerGroupState names -> Kafka's state names (as ListGroups reports them).
+_STATE_NAMES = {
+    "UNKNOWN": "Unknown",
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+    "STABLE": "Stable",
+    "DEAD": "Dead",
+    "EMPTY": "Empty",
+}
+KAFKA_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+
+
+class AdminError(Exception):
+    """A refusal or failure to report as ``Error: ...`` with exit status 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    host: str
+    assignment: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    group_id: str
+    state: str
+    assignor: str
+    coordinator: tuple[int, str, int]  # id, host, port
+    members: tuple[Member, ...]
+
+
+class Admin:
+    """The few admin calls the commands need, over confluent-kafka's AdminClient."""
+
+    def __init__(self, bootstrap: str, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.timeout = timeout
+        self.bootstrap = bootstrap
+        self.client = AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "socket.timeout.ms": int(timeout * 1000),
+                "log_level": 2,  # librdkafka's own connection chatter stays out of the output
+            }
+        )
+
+    def _wait(self, future: Any, what: str) -> Any:
+        try:
+            return future.result(timeout=self.timeout)
+        except Exception as e:
+            raise AdminError(f"{what}: {_reason(e)}") from None
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        result = self._wait(
+            self.client.list_consumer_groups(request_timeout=self.timeout), "listing groups"
+        )
+        if result.errors:
+            raise AdminError(f"listing groups: {_reason(result.errors[0])}")
+        return sorted((g.group_id, _state_name(g.state)) for g in result.valid)
+
+    def describe(self, group_id: str) -> Group:
+        futures = self.client.describe_consumer_groups([group_id], request_timeout=self.timeout)
+        d = self._wait(futures[group_id], f"describing group {group_id!r}")
+        members = tuple(
+            Member(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                host=m.host,
+                assignment=tuple(
+                    sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
+                )
+                if m.assignment is not None
+                else (),
+            )
+            for m in d.members
+        )
+        c = d.coordinator
+        return Group(
+            group_id,
+            _state_name(d.state),
+            d.partition_assignor or "",
+            (c.id, c.host, c.port) if c is not None else (-1, "", -1),
+            members,
+        )
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        futures = self.client.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout
+        )
+        result = self._wait(futures[group_id], f"fetching offsets of group {group_id!r}")
+        return {
+            (tp.topic, tp.partition): tp.offset
+            for tp in result.topic_partitions or []
+            if tp.offset >= 0 and tp.error is None
+        }
+
+    def list_offsets(self, partitions: Iterable[tuple[str, int]], spec: Any) -> dict[tuple[str, int], int]:
+        """Offsets by ListOffsets: ``spec`` is an OffsetSpec (earliest, latest, a timestamp)."""
+        from confluent_kafka import TopicPartition
+
+        request = {TopicPartition(t, p): spec for t, p in partitions}
+        if not request:
+            return {}
+        futures = self.client.list_offsets(request, request_timeout=self.timeout)
+        return {
+            (tp.topic, tp.partition): self._wait(f, f"listing offsets of {tp.topic}-{tp.partition}").offset
+            for tp, f in futures.items()
+        }
+
+    def log_end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self.list_offsets(partitions, OffsetSpec.latest())
+
+    def topic_partitions(self, topic: str) -> list[int]:
+        from confluent_kafka import TopicCollection
+
+        futures = self.client.describe_topics(TopicCollection([topic]), request_timeout=self.timeout)
+        d = self._wait(futures[topic], f"describing topic {topic!r}")
+        return sorted(p.id for p in d.partitions)
+
+    def alter(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+        request = ConsumerGroupTopicPartitions(
+            group_id, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())]
+        )
+        futures = self.client.alter_consumer_group_offsets(
+            [request], request_timeout=self.timeout
+        )
+        result = self._wait(futures[group_id], f"committing offsets of group {group_id!r}")
+        failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
+        if failed:
+            tp = failed[0]
+            raise AdminError(f"committing {tp.topic}-{tp.partition}: {_reason(tp.error)}")
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, str | None]:
+        """Group id -> None if deleted, else the reason."""
+        futures = self.client.delete_consumer_groups(group_ids, request_timeout=self.timeout)
+        out: dict[str, str | None] = {}
+        for gid, f in futures.items():
+            try:
+                f.result(timeout=self.timeout)
+                out[gid] = None
+            except Exception as e:
+                out[gid] = _reason(e)
+        return out
+
+    def delete_offsets(
+        self, group: Group, partitions: Sequence[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete v0 to the group's coordinator: (group error, per-partition errors)."""
+        from protocol.apis import ApiKey
+
+        _cid, host, port = group.coordinator
+        if port < 0:
+            raise AdminError(f"no coordinator known for group {group.group_id!r}")
+        by_topic: dict[str, list[int]] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append(p)
+        r = _wire_request(
+            host,
+            port,
+            self.timeout,
+            ApiKey.OFFSET_DELETE,
+            0,
+            group_id=group.group_id,
+            topics=[
+                dict(name=t, partitions=[dict(partition_index=p) for p in ps])
+                for t, ps in by_topic.items()
+            ],
+        )
+        errors = {(t.name, p.partition_index): int(p.error_code) for t in r.topics for p in t.partitions}
+        return int(r.error_code), errors
+
+
+def _wire_request(host: str, port: int, timeout: float, api_key: int, version: int, **fields: Any) -> Any:
+    """One request/response on a fresh connection (non-flexible versions only)."""
+    from kio.serial import entity_reader
+
+    from protocol.codec import encode_body, request_type, response_type
+    from protocol.responses import build
+
+    body = encode_body(build(request_type(api_key, version), **fields))
+    client_id = b"kcoord-admin"
+    header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+            frame = _recv_exact(sock, size)
+    except OSError as e:
+        raise AdminError(f"coordinator {host}:{port}: {e}") from None
+    reader: Any = entity_reader(response_type(api_key, version))
+    return reader(frame, 4)[0]  # the body starts after the correlation id
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("connection closed by the broker")
+        out += chunk
+    return bytes(out)
+
+
+def _reason(e: Any) -> str:
+    """A KafkaError (or an exception carrying one) as NAME: message."""
+    err = e.args[0] if isinstance(e, Exception) and e.args else e
+    if hasattr(err, "name") and hasattr(err, "str"):
+        return f"{err.name()}: {err.str()}"
+    return str(e)
+
+
+def _state_name(state: Any) -> str:
+    name = getattr(state, "name", str(state))
+    return _STATE_NAMES.get(name, name)

@@ -1,0 +1,177 @@
+"""``kcoord groups list|describe|delete``, and the rows ``describe`` shows.
+
+``describe`` shows, like kafka-consumer-groups.sh, committed offsets and lag (``--offsets``, the
+default: one row per partition the group is assigned or has an offset for), members and their
+assignments (``--members``), or the group's coordinator, assignor and state (``--state``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+from .client import KAFKA_STATES, Admin, Group, Member
+from .output import note, print_json, print_table
+
+
+def groups_list(admin: Admin, args: argparse.Namespace) -> int:
+    groups = admin.list_groups()
+    if args.state:
+        wanted = {s.lower(): s for s in KAFKA_STATES}.get(args.state.lower())
+        if wanted is None:
+            raise ValueError(f"--state {args.state!r}: one of {', '.join(KAFKA_STATES)}")
+        groups = [g for g in groups if g[1] == wanted]
+    if args.json:
+        print_json([{"group": g, "state": s} for g, s in groups])
+    elif args.state is not None:
+        print_table(["GROUP", "STATE"], groups)
+    else:
+        for g, _s in groups:
+            print(g)
+    return 0
+
+
+def offset_rows(admin: Admin, group: Group) -> list[dict[str, Any]]:
+    """kafka-consumer-groups.sh --describe --offsets: one row per assigned or committed partition."""
+    committed = admin.committed(group.group_id)
+    owner: dict[tuple[str, int], Member] = {}
+    for m in group.members:
+        for tp in m.assignment:
+            owner[tp] = m
+    partitions = sorted(set(committed) | set(owner))
+    ends = admin.log_end_offsets(partitions)
+    rows = []
+    for tp in partitions:
+        current = committed.get(tp)
+        end = ends.get(tp)
+        o = owner.get(tp)
+        rows.append(
+            {
+                "group": group.group_id,
+                "topic": tp[0],
+                "partition": tp[1],
+                "current_offset": current,
+                "log_end_offset": end,
+                "lag": end - current if current is not None and end is not None and end >= 0 else None,
+                "consumer_id": o.member_id if o else None,
+                "host": o.host if o else None,
+                "client_id": o.client_id if o else None,
+            }
+        )
+    return rows
+
+
+def member_rows(group: Group) -> list[dict[str, Any]]:
+    return [
+        {
+            "group": group.group_id,
+            "consumer_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "host": m.host,
+            "client_id": m.client_id,
+            "partitions": len(m.assignment),
+            "assignment": [{"topic": t, "partition": p} for t, p in m.assignment],
+        }
+        for m in group.members
+    ]
+
+
+def format_assignment(assignment: Iterable[tuple[str, int]]) -> str:
+    """``topic(0,1),other(2)`` as kafka-consumer-groups.sh --members --verbose prints it."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in assignment:
+        by_topic.setdefault(t, []).append(p)
+    return ",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
+
+
+def state_row(group: Group) -> dict[str, Any]:
+    cid, host, port = group.coordinator
+    return {
+        "group": group.group_id,
+        "coordinator": {"id": cid, "host": host, "port": port},
+        "assignment_strategy": group.assignor or None,
+        "state": group.state,
+        "members": len(group.members),
+    }
+
+
+def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
+    out: list[dict[str, Any]] = []
+    status = 0
+    tables: list[tuple[list[str], list[list[Any]]]] = []
+    for gid in args.group:
+        group = admin.describe(gid)
+        if group.state in ("Dead", "Unknown") and not group.members and not admin.committed(gid):
+            note(f"Error: Consumer group '{gid}' does not exist.")
+            status = 1
+            continue
+        if args.view == "state":
+            row = state_row(group)
+            out.append(row)
+            c = row["coordinator"]
+            tables.append(
+                (
+                    ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                    [[gid, f"{c['host']}:{c['port']} ({c['id']})", group.assignor, group.state,
+                      len(group.members)]],
+                )
+            )
+            continue
+        if group.state in ("PreparingRebalance", "CompletingRebalance"):
+            note(f"Warning: Consumer group '{gid}' is rebalancing.")
+        elif not group.members:
+            note(f"Consumer group '{gid}' has no active members.")
+        if args.view == "members":
+            rows = member_rows(group)
+            out.extend(rows)
+            tables.append(
+                (
+                    ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                     "#PARTITIONS", "ASSIGNMENT"],
+                    [[r["group"], r["consumer_id"], r["group_instance_id"], r["host"], r["client_id"],
+                      r["partitions"], format_assignment((a["topic"], a["partition"])
+                                                         for a in r["assignment"])]
+                     for r in rows],
+                )
+            )
+        else:
+            rows = offset_rows(admin, group)
+            out.extend(rows)
+            tables.append(
+                (
+                    ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                     "CONSUMER-ID", "HOST", "CLIENT-ID"],
+                    [[r["group"], r["topic"], r["partition"], r["current_offset"],
+                      r["log_end_offset"], r["lag"], r["consumer_id"], r["host"], r["client_id"]]
+                     for r in rows],
+                )
+            )
+    if args.json:
+        print_json(out)
+    else:
+        for i, (headers, cells) in enumerate(tables):
+            if i:
+                print()
+            print_table(headers, cells)
+    return status
+
+
+def groups_delete(admin: Admin, args: argparse.Namespace) -> int:
+    results = admin.delete_groups(list(args.group))
+    if args.json:
+        print_json([{"group": g, "deleted": e is None, "error": e} for g, e in results.items()])
+    ok = [g for g, e in results.items() if e is None]
+    failed = {g: e for g, e in results.items() if e is not None}
+    if not args.json:
+        if ok:
+            print(
+                "Deletion of requested consumer groups ("
+                + ", ".join(f"'{g}'" for g in ok)
+                + ") was successful."
+            )
+        if failed:
+            print("Deletion of some consumer groups failed:")
+            for g, e in failed.items():
+                print(f"* Group '{g}' could not be deleted due to: {e}")
+    return 1 if failed else 0
