@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.shard import RebalanceCompleted
+    from coordinator.output import RebalanceCompleted
 
 
 def _ignore_request(api_key: int) -> None:

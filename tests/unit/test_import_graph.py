@@ -29,7 +29,6 @@ LINE_LIMIT_EXEMPT = [
     "storage/log.py",
     "broker/topics.py",
     "protocol/records.py",
-    "coordinator/shard.py",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
