@@ -18,7 +18,7 @@ record (by offset) survives. The rules:
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
   all survive is copied byte for byte; one that lost some is re-encoded from the survivors with
-  ``protocol.records``; one that lost all is dropped.
+  ``protocol.record_encoding``; one that lost all is dropped.
 * Adjacent sealed segments are merged while the cleaned result stays within ``segment_bytes``
   (and the offsets within the index's int32 range); the merged segment takes the base offset
   of the first one. A single segment that would come out unchanged is left alone. A group
@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.compression import decompress
-from protocol.records import decode_batch, encode_batch, read_varint
+from protocol.record_encoding import encode_batch
+from protocol.records import decode_batch, read_varint
 from storage.cleaning import CleaningSnapshot
 from storage.index import INT32_MAX, pwrite_all
 from storage.log import PartitionLog

@@ -14,7 +14,8 @@ import pytest
 
 from protocol.batch import parse_header
 from protocol.compression import Compression
-from protocol.records import Record, build_batch, decode_batch, encode_batch
+from protocol.record_encoding import build_batch, encode_batch
+from protocol.records import Record, decode_batch
 from storage.cleaning import CleaningInProgress
 from storage.compaction import (
     abort_compaction,
