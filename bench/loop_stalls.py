@@ -52,7 +52,7 @@ from coordinator.schemas import (  # noqa: E402
 )
 from coordinator.write_size import offset_commit_floor, tombstones_batch_size  # noqa: E402
 from protocol.javahash import partition_for  # noqa: E402
-from protocol.records import build_batch  # noqa: E402
+from protocol.record_encoding import build_batch  # noqa: E402
 from storage.log import PartitionLog  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402

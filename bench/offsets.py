@@ -32,7 +32,7 @@ from coordinator.schemas import (  # noqa: E402
 )
 from protocol.codec import encode_body, request_type  # noqa: E402
 from protocol.javahash import partition_for  # noqa: E402
-from protocol.records import build_batch  # noqa: E402
+from protocol.record_encoding import build_batch  # noqa: E402
 from protocol.responses import build  # noqa: E402
 from storage.compaction import compact  # noqa: E402
 from storage.log import PartitionLog  # noqa: E402

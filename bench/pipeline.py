@@ -41,7 +41,7 @@ from coordinator.schemas import (  # noqa: E402
     offset_commit_key_prefix,
 )
 from protocol.javahash import partition_for  # noqa: E402
-from protocol.records import build_batch, encode_kv_batch  # noqa: E402
+from protocol.record_encoding import build_batch, encode_kv_batch  # noqa: E402
 from storage.log import PartitionLog  # noqa: E402
 
 GROUPS = 1000

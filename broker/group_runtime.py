@@ -32,7 +32,8 @@ from coordinator.shard import GroupShard, Output
 from protocol.batch import HEADER_SIZE, CorruptBatch
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
-from protocol.records import decode_key_values, encode_kv_batch, kv_batches
+from protocol.record_encoding import encode_kv_batch, kv_batches
+from protocol.records import decode_key_values
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 

@@ -1,5 +1,7 @@
 """The topic registry: which topics exist, their ids and their partition logs; creating,
-growing and deleting topics within the partition limits; the offset checkpoints.
+growing and deleting topics within the partition limits. Two parts live beside it: the naming
+rules and the internal topics (``broker.topic_names``, re-exported here) and the offset
+checkpoints it keeps (``broker.topic_checkpoints``).
 
 Topics live on disk as Kafka lays them out, one directory per partition
 (``<data-dir>/<topic>-<partition>/``) with a ``partition.metadata`` file holding the topic id, so
@@ -23,71 +25,49 @@ itself is exempt when it is created). Requests are judged topic by topic in requ
 
 Start-up opens every partition; one that cannot be opened is logged at ERROR and registered
 offline (``storage.log.open_or_offline``) so that the others serve. Offsets lost since the last
-checkpoint (``storage.checkpoint``) are logged at ERROR with their range.
+checkpoint are logged at ERROR with their range (``broker.topic_checkpoints``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import shutil
-import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import ErrorCode
-from storage.checkpoint import (
-    LOG_START_CHECKPOINT,
-    RECOVERY_POINT_CHECKPOINT,
-    CheckpointError,
-    lost_offsets,
-    read_checkpoint,
-    write_checkpoint,
-)
 from storage.creation import STAGING_DIR, CreationIncomplete, create_partitions, recover_staged
 from storage.files import FilePool, describe_error, fsync_dir
 from storage.log import PartitionLog, open_or_offline
 from storage.partition_metadata import read_partition_metadata, write_partition_metadata
 
-log = logging.getLogger("kcoord.topics")
+from .topic_checkpoints import CheckpointSnapshot, OffsetCheckpoints, short_error
+from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
 
-OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_NAME_LENGTH = 249
-_QUOTED_NAME_LENGTH = 64
+__all__ = [
+    # re-exported from .topic_names for the modules that import them from here
+    "INTERNAL_TOPICS",
+    "OFFSETS_TOPIC",
+    "quoted",
+    "topic_name_problem",
+    # the registry
+    "LogSettings",
+    "PartitionLimits",
+    "Reservation",
+    "Topic",
+    "TopicError",
+    "TopicStore",
+]
+
+log = logging.getLogger("kcoord.topics")
 
 
 class TopicError(ValueError):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def quoted(name: str) -> str:
-    """A topic name for an error message or a log line: quoted, and cut if it is long (names
-    come from requests: never echo unbounded input)."""
-    if len(name) <= _QUOTED_NAME_LENGTH:
-        return repr(name)
-    return repr(name[:_QUOTED_NAME_LENGTH]) + f"... ({len(name)} characters)"
-
-
-def topic_name_problem(name: str) -> str | None:
-    """Why ``name`` is not a legal topic name, or None if it is (Kafka's rules)."""
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return f"topic name {name!r} is not allowed"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"topic name is longer than {MAX_NAME_LENGTH} characters"
-    if not _LEGAL.match(name):
-        return (
-            f"topic name {quoted(name)} has characters other than ASCII letters, digits, '.',"
-            " '_', '-'"
-        )
-    return None
 
 
 @dataclass
@@ -151,12 +131,8 @@ class TopicStore:
         self._held = 0  # partitions of registered topics
         self._reserved = 0  # partitions of pending changes
         self._appended: asyncio.Future[None] | None = None
-        self._checkpointed_start: dict[tuple[str, int], int] = {}
-        self._checkpointed_end: dict[tuple[str, int], int] = {}
+        self._checkpoints = OffsetCheckpoints(data_dir, fsync=settings.fsync)
         self._doomed: list[Path] = []  # directories of deleted partitions, to remove
-        self._checkpoint_lock = threading.Lock()
-        self._checkpoint_seq = 0  # snapshots taken
-        self._checkpoint_written = 0  # newest snapshot written
 
     # start-up -----------------------------------------------------------------------------------
     def load(self, skip: frozenset[str] = frozenset()) -> None:
@@ -166,7 +142,7 @@ class TopicStore:
         """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         recover_staged(self.data_dir, fsync=self.settings.fsync)
-        self._read_checkpoints()
+        self._checkpoints.read()
         found: dict[str, dict[int, Path]] = {}
         present: set[str] = set()  # topics with a directory, skipped ones included
         for entry in sorted(self.data_dir.iterdir()):
@@ -204,25 +180,14 @@ class TopicStore:
                 count,
                 f", {offline} offline" if offline else "",
             )
-        for (name, p), end in sorted(self._checkpointed_end.items()):
-            if name not in present and end > 0:
-                start = self._checkpointed_start.get((name, p), 0)
-                if end > start:
-                    log.error(
-                        "partition %s-%d is gone (its directory is missing): offsets %d to %d"
-                        " are lost",
-                        name,
-                        p,
-                        start,
-                        end - 1,
-                    )
+        self._checkpoints.report_missing(present)
 
     def _topic_id_of(self, name: str, dirs: list[Path]) -> uuid.UUID | None:
         for path in dirs:
             try:
                 topic_id = read_partition_metadata(path)
             except (OSError, ValueError) as e:
-                log.warning("%s: unreadable partition.metadata: %s", path.name, _short(e))
+                log.warning("%s: unreadable partition.metadata: %s", path.name, short_error(e))
                 continue
             if topic_id is not None:
                 return topic_id
@@ -237,7 +202,9 @@ class TopicStore:
             if read_partition_metadata(path) is None:
                 write_partition_metadata(path, topic_id, fsync=self.settings.fsync)
         except (OSError, ValueError) as e:
-            log.warning("%s: could not check or write partition.metadata: %s", path.name, _short(e))
+            log.warning(
+                "%s: could not check or write partition.metadata: %s", path.name, short_error(e)
+            )
         s = self.settings
         plog = open_or_offline(
             path,
@@ -247,7 +214,7 @@ class TopicStore:
             compacted=name in INTERNAL_TOPICS,
             pool=self.pool,
         )
-        self._check_lost(name, partition, plog)
+        self._checkpoints.check_lost(name, partition, plog)
         return plog
 
     def _recreate(
@@ -266,27 +233,8 @@ class TopicStore:
                 describe_error(e),
             )
             plog = PartitionLog.offline_log(self.data_dir / f"{name}-{partition}", e)
-        self._check_lost(name, partition, plog)
+        self._checkpoints.check_lost(name, partition, plog)
         return plog
-
-    def _check_lost(self, name: str, partition: int, plog: PartitionLog) -> None:
-        if plog.offline is not None:
-            return
-        key = (name, partition)
-        for first, last in lost_offsets(
-            plog.log_start_offset,
-            plog.log_end_offset,
-            self._checkpointed_start.get(key),
-            self._checkpointed_end.get(key),
-        ):
-            log.error(
-                "partition %s-%d lost offsets %d to %d: they were in the log at the last"
-                " checkpoint and are not on disk now (segment files deleted or truncated?)",
-                name,
-                partition,
-                first,
-                last,
-            )
 
     def _register(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
@@ -543,9 +491,7 @@ class TopicStore:
         self.by_id.pop(topic.topic_id, None)
         self._held -= len(topic.partitions)
         # The checkpoints forget the topic first, so that its absence is not taken for a loss.
-        for p in range(len(topic.partitions)):
-            self._checkpointed_start.pop((name, p), None)
-            self._checkpointed_end.pop((name, p), None)
+        self._checkpoints.forget(name, len(topic.partitions))
         self.write_checkpoints(self.checkpoint_snapshot())
         # Renamed to "-delete" names now (one directory fsync for all); the files themselves
         # are removed by remove_deleted(), off the event loop, or at the next start.
@@ -582,53 +528,16 @@ class TopicStore:
                     log.warning("closing %s: %s", plog.path.name, describe_error(e))
 
     # checkpoints --------------------------------------------------------------------------------
-    def _read_checkpoints(self) -> None:
-        for file, into in (
-            (LOG_START_CHECKPOINT, self._checkpointed_start),
-            (RECOVERY_POINT_CHECKPOINT, self._checkpointed_end),
-        ):
-            try:
-                into.update(read_checkpoint(self.data_dir / file))
-            except (OSError, CheckpointError) as e:
-                log.warning("%s could not be read, not used: %s", file, _short(e))
-
     def checkpoint_snapshot(self) -> CheckpointSnapshot:
         """The offsets to checkpoint, taken on the event loop: each partition's start and
         flushed offset; a partition offline since start-up (offsets unknown) keeps what the
         previous snapshot (or the checkpoint read at start-up) had. Deleted topics drop out."""
-        starts: dict[tuple[str, int], int] = {}
-        ends: dict[tuple[str, int], int] = {}
-        old_starts, old_ends = self._checkpointed_start, self._checkpointed_end
-        for topic in self.topics.values():
-            for p, plog in enumerate(topic.partitions):
-                key = (topic.name, p)
-                if plog.flushed_offset >= 0:
-                    starts[key] = plog.log_start_offset
-                    ends[key] = plog.flushed_offset
-                else:
-                    if key in old_starts:
-                        starts[key] = old_starts[key]
-                    if key in old_ends:
-                        ends[key] = old_ends[key]
-        self._checkpointed_start, self._checkpointed_end = starts, ends
-        self._checkpoint_seq += 1
-        return CheckpointSnapshot(self._checkpoint_seq, starts, ends)
+        return self._checkpoints.snapshot((t.name, t.partitions) for t in self.topics.values())
 
     def write_checkpoints(self, snap: CheckpointSnapshot) -> bool:
         """Write both checkpoint files from ``snap`` (blocking; any thread). A snapshot older
         than one already written is skipped. Failures are logged; returns whether it wrote."""
-        with self._checkpoint_lock:
-            if snap.seq <= self._checkpoint_written:
-                return False
-            try:
-                fsync = self.settings.fsync
-                write_checkpoint(self.data_dir / LOG_START_CHECKPOINT, snap.starts, fsync=fsync)
-                write_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT, snap.ends, fsync=fsync)
-            except OSError as e:
-                log.warning("writing the offset checkpoints failed: %s", describe_error(e))
-                return False
-            self._checkpoint_written = snap.seq
-            return True
+        return self._checkpoints.write(snap)
 
     # fetch long-poll support ----------------------------------------------------------------------
     def appended_future(self) -> asyncio.Future[None]:
@@ -649,15 +558,3 @@ def _log_unawaited_failure(done: asyncio.Future[Topic]) -> None:
     it ended (and its exception counts as retrieved)."""
     if not done.cancelled() and done.exception() is not None:
         log.info("a topic change ended with an error: %s", done.exception())
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointSnapshot:
-    seq: int
-    starts: dict[tuple[str, int], int]
-    ends: dict[tuple[str, int], int]
-
-
-def _short(e: BaseException) -> str:
-    text = describe_error(e) if isinstance(e, OSError) else str(e)
-    return text if len(text) <= 200 else text[:200] + "..."

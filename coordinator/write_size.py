@@ -27,7 +27,7 @@ from coordinator.schemas import (
     offset_commit_value_size,
 )
 from protocol.batch import HEADER_SIZE
-from protocol.records import kv_record_size, kv_run_size
+from protocol.record_encoding import kv_record_size, kv_run_size
 
 __all__ = [
     "group_record_batch_size",

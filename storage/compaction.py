@@ -18,14 +18,14 @@ record (by offset) survives. The rules:
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
   all survive is copied byte for byte; one that lost some is re-encoded from the survivors with
-  ``protocol.records``; one that lost all is dropped.
+  ``protocol.record_encoding``; one that lost all is dropped.
 * Adjacent sealed segments are merged while the cleaned result stays within ``segment_bytes``
   (and the offsets within the index's int32 range); the merged segment takes the base offset
   of the first one. A single segment that would come out unchanged is left alone. A group
   whose records all went is deleted, except that the log's first segment is kept (empty) so the
   log start offset does not move.
 
-Two phases, so that requests are not blocked (``PartitionLog`` documents the file protocol):
+Two phases, so that requests are not blocked (``storage.cleaning`` documents the file protocol):
 
 1. :func:`prepare_compaction` only reads segments (through private file handles) and writes
    ``<base>.log.cleaned``/``<base>.index.cleaned``/``<base>.timeindex.cleaned`` files (the
@@ -50,9 +50,11 @@ from dataclasses import dataclass, field
 
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.compression import decompress
-from protocol.records import decode_batch, encode_batch, read_varint
+from protocol.record_encoding import encode_batch
+from protocol.records import decode_batch, read_varint
+from storage.cleaning import CleaningSnapshot
 from storage.index import INT32_MAX, pwrite_all
-from storage.log import CleaningSnapshot, PartitionLog
+from storage.log import PartitionLog
 from storage.recovery import CLEANED_SUFFIX, cleaned_path
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from storage.time_index import NO_TIMESTAMP
@@ -106,7 +108,7 @@ def prepare_compaction(
 ) -> CompactionPlan:
     """Phase 1 (any thread): flush, build the offset map and write the cleaned files.
 
-    Raises ``storage.log.CleaningInProgress`` if another compaction of this log is under way.
+    Raises ``storage.cleaning.CleaningInProgress`` if another compaction of this log is under way.
     The returned plan must be passed to :func:`commit_compaction` or :func:`abort_compaction`.
     """
     started = time.perf_counter()

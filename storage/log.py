@@ -8,86 +8,45 @@ segments by size, serves reads by offset or timestamp, recovers after a crash an
 request (the broker groups several appends into one flush). Segment files are opened lazily
 through a bounded pool of descriptors (``storage.files``).
 
-Recovery at open: every segment but the last is trusted if its indexes pass a consistency
-check; the last (active) segment, and any segment whose index is missing or inconsistent, is
-scanned batch by batch (framing, magic 2, CRC-32C, increasing offsets). The first torn or
-corrupt batch and everything after it is cut from the file, later segments are deleted, and a
-single warning is logged on the ``kcoord.storage`` logger. Lost data is logged at ERROR with its
-offsets: an index file whose ``.log`` is gone (segment files are deleted indexes first, so only
-an outside hand leaves that), and, in a log that is not compacted, offsets missing between two
-segments. Writes recovery would like to make (cutting a tail, rewriting an index, fsyncs) may
-fail on a full disk or a read-only file without failing the open (see ``storage.segment``).
+Recovery at open (checking or rebuilding the segments, cutting a torn tail, reporting lost
+data) is ``storage.recovery``'s.
 
-Offline logs: a partition that cannot be opened (:func:`open_or_offline`) or whose active
-segment file is found deleted under the running broker (checked at every flush: a file with no
-link left would be lost at the next start, so what was written to it is refused, not
-acknowledged) is *offline*: every operation raises :class:`LogOffline`, an OSError, and the
-error is logged once at ERROR with the offsets affected.
+Offline logs (``storage.offline``): a partition that cannot be opened (:func:`open_or_offline`)
+or whose files are lost under the running broker gets a log on which every operation raises
+``LogOffline``.
 
 Threading: one writer. ``append``, ``truncate_to``, ``read``, ``iter_batches``,
 ``offset_for_timestamp``, ``max_timestamp_batch``, ``replace_sealed``, ``close`` and ``delete``
-must be called from one
-thread at a time (the broker's event loop). ``flush`` may run concurrently with ``append`` and
+must be called from one thread at a time (the broker's event loop). ``flush`` may run concurrently with ``append`` and
 ``read`` in another thread (e.g. via ``asyncio.to_thread``) so the fsync does not block the loop,
 and so may ``begin_cleaning`` and reading through the private handles it returns. This module
 does plain blocking file I/O and never touches asyncio or sockets.
 
-Compaction (``storage.compaction`` decides what to keep; this module only swaps files):
-``begin_cleaning`` snapshots the segment list and opens private read-only handles on every
-segment (at most one cleaning at a time). The cleaner writes ``<base>.log.cleaned``,
-``<base>.index.cleaned`` and ``<base>.timeindex.cleaned`` (complete and fsynced) for groups of
-adjacent sealed segments, then
-``replace_sealed`` swaps them in on the writer thread: rename every ``.cleaned`` to ``.swap``,
-fsync the directory (the commit point), delete the replaced segments, rename every ``.swap`` to
-its final name, fsync the directory. Each cleaned segment has the base offset of the first
-segment of its group and holds a subset of the group's batches, so offsets stay increasing with
-gaps where records were removed. An ``iter_batches`` iterator that is suspended while a swap
-happens continues from the offset after its last batch on the new segments (its memoryviews are
-copies and stay valid); it never reads a replaced file.
-
-Crash leftovers of compaction and what recovery reports are handled by ``storage.recovery``.
+Compaction: ``storage.compaction`` decides what to keep and ``storage.cleaning`` (mixed into
+``PartitionLog``) hands the cleaner a snapshot and swaps the cleaned files in. Crash leftovers
+of compaction and what recovery reports are handled by ``storage.recovery``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import logging
 import os
 import shutil
 import threading
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
 from protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
+from storage.cleaning import CleaningMixin
 from storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
 from storage.index import INT32_MAX
-from storage.recovery import (
-    SEGMENT_FILE,
-    SEGMENT_SUFFIXES,
-    SWAP_SUFFIX,
-    cleaned_path,
-    finish_cleaner_leftovers,
-    remove_cleaned,
-    report_gaps,
-    report_orphans,
-    seal_quietly,
-    segment_bases,
-    warn_recovery,
-)
-from storage.segment import (
-    INDEX_SUFFIXES,
-    LOG_SUFFIX,
-    Cut,
-    Segment,
-)
-
-log = logging.getLogger("kcoord.storage")
-
+from storage.offline import LogOffline, report_unopenable, report_went_offline
+from storage.recovery import recover_segments
+from storage.segment import Segment
 
 
 class OffsetOutOfRange(Exception):
@@ -104,48 +63,7 @@ class LogClosed(RuntimeError):
     """The log was closed or deleted."""
 
 
-class LogOffline(OSError):
-    """The partition is offline: it could not be opened, or its files were lost while it ran.
-
-    Raised by every operation on an offline log (the Produce path answers KAFKA_STORAGE_ERROR
-    for OSErrors). ``cause`` is what took the partition offline.
-    """
-
-    def __init__(self, path: Path, cause: BaseException | str) -> None:
-        reason = cause if isinstance(cause, str) else describe_error(cause)
-        super().__init__(errno.EIO, f"partition {path.name} is offline: {reason}")
-        self.path = path
-        self.cause = cause
-
-
-class CleaningInProgress(RuntimeError):
-    """begin_cleaning was called while another cleaning of the same log was under way."""
-
-
-@dataclass(eq=False)
-class CleaningSnapshot:
-    """What a cleaner may read, taken by :meth:`PartitionLog.begin_cleaning` under the lock.
-
-    ``readers[i]`` is a private read-only handle on ``segments[i]`` (same file, own descriptor,
-    size and next offset as of the snapshot), usable from any thread. ``segments[:sealed]`` are
-    sealed and hold only offsets below ``flushed_offset``: those may be replaced. The others
-    (the active segment last) may only be read, and only batches ending below
-    ``flushed_offset`` are durable.
-    """
-
-    segments: tuple[Segment, ...]
-    readers: tuple[Segment, ...]
-    sealed: int
-    flushed_offset: int
-    segment_bytes: int
-    index_interval_bytes: int
-    fsync: bool
-    _truncations: int = field(repr=False)
-    _swaps: int = field(repr=False)
-    _ended: bool = field(default=False, repr=False)
-
-
-class PartitionLog:
+class PartitionLog(CleaningMixin):
     """The segments of one partition. Create with :meth:`open` (or :meth:`fresh` for a
     directory :meth:`initialize` just made, or :meth:`offline_log`)."""
 
@@ -203,74 +121,16 @@ class PartitionLog:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
 
-        dir_changed = finish_cleaner_leftovers(path)
-        log_bases: set[int] = set()
-        index_bases: dict[int, set[str]] = {}
-        for entry in os.listdir(path):
-            m = SEGMENT_FILE.match(entry)
-            if m:
-                base = int(m.group(1))
-                if m.group(2) == LOG_SUFFIX:
-                    log_bases.add(base)
-                else:
-                    index_bases.setdefault(base, set()).add(m.group(2))
-        orphans = sorted(set(index_bases) - log_bases)
-        if orphans:  # an index without its log: the log was deleted by someone else
-            report_orphans(path, orphans, sorted(log_bases))
-            for base in orphans:
-                for suffix in index_bases[base]:
-                    (path / f"{base:020d}{suffix}").unlink()
-            dir_changed = True
-
-        segments = [Segment(path, b, index_interval_bytes, pool) for b in sorted(log_bases)]
-        kept: list[Segment] = []
-        cut: tuple[Segment, Cut] | None = None
-        dropped: list[Segment] = []
-        for i, seg in enumerate(segments):
-            if kept and seg.base_offset < kept[-1].next_offset:
-                cut = (kept[-1], Cut(kept[-1].size, 0, f"segment {seg.base_offset} overlaps"))
-                dropped = segments[i:]
-                break
-            is_last = i == len(segments) - 1
-            if is_last or not seg.load_sealed():
-                c = seg.recover()
-                if index_bases.get(seg.base_offset) != set(INDEX_SUFFIXES):
-                    dir_changed = True  # recover() created an index file
-                if c is not None:
-                    cut = (seg, c)
-                    kept.append(seg)
-                    dropped = segments[i + 1 :]
-                    break
-                if not is_last:
-                    seal_quietly(seg)
-            kept.append(seg)
-
-        dropped_bytes = 0
-        for seg in dropped:
-            with contextlib.suppress(FileNotFoundError):
-                dropped_bytes += seg.log_path.stat().st_size
-            seg.delete_files()
-            dir_changed = True
-        if cut is not None or dropped:
-            warn_recovery(path, cut, dropped, dropped_bytes)
-        if not compacted:
-            report_gaps(path, kept)
-
-        if not kept:
-            kept.append(Segment.create(path, 0, index_interval_bytes, pool))
-            dir_changed = True
-        if fsync:
-            # Whatever the previous process left in the page cache becomes durable now.
-            try:
-                for seg in kept:
-                    seg.sync_existing()
-                if dir_changed:
-                    fsync_dir(path)
-            except OSError as e:
-                log.warning("recovery of %s: fsync failed: %s", path, describe_error(e))
+        segments = recover_segments(
+            path,
+            index_interval_bytes=index_interval_bytes,
+            fsync=fsync,
+            compacted=compacted,
+            pool=pool,
+        )
         return cls(
             path,
-            kept,
+            segments,
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
             fsync=fsync,
@@ -363,13 +223,7 @@ class PartitionLog:
         """Take the log offline (once), logging why and which offsets are affected."""
         if self._offline is None:
             self._offline = LogOffline(self._path, cause)
-            reason = cause if isinstance(cause, str) else describe_error(cause)
-            log.error(
-                "partition %s is offline: %s; %s; writes are refused until the broker restarts",
-                self._path.name,
-                reason,
-                lost,
-            )
+            report_went_offline(self._path, cause, lost)
         return self._offline
 
     # -- writing ---------------------------------------------------------------------------
@@ -627,162 +481,6 @@ class PartitionLog:
                 best = seg
         return best.max_timestamp_batch() if best is not None else None
 
-    # -- compaction ------------------------------------------------------------------------
-
-    def begin_cleaning(self) -> CleaningSnapshot:
-        """Snapshot the segments for a cleaner and open private read handles (any thread).
-
-        Call :meth:`flush` first so that everything appended so far counts as durable. Only one
-        cleaning may be under way: raises CleaningInProgress otherwise. End it with
-        :meth:`replace_sealed` or :meth:`end_cleaning`.
-        """
-        with self._lock:
-            self._check_open()
-            if self._cleaning:
-                raise CleaningInProgress(f"log {self._path} is already being cleaned")
-            segments = tuple(self._segments)
-            flushed = self._flushed_offset
-            sealed = 0
-            while sealed < len(segments) - 1 and segments[sealed].next_offset <= flushed:
-                sealed += 1
-            readers: list[Segment] = []
-            try:
-                for seg in segments:
-                    readers.append(seg.open_reader())
-            except BaseException:
-                for r in readers:
-                    r.close()
-                raise
-            self._cleaning = True
-            return CleaningSnapshot(
-                segments=segments,
-                readers=tuple(readers),
-                sealed=sealed,
-                flushed_offset=flushed,
-                segment_bytes=self._segment_bytes,
-                index_interval_bytes=self._index_interval_bytes,
-                fsync=self._fsync,
-                _truncations=self._truncations,
-                _swaps=self._swaps,
-            )
-
-    def end_cleaning(self, snapshot: CleaningSnapshot) -> None:
-        """Close the snapshot's read handles and allow the next cleaning. Idempotent."""
-        for r in snapshot.readers:
-            r.close()
-        with self._lock:
-            if not snapshot._ended:
-                snapshot._ended = True
-                self._cleaning = False
-
-    def replace_sealed(
-        self,
-        snapshot: CleaningSnapshot,
-        replacements: Sequence[tuple[Sequence[Segment], int | None]],
-    ) -> bool:
-        """Swap cleaned segment files in for groups of sealed segments (writer thread).
-
-        Each replacement is ``(group, base)``: ``group`` lists adjacent segments from
-        ``snapshot.segments[:snapshot.sealed]``; ``base`` is ``group[0].base_offset`` when the
-        cleaner wrote ``cleaned_path(path, base, ".log"/".index")`` (complete, fsynced, holding
-        a subset of the group's batches) or None when nothing of the group survives and its
-        segments are simply deleted. Groups must not overlap. The swap follows the protocol in
-        the module docstring and ends the cleaning.
-
-        Returns False, deleting the cleaned files and changing nothing, if the log was closed,
-        truncated or otherwise changed under the snapshot since begin_cleaning (the cleaner's
-        decisions may rest on records that are gone). An I/O error after the commit point
-        closes the log (reopening it completes the swap) and propagates. Holds the flush lock
-        throughout, so it waits for a flush running in another thread to finish.
-        """
-        if snapshot._ended:
-            raise ValueError("this cleaning has already ended")
-        new_bases = [base for _, base in replacements if base is not None]
-        try:
-            with self._flush_lock:
-                present = {id(s) for s in self._segments[:-1]}
-                stale = (
-                    self._closed
-                    or self._truncations != snapshot._truncations
-                    or self._swaps != snapshot._swaps
-                    or any(id(s) not in present for group, _ in replacements for s in group)
-                )
-                if stale:
-                    for base in new_bases:
-                        remove_cleaned(self._path, base)
-                    return False
-                if not replacements:
-                    return True
-                self._swap_files(replacements, new_bases)
-            return True
-        finally:
-            self.end_cleaning(snapshot)
-
-    def _swap_files(
-        self, replacements: Sequence[tuple[Sequence[Segment], int | None]], new_bases: list[int]
-    ) -> None:
-        path = self._path
-        committed = False
-        try:
-            # 1. Commit: every cleaned file becomes a .swap file, made durable.
-            for base in new_bases:
-                for suffix in SEGMENT_SUFFIXES:
-                    cleaned = cleaned_path(path, base, suffix)
-                    if suffix == LOG_SUFFIX or cleaned.exists():
-                        os.rename(cleaned, path / f"{base:020d}{suffix}{SWAP_SUFFIX}")
-            if self._fsync:
-                fsync_dir(path)
-            committed = True
-            # 2. Delete the replaced segments, 3. move the swap files into place.
-            for group, _ in replacements:
-                for seg in group:
-                    seg.delete_files()
-            fresh: dict[int, Segment] = {}
-            for base in new_bases:
-                stem = f"{base:020d}"
-                for suffix in INDEX_SUFFIXES:
-                    index_swap = path / f"{stem}{suffix}{SWAP_SUFFIX}"
-                    if index_swap.exists():
-                        os.rename(index_swap, path / f"{stem}{suffix}")
-                os.rename(path / f"{stem}{LOG_SUFFIX}{SWAP_SUFFIX}", path / f"{stem}{LOG_SUFFIX}")
-            if self._fsync:
-                fsync_dir(path)
-            for base in new_bases:
-                seg = Segment(path, base, self._index_interval_bytes, self._pool)
-                if not seg.load_sealed():
-                    seg.recover()
-                fresh[base] = seg
-        except BaseException:
-            if not committed:
-                for base in new_bases:  # nothing was deleted yet: put the log back as it was
-                    for suffix in SEGMENT_SUFFIXES:
-                        with contextlib.suppress(OSError):
-                            (path / f"{base:020d}{suffix}{SWAP_SUFFIX}").unlink()
-                    remove_cleaned(path, base)
-                raise
-            log.error("swap of cleaned segments in %s failed; closing the log", path)
-            with self._lock:
-                self._closed = True
-                for seg in self._segments:
-                    seg.close()
-            raise
-
-        first_of = {id(group[0]): base for group, base in replacements}
-        doomed = {id(s) for group, _ in replacements for s in group}
-        with self._lock:
-            segments: list[Segment] = []
-            for seg in self._segments:
-                if id(seg) in first_of:
-                    new_base = first_of[id(seg)]
-                    if new_base is not None:
-                        segments.append(fresh[new_base])
-                elif id(seg) not in doomed:
-                    segments.append(seg)
-            self._segments = segments
-            self._bases = [s.base_offset for s in segments]
-            self._dirty = [s for s in self._dirty if id(s) not in doomed]
-            self._swaps += 1
-
     # -- closing ---------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -865,22 +563,5 @@ def open_or_offline(
             pool=pool,
         )
     except Exception as e:
-        try:
-            bases = segment_bases(path)
-        except OSError:
-            bases = []
-        if bases:
-            affected = (
-                f"offsets from {bases[0]} on ({len(bases)} segment(s), the last starting at"
-                f" {bases[-1]})"
-            )
-        else:
-            affected = "its offsets (segments unknown)"
-        log.error(
-            "partition %s is offline: it could not be opened: %s; %s are unavailable",
-            Path(path).name,
-            describe_error(e),
-            affected,
-            exc_info=not isinstance(e, OSError),
-        )
+        report_unopenable(path, e)
         return PartitionLog.offline_log(path, e)

@@ -1,8 +1,25 @@
 """What opening a partition directory finds and mends, and how it reports it.
 
+:func:`recover_segments` does the recovery of ``PartitionLog.open``, in this order:
+
+1. Crash leftovers of compaction are settled (below).
+2. Index files whose ``.log`` is gone are logged at ERROR with the offsets lost, then removed
+   (segment files are deleted indexes first, so only an outside hand leaves that).
+3. Every segment but the last is trusted if its indexes pass a consistency check; the last
+   (active) segment, and any segment whose index is missing or inconsistent, is scanned batch
+   by batch (framing, magic 2, CRC-32C, increasing offsets). The first torn or corrupt batch and
+   everything after it is cut from the file, the later segments (from a segment overlapping the
+   one before it on, too) are deleted, and one WARNING on the ``kcoord.storage`` logger says
+   what went.
+4. In a log that is not compacted, offsets missing between two segments are logged at ERROR.
+5. With fsync on, whatever the previous process left in the page cache is made durable.
+
+Writes recovery would like to make (cutting a tail, rewriting an index, fsyncs) may fail on a
+full disk or a read-only file without failing the open (see ``storage.segment``).
+
 Compaction's file names: a cleaned segment being written is ``<base><suffix>.cleaned``; once the
 cleaner's files are complete they are renamed ``<base><suffix>.swap`` (the commit point of a
-swap, ``storage.log``).
+swap, ``storage.cleaning``).
 
 Crash leftovers, handled at open before anything else: every ``*.cleaned`` file is deleted (the
 swap had not started). A ``<B>.log.swap`` is complete and fsynced (it was renamed from a
@@ -14,10 +31,6 @@ deleted (indexes, then ``.log``), ``<B>.index.swap`` and ``<B>.timeindex.swap`` 
 file's, so the log stays consistent, merely less compacted. An index ``.swap`` without its
 ``.log.swap`` is deleted (the index is rebuilt if needed). This rule is safe for any subset of a
 swap's renames having reached disk.
-
-Reporting: the tail recovery cut and the segments it dropped (a WARNING), and data that is gone
-(an ERROR with its offsets): segment files whose ``.log`` is missing while their index remains,
-and offsets missing between the segments of a log that is not compacted.
 """
 
 from __future__ import annotations
@@ -29,7 +42,7 @@ import re
 from pathlib import Path
 
 from protocol.batch import CorruptBatch
-from storage.files import describe_error
+from storage.files import FilePool, describe_error, fsync_dir
 from storage.index import INT32_MAX, OffsetIndex
 from storage.segment import (
     BUILD_CHUNK,
@@ -124,7 +137,90 @@ def finish_cleaner_leftovers(path: Path) -> bool:
     return bool(cleaned or index_swaps or log_swaps)
 
 
-def warn_recovery(
+def recover_segments(
+    path: Path,
+    *,
+    index_interval_bytes: int,
+    fsync: bool,
+    compacted: bool,
+    pool: FilePool | None = None,
+) -> list[Segment]:
+    """Recover the existing partition directory ``path`` as the module docstring describes and
+    return its segments in offset order (a directory without segments gets an empty one at
+    offset 0). ``compacted``: offsets missing between segments are expected, not reported.
+
+    With ``fsync``, everything kept (and the directory, if recovery changed it) is made durable;
+    a failure to do so only warns.
+    """
+    dir_changed = finish_cleaner_leftovers(path)
+    log_bases: set[int] = set()
+    index_bases: dict[int, set[str]] = {}
+    for entry in os.listdir(path):
+        m = SEGMENT_FILE.match(entry)
+        if m:
+            base = int(m.group(1))
+            if m.group(2) == LOG_SUFFIX:
+                log_bases.add(base)
+            else:
+                index_bases.setdefault(base, set()).add(m.group(2))
+    orphans = sorted(set(index_bases) - log_bases)
+    if orphans:  # an index without its log: the log was deleted by someone else
+        _report_orphans(path, orphans, sorted(log_bases))
+        for base in orphans:
+            for suffix in index_bases[base]:
+                (path / f"{base:020d}{suffix}").unlink()
+        dir_changed = True
+
+    segments = [Segment(path, b, index_interval_bytes, pool) for b in sorted(log_bases)]
+    kept: list[Segment] = []
+    cut: tuple[Segment, Cut] | None = None
+    dropped: list[Segment] = []
+    for i, seg in enumerate(segments):
+        if kept and seg.base_offset < kept[-1].next_offset:
+            cut = (kept[-1], Cut(kept[-1].size, 0, f"segment {seg.base_offset} overlaps"))
+            dropped = segments[i:]
+            break
+        is_last = i == len(segments) - 1
+        if is_last or not seg.load_sealed():
+            c = seg.recover()
+            if index_bases.get(seg.base_offset) != set(INDEX_SUFFIXES):
+                dir_changed = True  # recover() created an index file
+            if c is not None:
+                cut = (seg, c)
+                kept.append(seg)
+                dropped = segments[i + 1 :]
+                break
+            if not is_last:
+                _seal_quietly(seg)
+        kept.append(seg)
+
+    dropped_bytes = 0
+    for seg in dropped:
+        with contextlib.suppress(FileNotFoundError):
+            dropped_bytes += seg.log_path.stat().st_size
+        seg.delete_files()
+        dir_changed = True
+    if cut is not None or dropped:
+        _warn_recovery(path, cut, dropped, dropped_bytes)
+    if not compacted:
+        _report_gaps(path, kept)
+
+    if not kept:
+        kept.append(Segment.create(path, 0, index_interval_bytes, pool))
+        dir_changed = True
+    if fsync:
+        # Whatever the previous process left in the page cache becomes durable now.
+        try:
+            for seg in kept:
+                seg.sync_existing()
+            if dir_changed:
+                fsync_dir(path)
+        except OSError as e:
+            log.warning("recovery of %s: fsync failed: %s", path, describe_error(e))
+    return kept
+
+
+def _warn_recovery(
     path: Path, cut: tuple[Segment, Cut] | None, dropped: list[Segment], dropped_bytes: int
 ) -> None:
     parts: list[str] = []
@@ -143,7 +239,7 @@ def warn_recovery(
     log.warning("recovery of %s: %s", path, "; ".join(parts))
 
 
-def seal_quietly(seg: Segment) -> None:
+def _seal_quietly(seg: Segment) -> None:
     """Seal a recovered segment (final time index entry); a failed write only warns."""
     try:
         seg.seal()
@@ -155,7 +251,7 @@ def seal_quietly(seg: Segment) -> None:
         )
 
 
-def report_orphans(path: Path, orphans: list[int], log_bases: list[int]) -> None:
+def _report_orphans(path: Path, orphans: list[int], log_bases: list[int]) -> None:
     """Log, at ERROR, each segment whose index files remain but whose ``.log`` is gone."""
     for base in orphans:
         later = [b for b in log_bases if b > base]
@@ -188,7 +284,7 @@ def _last_indexed_offset(path: Path, base: int) -> int | None:
     return best
 
 
-def report_gaps(path: Path, segments: list[Segment]) -> None:
+def _report_gaps(path: Path, segments: list[Segment]) -> None:
     """Log, at ERROR, offsets missing between consecutive segments of an uncompacted log."""
     for prev, seg in zip(segments, segments[1:], strict=False):
         if prev.next_offset < seg.base_offset:

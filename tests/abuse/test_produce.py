@@ -22,7 +22,8 @@ from protocol.batch import HEADER_SIZE, compute_crc
 from protocol.codec import encode_body, request_type
 from protocol.compression import Compression, compress
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, encode_batch
+from protocol.record_encoding import build_batch, encode_batch
+from protocol.records import Record
 from protocol.responses import build
 from tests.integration.clients import consume_confluent, create_topic, produce_confluent
 from tests.integration.harness import BrokerProcess, wait_for

@@ -11,7 +11,7 @@ from kio.serial import entity_reader
 from protocol.apis import ApiKey
 from protocol.codec import response_type
 from protocol.errors import ErrorCode
-from protocol.records import build_batch
+from protocol.record_encoding import build_batch
 
 from .clients import consume_confluent, create_topic, produce_confluent
 from .harness import BrokerProcess

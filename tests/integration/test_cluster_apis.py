@@ -14,7 +14,8 @@ from kio.serial import entity_reader
 from protocol.apis import ApiKey
 from protocol.codec import response_type
 from protocol.errors import ErrorCode
-from protocol.records import build_batch, decode_batches
+from protocol.record_encoding import build_batch
+from protocol.records import decode_batches
 
 from .clients import create_topic
 from .harness import BrokerProcess, wait_for

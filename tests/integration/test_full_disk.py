@@ -17,7 +17,7 @@ import pytest
 
 from protocol.apis import ApiKey
 from protocol.errors import ErrorCode
-from protocol.records import build_batch
+from protocol.record_encoding import build_batch
 
 from .clients import consume_confluent, create_topic
 from .harness import BrokerProcess

@@ -339,7 +339,7 @@ def test_report_page_and_charts(scenario: dict[str, Any]) -> None:
 def _write_offsets(data_dir: Path, partition: int, records: list[tuple[bytes, bytes | None]], ts: int,
                    base_offset: int = 0) -> Path:
     from protocol.batch import set_base_offset
-    from protocol.records import encode_kv_batch
+    from protocol.record_encoding import encode_kv_batch
 
     d = data_dir / f"__consumer_offsets-{partition}"
     d.mkdir(parents=True, exist_ok=True)
@@ -364,7 +364,7 @@ def _commit(group: str, topic: str, partition: int, offset: int) -> tuple[bytes,
 
 def test_lag_is_clamped_at_the_log_start_offset(tmp_path: Path, spark: Any) -> None:
     from pipeline.job import run_job
-    from protocol.records import build_batch
+    from protocol.record_encoding import build_batch
 
     data = tmp_path / "data"
     _write_offsets(data, 0, [_commit("behind", "t", 0, 50), _commit("inside", "t", 0, 105)], T0)

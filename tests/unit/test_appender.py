@@ -16,7 +16,8 @@ import broker.appender as appender_mod
 from broker.appender import Appender, Outcome
 from protocol.compression import Compression
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, encode_batch
+from protocol.record_encoding import build_batch, encode_batch
+from protocol.records import Record
 from protocol.validate import check_batch
 
 T0 = 1_700_000_000_000

@@ -1,5 +1,6 @@
 """Tests for storage.compaction (key-based compaction of sealed segments) and the swap protocol
-it relies on in storage.log (replace_sealed, crash recovery of .cleaned/.swap files)."""
+it relies on in storage.cleaning (replace_sealed) and storage.recovery (crash recovery of
+.cleaned/.swap files)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ import pytest
 
 from protocol.batch import parse_header
 from protocol.compression import Compression
-from protocol.records import Record, build_batch, decode_batch, encode_batch
+from protocol.record_encoding import build_batch, encode_batch
+from protocol.records import Record, decode_batch
+from storage.cleaning import CleaningInProgress
 from storage.compaction import (
     abort_compaction,
     commit_compaction,
     compact,
     prepare_compaction,
 )
-from storage.log import CleaningInProgress, PartitionLog
+from storage.log import PartitionLog
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000

@@ -20,7 +20,7 @@ from coordinator.messages import (
 from coordinator.schemas import decode_group_metadata_value
 from coordinator.shard import GroupShard
 from coordinator.write_size import offset_commit_floor
-from protocol.records import encode_kv_batch
+from protocol.record_encoding import encode_kv_batch
 from tests.unit.test_group_harness import E, Harness
 from tests.unit.test_group_sync_heartbeat import completing
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from storage.files import FilePool
-from storage.log import LogOffline, PartitionLog, open_or_offline
+from storage.log import PartitionLog, open_or_offline
+from storage.offline import LogOffline
 
 from .test_log import make_batch, open_log, read_all
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from coordinator.loading import LatestRecords
 from coordinator.shard import GroupShard
 from protocol.batch import HEADER_SIZE
-from protocol.records import decode_key_values, encode_kv_batch
+from protocol.record_encoding import encode_kv_batch
+from protocol.records import decode_key_values
 from storage.compaction import compact
 from storage.log import PartitionLog
 

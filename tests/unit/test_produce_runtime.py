@@ -22,7 +22,8 @@ from protocol.apis import ApiKey
 from protocol.codec import encode_body, request_type, response_type
 from protocol.compression import Compression
 from protocol.errors import ErrorCode
-from protocol.records import Record, build_batch, encode_batch
+from protocol.record_encoding import build_batch, encode_batch
+from protocol.records import Record
 from protocol.responses import build
 from tests.integration.rawclient import RawClient
 

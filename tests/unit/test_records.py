@@ -29,14 +29,13 @@ from protocol.compression import (
     snappy_decompress,
     xerial_snappy_compress,
 )
+from protocol.record_encoding import build_batch, encode_batch
 from protocol.records import (
     Record,
     RecordBatch,
     RecordHeader,
-    build_batch,
     decode_batch,
     decode_batches,
-    encode_batch,
     read_varint,
     varint_size,
     write_varint,
@@ -624,7 +623,8 @@ def test_us_to_kafka_python(codec: Compression, kafka_python_codecs: set[Compres
 
 
 def test_encode_kv_batch_matches_build_batch() -> None:
-    from protocol.records import build_batch, decode_batch, encode_kv_batch
+    from protocol.record_encoding import build_batch, encode_kv_batch
+    from protocol.records import decode_batch
 
     pairs = [(b"k%d" % i, b"v" * i if i % 3 else None) for i in range(300)]
     pairs.append((b"big", b"x" * 20000))
@@ -636,7 +636,8 @@ def test_encode_kv_batch_matches_build_batch() -> None:
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_decode_key_values_matches_full_decode(codec: int) -> None:
     from protocol.batch import HEADER_SIZE, parse_header
-    from protocol.records import build_batch, decode_batch, decode_key_values
+    from protocol.record_encoding import build_batch
+    from protocol.records import decode_batch, decode_key_values
 
     entries = [
         (None if i % 7 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v" * (i * 3), (("h", b"x"),) if i % 2 else (), 1_000 + i)

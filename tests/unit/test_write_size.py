@@ -28,7 +28,7 @@ from coordinator.write_size import (
     tombstones_batch_size,
 )
 from protocol.batch import HEADER_SIZE
-from protocol.records import (
+from protocol.record_encoding import (
     encode_kv_batch,
     kv_batch_size,
     kv_batches,

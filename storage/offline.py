@@ -1,0 +1,73 @@
+"""Offline partitions: the error an offline partition log raises, and how going offline is
+reported.
+
+A partition log is *offline* when it could not be opened (``storage.log.open_or_offline``
+registers it offline so that the other partitions serve), when its active segment file is found
+deleted under the running broker (checked at every flush: a file with no link left would be
+lost at the next start, so what was written to it is refused, not acknowledged), or when an
+append failed and could not be undone. From then on every operation on it raises
+:class:`LogOffline`, an OSError (the Produce path answers KAFKA_STORAGE_ERROR for OSErrors),
+until the broker restarts. Why it went offline is logged once, at ERROR, with the offsets
+affected.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+
+from storage.files import describe_error
+from storage.recovery import segment_bases
+
+log = logging.getLogger("kcoord.storage")
+
+
+class LogOffline(OSError):
+    """The partition is offline: it could not be opened, or its files were lost while it ran.
+
+    Raised by every operation on an offline log (the Produce path answers KAFKA_STORAGE_ERROR
+    for OSErrors). ``cause`` is what took the partition offline.
+    """
+
+    def __init__(self, path: Path, cause: BaseException | str) -> None:
+        reason = cause if isinstance(cause, str) else describe_error(cause)
+        super().__init__(errno.EIO, f"partition {path.name} is offline: {reason}")
+        self.path = path
+        self.cause = cause
+
+
+def report_went_offline(path: Path, cause: BaseException | str, lost: str) -> None:
+    """Log, at ERROR, that the running partition at ``path`` went offline because of ``cause``;
+    ``lost`` says which offsets are affected."""
+    reason = cause if isinstance(cause, str) else describe_error(cause)
+    log.error(
+        "partition %s is offline: %s; %s; writes are refused until the broker restarts",
+        path.name,
+        reason,
+        lost,
+    )
+
+
+def report_unopenable(path: Path, error: Exception) -> None:
+    """Log, at ERROR, that the partition at ``path`` could not be opened because of ``error``,
+    with the offsets that are unavailable as far as its segment file names tell (a traceback
+    too when ``error`` is not an OSError: recovery did not expect it)."""
+    try:
+        bases = segment_bases(path)
+    except OSError:
+        bases = []
+    if bases:
+        affected = (
+            f"offsets from {bases[0]} on ({len(bases)} segment(s), the last starting at"
+            f" {bases[-1]})"
+        )
+    else:
+        affected = "its offsets (segments unknown)"
+    log.error(
+        "partition %s is offline: it could not be opened: %s; %s are unavailable",
+        Path(path).name,
+        describe_error(error),
+        affected,
+        exc_info=False if isinstance(error, OSError) else error,
+    )
