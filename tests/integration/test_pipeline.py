@@ -64,12 +64,16 @@ def spark() -> Iterator[Any]:
 class RecordingMember:
     """A kafka-python consumer in a thread that consumes, commits after every poll, and
     records each generation it completed (with its assignment) and the leader of each
-    generation it led."""
+    generation it led.
+
+    ``generation`` and ``assignment`` are set together when a join completes: kafka-python
+    keeps the previous assignment while a rebalance is under way, so an assignment alone
+    can look balanced beside another member's newer one."""
 
     def __init__(self, bootstrap: str, group: str, name: str, seen: dict[str, Any]) -> None:
         self.name = name
         self.assignment: frozenset[int] = frozenset()
-        self.history: list[frozenset[int]] = []
+        self.generation = -1
         self.errors: list[str] = []
         self._seen = seen
         self._stop = threading.Event()
@@ -92,9 +96,10 @@ class RecordingMember:
 
         async def on_join_complete(generation: int, member_id: str, protocol: str, data: bytes) -> Any:
             result = await joined(generation, member_id, protocol, data)
-            parts = len(consumer.assignment())
+            assigned = frozenset(tp.partition for tp in consumer.assignment())
             with seen["lock"]:
-                seen["joined"].append((generation, member_id, parts))
+                seen["joined"].append((generation, member_id, len(assigned)))
+                self.generation, self.assignment = generation, assigned
             return result
 
         def perform_assignment(leader_id: str, protocol: str, members: Any) -> Any:
@@ -115,10 +120,6 @@ class RecordingMember:
                         consumer.commit()
                 except Exception as e:  # a commit racing a rebalance; the next poll retries
                     self.errors.append(repr(e))
-                current = frozenset(tp.partition for tp in consumer.assignment())
-                if current != self.assignment:
-                    self.assignment = current
-                    self.history.append(current)
         finally:
             consumer.close()
 
@@ -126,6 +127,11 @@ class RecordingMember:
         self._stop.set()
         self.thread.join(timeout=30)
         assert not self.thread.is_alive(), f"{self.name} did not stop"
+
+
+def settled(members: list[RecordingMember]) -> bool:
+    """Balanced, and every member has completed the same generation."""
+    return balanced(members, PARTITIONS) and len({m.generation for m in members}) == 1
 
 
 def _produce(bootstrap: str, start: int, count: int) -> None:
@@ -178,11 +184,11 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[d
         seen: dict[str, Any] = {"lock": threading.Lock(), "joined": [], "leaders": {}}
         m1 = RecordingMember(b, "g-live", "m1", seen)
         m2 = RecordingMember(b, "g-live", "m2", seen)
-        wait_for(lambda: balanced([m1, m2], PARTITIONS), 60, what="two members balanced")
+        wait_for(lambda: settled([m1, m2]), 60, what="two members balanced")
         m3 = RecordingMember(b, "g-live", "m3", seen)
-        wait_for(lambda: balanced([m1, m2, m3], PARTITIONS), 60, what="three members balanced")
+        wait_for(lambda: settled([m1, m2, m3]), 60, what="three members balanced")
         m3.stop()
-        wait_for(lambda: balanced([m1, m2], PARTITIONS), 60, what="two members again")
+        wait_for(lambda: settled([m1, m2]), 60, what="two members again")
         wait_for(lambda: _committed_all(broker.port, "g-live", FIRST), 60, what="all consumed")
         m1.stop()
         m2.stop()
