@@ -26,8 +26,8 @@ which routes each record by its key's type (``schemas``: Kafka's key/value layou
 manager, then calls ``finish_loading``.
 
 Where a new group type plugs in (KIP-848 consumer groups): a package beside ``classic/`` with
-its model and manager; its record types (keys 3-8 and 16 in ``schemas``, today skipped as
-``UnknownKey``) routed to it in ``GroupShard.replay``; its requests (ConsumerGroupHeartbeat,
+its model and manager; its record types (keys 3-8 and 16, ``consumer.records``, today skipped
+by the shard) routed to it in ``GroupShard.replay``; its requests (ConsumerGroupHeartbeat,
 ConsumerGroupDescribe) routed to it by the shard; its timer kinds registered in the shared
 ``Timers``; and its groups offered to the offsets manager through ``offsets.OffsetGroups``
 (a group answers ``validate_offset_commit`` with its member epoch instead of a generation). The

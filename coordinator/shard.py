@@ -58,7 +58,12 @@ from coordinator.messages import (
 )
 from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
 from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
-from coordinator.schemas import OffsetCommitKey, OffsetCommitValue, UnknownKey, decode_key
+from coordinator.schemas import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_key,
+)
 from coordinator.timers import Timers
 from coordinator.write_size import tombstones_batch_size
 from protocol.errors import ErrorCode
@@ -454,16 +459,17 @@ class GroupShard:
 
     def replay(self, key: bytes, value: bytes | None, now_ms: int) -> None:
         """Apply one record of this shard's partition, oldest first (loading only): routed by
-        its key's record type; unknown key versions are skipped."""
+        its key's record type. KIP-848 consumer-group records (no manager takes them yet) and
+        unknown key versions are skipped, counted in ``skipped_records``."""
         if self._mode is not ShardMode.LOADING:
             raise RuntimeError("replay() is only allowed while the shard is loading")
         decoded = decode_key(key)
-        if isinstance(decoded, UnknownKey):
-            self.skipped_records += 1
-        elif isinstance(decoded, OffsetCommitKey):
+        if isinstance(decoded, OffsetCommitKey):
             self.offsets.replay(decoded, value)
-        else:
+        elif isinstance(decoded, GroupMetadataKey):
             self.classic.replay(decoded.group, value)
+        else:  # UnknownKey or a consumer-group key
+            self.skipped_records += 1
 
     def finish_loading(self, now_ms: int) -> Output:
         """K3: materialise the loaded groups (Stable with members, else Empty; groups that
