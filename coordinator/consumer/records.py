@@ -13,22 +13,26 @@ null), UUIDs as 16 bytes, and a tagged-field section (varint count, then tag, si
 field) at the end of the value and of every struct nested in it. Tagged fields this module does
 not know are skipped when decoding and never written.
 
-=====  ====================================  =============================================
-key    key type                              value type (what it holds)
-=====  ====================================  =============================================
-3      ConsumerGroupMetadataKey              ConsumerGroupMetadataValue (group epoch and,
-                                             Kafka 4.1+, the subscribed-topics MetadataHash:
-                                             tagged field 0, int64, written when non-zero)
-4      ConsumerGroupPartitionMetadataKey     ConsumerGroupPartitionMetadataValue (subscribed
-                                             topic metadata; deprecated: Kafka 4.1+ no longer
-                                             writes it, only tombstones for old ones)
-5      ConsumerGroupMemberMetadataKey        ConsumerGroupMemberMetadataValue (member, and
-                                             tagged field 0 ClassicMemberMetadata)
-6      ConsumerGroupTargetAssignmentMetadataKey  ConsumerGroupTargetAssignmentMetadataValue
-7      ConsumerGroupTargetAssignmentMemberKey    ConsumerGroupTargetAssignmentMemberValue
-8      ConsumerGroupCurrentMemberAssignmentKey   ConsumerGroupCurrentMemberAssignmentValue
-16     ConsumerGroupRegularExpressionKey     ConsumerGroupRegularExpressionValue
-=====  ====================================  =============================================
+The records, by key version (record type):
+
+- 3 ConsumerGroupMetadataKey -> ConsumerGroupMetadataValue: the group epoch and, since Kafka
+  4.1 (KIP-1101), the subscribed topics' MetadataHash: tagged field 0, int64, written only
+  when non-zero.
+- 4 ConsumerGroupPartitionMetadataKey -> ConsumerGroupPartitionMetadataValue: the subscribed
+  topics' metadata. Deprecated: Kafka 4.1+ no longer writes it, it only deletes (tombstones)
+  old ones it loads; decoded here, and encodable for tests and tools, but not to be written.
+- 5 ConsumerGroupMemberMetadataKey -> ConsumerGroupMemberMetadataValue: a member's
+  subscription and client, with tagged field 0, the nullable ClassicMemberMetadata of a member
+  that joined through the classic protocol (a nullable struct in a tagged field starts with a
+  varint presence marker, 1 = present).
+- 6 ConsumerGroupTargetAssignmentMetadataKey -> ConsumerGroupTargetAssignmentMetadataValue:
+  the target assignment's epoch.
+- 7 ConsumerGroupTargetAssignmentMemberKey -> ConsumerGroupTargetAssignmentMemberValue: a
+  member's target partitions.
+- 8 ConsumerGroupCurrentMemberAssignmentKey -> ConsumerGroupCurrentMemberAssignmentValue: a
+  member's epoch, state, assigned partitions and partitions pending revocation.
+- 16 ConsumerGroupRegularExpressionKey -> ConsumerGroupRegularExpressionValue: the topics a
+  subscription regular expression resolved to, with the metadata version and time.
 
 A ``None`` value is a tombstone; it never reaches these codecs. Decoders raise
 :class:`~coordinator.schema_errors.SchemaError` (a ``ValueError``) on truncated input, trailing
