@@ -23,6 +23,7 @@ from .admission import RequestMemory
 from .cluster_api import ClusterApi
 from .config import Config
 from .connection import Connection, ConnectionServices, DirectHandler, Handler
+from .consumer_group_api import ConsumerGroupApi
 from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
@@ -91,6 +92,7 @@ class Broker:
         self.group_api = GroupApi(config, self.groups)
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
+        cg = ConsumerGroupApi(self.groups)
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(self.groups, self.topics, self.data.producers, config)
@@ -116,6 +118,8 @@ class Broker:
             ApiKey.OFFSET_COMMIT: o.offset_commit,
             ApiKey.OFFSET_FETCH: o.offset_fetch,
             ApiKey.OFFSET_DELETE: o.offset_delete,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         self.direct_handlers: dict[int, DirectHandler] = {

@@ -10,9 +10,11 @@ reply may answer an earlier, parked request: a JoinGroup long poll, D12; a parke
 F3). Every handle passed in receives exactly one reply, possibly later.
 
 - The managers: :class:`coordinator.classic.manager.ClassicGroupManager` (classic groups,
-  B-H, K, L, M) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6),
-  which sees groups only through the narrow interface the classic manager implements.
-  DeleteGroups spans both and is done here.
+  B-H, K, L, M), :class:`coordinator.consumer.manager.ConsumerGroupManager` (KIP-848 consumer
+  groups) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which
+  sees groups of both types only through a narrow interface
+  (:class:`coordinator.offset_groups.ShardOffsetGroups`). DeleteGroups spans them and is done
+  here, as is the group-type check (one id space for both types).
 - Timers (:class:`coordinator.timers.Timers`) are shared: the runtime asks
   :meth:`GroupShard.next_wakeup` and calls :meth:`GroupShard.advance` when it passes.
 - State is applied eagerly. If the runtime cannot append an Output's records it calls
@@ -35,6 +37,17 @@ from coordinator.classic.groups import default_member_id, join_error, sync_error
 from coordinator.classic.join import StaticReplaceWriteFailed
 from coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
 from coordinator.config import GroupConfig
+from coordinator.consumer.describe import describe_group, listed_consumer_groups
+from coordinator.consumer.group import ConsumerGroup
+from coordinator.consumer.manager import ConsumerGroupManager, ConsumerWriteFailed
+from coordinator.consumer.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DescribedConsumerGroup,
+)
+from coordinator.consumer.topics import NO_TOPICS, TopicsView
 from coordinator.messages import (
     DeleteGroupResult,
     DeleteGroupsRequest,
@@ -56,12 +69,14 @@ from coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
 )
+from coordinator.offset_groups import ShardOffsetGroups
 from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
 from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
 from coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
+    UnknownKey,
     decode_key,
 )
 from coordinator.timers import Timers
@@ -111,6 +126,8 @@ class GroupShard:
         now_ms: int = 0,
         new_member_id: Callable[[str], str] | None = None,
         partition_for: Callable[[str], int] | None = None,
+        topics: TopicsView | None = None,
+        new_consumer_member_id: Callable[[], str] | None = None,
     ) -> None:
         self.partition = partition
         self.config = config if config is not None else GroupConfig()
@@ -121,7 +138,12 @@ class GroupShard:
         self.classic = ClassicGroupManager(
             self.config, op, self.timers, new_member_id or default_member_id
         )
-        self.offsets = OffsetManager(partition, self.config, op, self.timers, self.classic)
+        self.consumer = ConsumerGroupManager(
+            self.config, op, self.timers, topics or NO_TOPICS, new_consumer_member_id
+        )
+        self.offsets = OffsetManager(
+            partition, self.config, op, self.timers, ShardOffsetGroups(self.classic, self.consumer)
+        )
         self.skipped_records = 0
         """Records with keys this shard does not model (KIP-848 key versions), skipped."""
 
@@ -143,6 +165,7 @@ class GroupShard:
     @rebalance_observer.setter
     def rebalance_observer(self, observer: Callable[[RebalanceCompleted], None] | None) -> None:
         self.classic.state.rebalance_observer = observer
+        self.consumer.rebalance_observer = observer
 
     @property
     def offsets_committed(self) -> int:
@@ -154,7 +177,15 @@ class GroupShard:
         return self.classic.groups.get(group_id)
 
     def groups(self) -> Iterator[ClassicGroup]:
+        """The classic groups."""
         return iter(self.classic)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The live consumer (KIP-848) group (read-only by convention), None if unknown."""
+        return self.consumer.get(group_id)
+
+    def consumer_groups(self) -> Iterator[ConsumerGroup]:
+        return iter(self.consumer)
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
         """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""
@@ -215,6 +246,15 @@ class GroupShard:
         op = self._op
         op.begin()
         error = self._gate(req.group_id, empty_id_ok=False)
+        consumer_group = self.consumer.get(req.group_id) if error is None else None
+        if consumer_group is not None:
+            if consumer_group.members:
+                # Classic members inside a consumer group (online migration) are not served
+                # yet: the protocols do not match.
+                error = ErrorCode.inconsistent_group_protocol
+            else:
+                self.consumer.delete(req.group_id)  # an Empty consumer group becomes classic
+                log.info("group %s: Empty consumer group converted to a classic group", req.group_id)
         if error is not None:
             op.reply(handle, join_error(req.member_id, error))
         else:
@@ -276,6 +316,66 @@ class GroupShard:
             op.reply(handle, self.classic.leave_group(req, now_ms))
         return op.end()
 
+    # ---- consumer group requests (KIP-848) -----------------------------------------------
+
+    def consumer_group_heartbeat(
+        self, handle: Hashable, req: ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> Output:
+        """ConsumerGroupHeartbeat: the routing checks, Kafka's request checks, the group-type
+        check (an Empty classic group is converted, another is not this API's), then the
+        consumer group manager."""
+        op = self._op
+        op.begin()
+        if req.group_id == "":
+            op.reply(handle, ConsumerGroupHeartbeatResponse(ErrorCode.invalid_request, "GroupId can't be empty."))
+            return op.end()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        response = (
+            ConsumerGroupHeartbeatResponse(error) if error is not None else self.consumer.validate(req)
+        )
+        classic = self.classic.groups.get(req.group_id) if response is None else None
+        if classic is not None:
+            if req.member_epoch == 0 and classic.is_empty:
+                self.classic.delete(req.group_id, now_ms)
+                log.info("group %s: Empty classic group converted to a consumer group", req.group_id)
+            else:
+                response = ConsumerGroupHeartbeatResponse(
+                    ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."
+                )
+        if response is not None:
+            op.reply(handle, response)
+        else:
+            self.consumer.heartbeat(handle, req, now_ms)
+        return op.end()
+
+    def consumer_group_describe(
+        self, handle: Hashable, req: ConsumerGroupDescribeRequest, now_ms: int
+    ) -> Output:
+        """ConsumerGroupDescribe: an unknown group, or a classic one, is GROUP_ID_NOT_FOUND."""
+        op = self._op
+        op.begin()
+        described = []
+        for group_id in req.group_ids:
+            error = self._gate(group_id, empty_id_ok=False)
+            group = self.consumer.get(group_id) if error is None else None
+            if group is not None:
+                described.append(
+                    describe_group(group, self.consumer.topics, self.config.consumer_assignors[0])
+                )
+                continue
+            if error is None:
+                error = ErrorCode.group_id_not_found
+                message: str | None = (
+                    f"Group {group_id} is not a consumer group."
+                    if group_id in self.classic.groups
+                    else f"Group {group_id} not found."
+                )
+            else:
+                message = None
+            described.append(DescribedConsumerGroup(error, message, group_id))
+        op.reply(handle, ConsumerGroupDescribeResponse(tuple(described)))
+        return op.end()
+
     def list_groups(self, handle: Hashable, req: ListGroupsRequest, now_ms: int) -> Output:
         """ListGroups: this shard's groups, filtered by state and type (case-insensitive)."""
         op = self._op
@@ -283,7 +383,10 @@ class GroupShard:
         if self._mode is ShardMode.LOADING:
             response = ListGroupsResponse(ErrorCode.coordinator_load_in_progress, ())
         else:
-            response = ListGroupsResponse(ErrorCode.none, self.classic.listed(req))
+            response = ListGroupsResponse(
+                ErrorCode.none,
+                self.classic.listed(req) + listed_consumer_groups(self.consumer, req),
+            )
         op.reply(handle, response)
         return op.end()
 
@@ -296,6 +399,18 @@ class GroupShard:
             error = self._gate(group_id, empty_id_ok=True)
             if error is not None:
                 described.append(DescribedGroup(error, group_id, "", "", "", ()))
+            elif group_id in self.consumer.groups:
+                described.append(
+                    DescribedGroup(
+                        ErrorCode.group_id_not_found,
+                        group_id,
+                        "Dead",
+                        "",
+                        "",
+                        (),
+                        f"Group {group_id} is not a classic group.",
+                    )
+                )
             else:
                 described.append(self.classic.describe(group_id))
         op.reply(handle, DescribeGroupsResponse(tuple(described)))
@@ -312,7 +427,10 @@ class GroupShard:
         for group_id in dict.fromkeys(req.group_ids):
             error = self._gate(group_id, empty_id_ok=True)
             if error is None:
-                error = classic.delete_check(group_id)
+                if group_id in self.consumer.groups:
+                    error = self.consumer.delete_check(group_id)
+                else:
+                    error = classic.delete_check(group_id)
                 if error == ErrorCode.none:
                     deleted.append(group_id)
             results[group_id] = error
@@ -332,7 +450,10 @@ class GroupShard:
             deleted = []
         for group_id in deleted:
             offsets.delete_all(group_id)
-            classic.delete(group_id, now_ms)
+            if group_id in self.consumer.groups:
+                self.consumer.delete(group_id)
+            else:
+                classic.delete(group_id, now_ms)
         if deleted:  # one line per request: a request may delete thousands
             names = ", ".join(deleted[:10])
             more = f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
@@ -389,6 +510,14 @@ class GroupShard:
             return OffsetFetchResponse(error, ())
         return self.offsets.fetch(group_id, wanted)
 
+    def offset_fetch_member_error(
+        self, group_id: str, member_id: str | None, member_epoch: int
+    ) -> int | None:
+        """OffsetFetch v9+ from a member of a consumer group: it must be one, at its current
+        member epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); None when the fetch may go on."""
+        group = self.consumer.get(group_id) if self._mode is _ACTIVE else None
+        return None if group is None else group.validate_offset_fetch(member_id, member_epoch)
+
     def offsets_snapshot(
         self, group_id: str
     ) -> tuple[int, dict[tuple[str, int], OffsetCommitValue]]:
@@ -439,6 +568,8 @@ class GroupShard:
                 self.classic.sync_write_failed(action, mapped, now_ms)
             elif isinstance(action, StaticReplaceWriteFailed):
                 self.classic.static_replace_write_failed(action, mapped, now_ms)
+            elif isinstance(action, ConsumerWriteFailed):
+                self.consumer.write_failed(action, mapped)
             elif isinstance(action, DeleteWriteFailed):
                 op.reply(
                     action.handle,
@@ -468,8 +599,10 @@ class GroupShard:
             self.offsets.replay(decoded, value)
         elif isinstance(decoded, GroupMetadataKey):
             self.classic.replay(decoded.group, value)
-        else:  # UnknownKey or a consumer-group key
+        elif isinstance(decoded, UnknownKey):
             self.skipped_records += 1
+        else:
+            self.consumer.loader.replay(decoded, value)
 
     def finish_loading(self, now_ms: int) -> Output:
         """K3: materialise the loaded groups (Stable with members, else Empty; groups that
@@ -480,7 +613,11 @@ class GroupShard:
         op = self._op
         op.begin()
         self._mode = ShardMode.ACTIVE
-        self.classic.finish_loading(self.offsets.group_ids(), now_ms)
+        self.consumer.finish_loading(now_ms)
+        consumer_groups = self.consumer.groups
+        self.classic.finish_loading(
+            (g for g in self.offsets.group_ids() if g not in consumer_groups), now_ms
+        )
         self.offsets.arm_retention(now_ms + self.config.offsets_retention_check_interval_ms)
         self.classic.start_timers(now_ms)
         log.debug("partition %d loaded: %d groups", self.partition, len(self.classic.groups))
@@ -492,7 +629,9 @@ class GroupShard:
         op = self._op
         op.begin()
         self.classic.unload(now_ms)
+        self.consumer.unload()
         self.offsets.clear()
         self.timers.clear()
         self._mode = ShardMode.UNLOADED
         return op.end()
+
