@@ -264,3 +264,34 @@ def _epochs(broker: BrokerProcess) -> tuple[int, int, str]:
         r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g"], include_authorized_operations=False)
     g = r.groups[0]
     return (g.group_epoch, g.assignment_epoch, g.group_state) if g.error_code == 0 else (-1, -1, "")
+
+
+def test_kcoord_groups_shows_type_epochs_and_targets(broker: BrokerProcess) -> None:
+    import json
+
+    from .test_admin_cli import kcoord
+
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    ms = [member(broker, f"cli{i}") for i in range(2)]
+    try:
+        wait_balanced(ms)
+        listed = kcoord(broker, "groups", "list", "--type", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == [{"group": "g", "state": "Stable", "type": "consumer"}]
+        table = kcoord(broker, "groups", "list", "--type", "consumer", "--state")
+        assert table.stdout.split() == ["GROUP", "TYPE", "STATE", "g", "consumer", "Stable"]
+        state = json.loads(kcoord(broker, "groups", "describe", "g", "--state", "--json").stdout)[0]
+        assert (state["type"], state["state"], state["assignment_strategy"]) == ("consumer", "Stable", "uniform")
+        assert state["group_epoch"] == state["assignment_epoch"] >= 2
+        rows = json.loads(kcoord(broker, "groups", "describe", "g", "--members", "--json").stdout)
+        by_client = {r["client_id"]: r for r in rows}
+        for m in ms:
+            r = by_client[m.name]
+            assert r["epoch"] == state["group_epoch"]
+            assert {a["partition"] for a in r["assignment"]} == set(m.assignment)
+            assert r["target_assignment"] == r["assignment"]
+        text = kcoord(broker, "groups", "describe", "g", "--members").stdout
+        assert "TARGET-ASSIGNMENT" in text and "EPOCH" in text
+    finally:
+        for m in ms:
+            m.stop()
