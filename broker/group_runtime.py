@@ -139,6 +139,7 @@ class GroupRuntime:
             consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
             consumer_max_size=config["group.consumer.max.size"],
             consumer_assignors=config.consumer_assignors,
+            consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
         )
         start = now_ms()
         self.topics_view = StoreTopics(topics)

@@ -61,6 +61,10 @@ class GroupConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     """group.consumer.assignors: the server assignors offered; the first is the default."""
 
+    consumer_migration_policy: str = "bidirectional"
+    """group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled: which
+    online conversions between classic and consumer groups with members are allowed."""
+
     def __post_init__(self) -> None:
         if self.initial_rebalance_delay_ms < 0:
             raise ValueError("initial_rebalance_delay_ms must be >= 0")

@@ -37,7 +37,13 @@ from coordinator.classic.groups import default_member_id, join_error, sync_error
 from coordinator.classic.join import StaticReplaceWriteFailed
 from coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
 from coordinator.config import GroupConfig
-from coordinator.consumer.describe import describe_group, listed_consumer_groups
+from coordinator.consumer.classic_members import ClassicMembers
+from coordinator.consumer.describe import (
+    describe_group,
+    listed_consumer_groups,
+    not_a_classic_group,
+    not_a_consumer_group,
+)
 from coordinator.consumer.group import ConsumerGroup
 from coordinator.consumer.manager import ConsumerGroupManager, ConsumerWriteFailed
 from coordinator.consumer.messages import (
@@ -45,7 +51,6 @@ from coordinator.consumer.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
-    DescribedConsumerGroup,
 )
 from coordinator.consumer.topics import NO_TOPICS, TopicsView
 from coordinator.messages import (
@@ -69,6 +74,7 @@ from coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
 )
+from coordinator.migration import GroupMigration
 from coordinator.offset_groups import ShardOffsetGroups
 from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
 from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
@@ -141,6 +147,8 @@ class GroupShard:
         self.consumer = ConsumerGroupManager(
             self.config, op, self.timers, topics or NO_TOPICS, new_consumer_member_id
         )
+        self.classic_members = ClassicMembers(self.consumer, new_member_id or default_member_id)
+        self.migration = GroupMigration(self.config, op, self.classic, self.consumer)
         self.offsets = OffsetManager(
             partition, self.config, op, self.timers, ShardOffsetGroups(self.classic, self.consumer)
         )
@@ -248,13 +256,11 @@ class GroupShard:
         error = self._gate(req.group_id, empty_id_ok=False)
         consumer_group = self.consumer.get(req.group_id) if error is None else None
         if consumer_group is not None:
-            if consumer_group.members:
-                # Classic members inside a consumer group (online migration) are not served
-                # yet: the protocols do not match.
-                error = ErrorCode.inconsistent_group_protocol
-            else:
-                self.consumer.delete(req.group_id)  # an Empty consumer group becomes classic
-                log.info("group %s: Empty consumer group converted to a classic group", req.group_id)
+            if consumer_group.members:  # a classic member of a consumer group
+                self.classic_members.join(handle, consumer_group, req, now_ms)
+                return op.end()
+            self.consumer.delete(req.group_id)  # an Empty consumer group becomes classic
+            log.info("group %s: Empty consumer group converted to a classic group", req.group_id)
         if error is not None:
             op.reply(handle, join_error(req.member_id, error))
         else:
@@ -270,8 +276,11 @@ class GroupShard:
             # K3: the rebalance state is lost; make the member rejoin (old clients do not
             # know COORDINATOR_LOAD_IN_PROGRESS here).
             error = ErrorCode.rebalance_in_progress
+        consumer_group = self.consumer.get(req.group_id) if error is None else None
         if error is not None:
             op.reply(handle, sync_error(error))
+        elif consumer_group is not None:
+            self.classic_members.sync(handle, consumer_group, req, now_ms)
         else:
             self.classic.sync_group(handle, req, now_ms)
         return op.end()
@@ -303,15 +312,25 @@ class GroupShard:
             if error == ErrorCode.coordinator_load_in_progress:
                 return ErrorCode.none  # K3: answer blindly while loading
             return error
-        return self.classic.heartbeat(group_id, generation_id, member_id, group_instance_id, now_ms)
+        error = self.classic.heartbeat(group_id, generation_id, member_id, group_instance_id, now_ms)
+        if error == ErrorCode.unknown_member_id:  # not a classic group's member: a consumer group's?
+            group = self.consumer.groups.get(group_id)
+            if group is not None:
+                return self.classic_members.heartbeat(
+                    group, member_id, group_instance_id, generation_id, now_ms
+                )
+        return error
 
     def leave_group(self, handle: Hashable, req: LeaveGroupRequest, now_ms: int) -> Output:
         """LeaveGroup (H3); v3+ batches members."""
         op = self._op
         op.begin()
         error = self._gate(req.group_id, empty_id_ok=False)
+        consumer_group = self.consumer.get(req.group_id) if error is None else None
         if error is not None:
             op.reply(handle, LeaveGroupResponse(error, ()))
+        elif consumer_group is not None:
+            op.reply(handle, self.classic_members.leave(consumer_group, req, now_ms))
         else:
             op.reply(handle, self.classic.leave_group(req, now_ms))
         return op.end()
@@ -338,7 +357,7 @@ class GroupShard:
             if req.member_epoch == 0 and classic.is_empty:
                 self.classic.delete(req.group_id, now_ms)
                 log.info("group %s: Empty classic group converted to a consumer group", req.group_id)
-            else:
+            elif not (req.member_epoch == 0 and self.migration.upgrade(classic, now_ms)):
                 response = ConsumerGroupHeartbeatResponse(
                     ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."
                 )
@@ -363,16 +382,7 @@ class GroupShard:
                     describe_group(group, self.consumer.topics, self.config.consumer_assignors[0])
                 )
                 continue
-            if error is None:
-                error = ErrorCode.group_id_not_found
-                message: str | None = (
-                    f"Group {group_id} is not a consumer group."
-                    if group_id in self.classic.groups
-                    else f"Group {group_id} not found."
-                )
-            else:
-                message = None
-            described.append(DescribedConsumerGroup(error, message, group_id))
+            described.append(not_a_consumer_group(group_id, error, group_id in self.classic.groups))
         op.reply(handle, ConsumerGroupDescribeResponse(tuple(described)))
         return op.end()
 
@@ -400,17 +410,7 @@ class GroupShard:
             if error is not None:
                 described.append(DescribedGroup(error, group_id, "", "", "", ()))
             elif group_id in self.consumer.groups:
-                described.append(
-                    DescribedGroup(
-                        ErrorCode.group_id_not_found,
-                        group_id,
-                        "Dead",
-                        "",
-                        "",
-                        (),
-                        f"Group {group_id} is not a classic group.",
-                    )
-                )
+                described.append(not_a_classic_group(group_id))
             else:
                 described.append(self.classic.describe(group_id))
         op.reply(handle, DescribeGroupsResponse(tuple(described)))

@@ -14,7 +14,7 @@ from coordinator.consumer.messages import (
 )
 from coordinator.consumer.target import preferred_assignor
 from coordinator.consumer.topics import TopicsView
-from coordinator.messages import ListedGroup, ListGroupsRequest
+from coordinator.messages import DescribedGroup, ListedGroup, ListGroupsRequest
 from protocol.errors import ErrorCode
 
 GROUP_TYPE_CONSUMER = "consumer"
@@ -41,6 +41,7 @@ def describe_group(group: ConsumerGroup, topics: TopicsView, default_assignor: s
             subscribed_topic_regex=m.subscribed_topic_regex,
             assignment=_partitions(m.assigned, topics),
             target_assignment=_partitions(group.target_of(m.member_id), topics),
+            member_type=0 if m.classic is not None else 1,
         )
         for m in group.members.values()
     )
@@ -70,3 +71,19 @@ def listed_consumer_groups(
         if not states or state.lower() in states:
             out.append(ListedGroup(group.group_id, "consumer", state, GROUP_TYPE_CONSUMER))
     return tuple(out)
+
+
+def not_a_consumer_group(group_id: str, error: int | None, is_classic: bool) -> DescribedConsumerGroup:
+    """ConsumerGroupDescribe's entry for a group it does not describe: ``error`` from the
+    routing checks, else GROUP_ID_NOT_FOUND (a classic group, or none)."""
+    if error is not None:
+        return DescribedConsumerGroup(error, None, group_id)
+    what = "is not a consumer group" if is_classic else "not found"
+    return DescribedConsumerGroup(ErrorCode.group_id_not_found, f"Group {group_id} {what}.", group_id)
+
+
+def not_a_classic_group(group_id: str) -> DescribedGroup:
+    """DescribeGroups' entry for a consumer group (v6 reports it; older versions show Dead)."""
+    return DescribedGroup(
+        ErrorCode.group_id_not_found, group_id, "Dead", "", "", (), f"Group {group_id} is not a classic group."
+    )

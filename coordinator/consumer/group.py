@@ -210,8 +210,9 @@ class ConsumerGroup:
         self, member_id: str, instance_id: str | None, generation: int, api_version: int = -1
     ) -> int | None:
         """Kafka's ConsumerGroup.validateOffsetCommit: an anonymous commit (epoch < 0) is
-        accepted while the group is Empty; otherwise the member must exist, commit with
-        OffsetCommit v9+ and carry its current member epoch."""
+        accepted while the group is Empty; otherwise the member must exist and carry its
+        current member epoch, a consumer-protocol member with OffsetCommit v9+ (a classic
+        member's generation is its member epoch)."""
         if self.dead:
             return ErrorCode.coordinator_not_available
         if generation < 0 and not self.members:
@@ -219,10 +220,11 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
-        if 0 <= api_version < 9:
+        classic = member.classic is not None
+        if 0 <= api_version < 9 and not classic:
             return ErrorCode.unsupported_version
         if generation != member.member_epoch:
-            return ErrorCode.stale_member_epoch
+            return ErrorCode.illegal_generation if classic else ErrorCode.stale_member_epoch
         return None
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int | None:
@@ -238,6 +240,10 @@ class ConsumerGroup:
 
     def validate_offset_delete(self) -> int | None:
         return ErrorCode.group_id_not_found if self.dead else None
+
+    def classic_only_without(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` speaks the classic protocol."""
+        return all(m.classic is not None for m in self.members.values() if m.member_id != member_id)
 
     def is_subscribed_to(self, topic: str) -> bool:
         return topic in self.subscribed_topic_names()

@@ -37,6 +37,7 @@ from coordinator.consumer.member import (
 from coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    TopicPartitions,
 )
 from coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
 from coordinator.consumer.regex import compile_regex, resolve_regex
@@ -72,7 +73,7 @@ def _error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatRespo
     return ConsumerGroupHeartbeatResponse(code, message)
 
 
-class _Change:
+class Change:
     """The group an operation changes, and its state before the first change."""
 
     __slots__ = ("before", "created", "group", "touched")
@@ -102,12 +103,17 @@ class ConsumerGroupManager:
     ) -> None:
         self.config = config
         self._op = op
+        self.op = op
+        """The shard's operation under way (the classic-member handlers reply through it)."""
         self._timers = timers
         self.topics = topics
         self._new_member_id = new_member_id or (lambda: str(uuid.uuid4()))
         self.groups: dict[str, ConsumerGroup] = {}
         self.loader = ConsumerGroupLoader()
         self.rebalance_observer: Callable[[RebalanceCompleted], None] | None = None
+        self.downgrade: Callable[[ConsumerGroup, ConsumerMember, int], bool] | None = None
+        """Set by the shard: converts a group whose last consumer-protocol member leaves to a
+        classic group; False when the policy or the group does not allow it."""
         for name in config.consumer_assignors:
             if name not in ASSIGNORS:
                 raise ValueError(f"unknown consumer group assignor {name!r}")
@@ -179,9 +185,9 @@ class ConsumerGroupManager:
                 op.reply(handle, _error(ErrorCode.group_id_not_found, f"Consumer group {gid} not found."))
                 return
             group = ConsumerGroup(gid)
-            change = _Change(group, created=True)
+            change = Change(group, created=True)
         else:
-            change = _Change(group, created=False)
+            change = Change(group, created=False)
         member_id = req.member_id or self._new_member_id()
         if len(group.members) >= self.config.consumer_max_size and member_id not in group.members:
             op.reply(
@@ -198,8 +204,6 @@ class ConsumerGroupManager:
             op.reply(handle, found)
             return
         member, is_new = found
-        emit = op.emit
-        # 1. The member and the group epoch.
         updated = member.with_request(
             instance_id=req.instance_id,
             rack_id=req.rack_id,
@@ -210,47 +214,8 @@ class ConsumerGroupManager:
             client_id=req.client_id,
             client_host=req.client_host,
         )
-        reason = ""
-        if is_new or updated is not member:
-            change.touch()
-            emit(*records.member_record(gid, updated))
-            group.put_member(updated)
-            if is_new:
-                reason = f"member {member_id} joined"
-                log.info("group %s: member %s joins (consumer protocol)", gid, member_id)
-            elif updated.subscription_differs(member):
-                reason = f"member {member_id} changed its subscription"
-        topics_moved = group.topics_version != self.topics.version
-        if (reason or topics_moved) and self._refresh_topics(change, now_ms) and not reason:
-            reason = "the subscribed topics changed"
-        if reason:
-            self._bump(change, now_ms, reason)
-        # 2. The target assignment.
-        if group.group_epoch > group.assignment_epoch:
-            change.touch()
-            update_target(group, self.config.consumer_assignors[0], lambda r: emit(*r))
-        # 3. The member towards its target.
-        current = group.members[member_id]
-        if not current.is_reconciled_to(group.assignment_epoch):
-            reconciled = reconcile(
-                current,
-                group.assignment_epoch,
-                group.target_of(member_id),
-                group.owner_epoch,
-                req.topic_partitions,
-            )
-            if not reconciled.same_assignment_record(current):
-                change.touch()
-                emit(*records.current_assignment_record(gid, reconciled))
-                group.put_member(reconciled)
-                timers = self._timers_of(group, member_id)
-                if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
-                    self._arm_rebalance(group, reconciled, timers, now_ms)
-                else:
-                    timers.rebalance_token = 0
-            current = reconciled
-        self._arm_session(group, member_id, now_ms)
-        self._maybe_completed(group, now_ms)
+        current = self.apply_member(change, member, updated, is_new, req.topic_partitions, now_ms)
+        self.maybe_completed(group, now_ms)
         full = req.member_epoch == JOIN_EPOCH or (
             req.rebalance_timeout_ms != -1
             and req.subscribed_topic_names is not None
@@ -269,10 +234,64 @@ class ConsumerGroupManager:
                 else None,
             ),
         )
-        self._finish(change, handle)
+        self.finish(change, handle)
+
+    def apply_member(
+        self,
+        change: Change,
+        member: ConsumerMember,
+        updated: ConsumerMember,
+        is_new: bool,
+        owned: TopicPartitions | None,
+        now_ms: int,
+    ) -> ConsumerMember:
+        """Kafka's three steps for a member's request (module docstring): store ``updated``
+        (``member`` as it was, ``is_new`` if it joins) and bump the group epoch if need be,
+        recompute the target if it is behind, reconcile the member given the partitions it
+        reports owning; returns the member as it now stands."""
+        group = change.group
+        gid = group.group_id
+        member_id = updated.member_id
+        emit = self._op.emit
+        reason = ""
+        if is_new or updated is not member:
+            change.touch()
+            emit(*records.member_record(gid, updated))
+            group.put_member(updated)
+            if is_new:
+                reason = f"member {member_id} joined"
+                protocol = "classic" if updated.classic is not None else "consumer"
+                log.info("group %s: member %s joins (%s protocol)", gid, member_id, protocol)
+            elif updated.subscription_differs(member):
+                reason = f"member {member_id} changed its subscription"
+        topics_moved = group.topics_version != self.topics.version
+        if (reason or topics_moved) and self.refresh_topics(change, now_ms) and not reason:
+            reason = "the subscribed topics changed"
+        if reason:
+            self.bump(change, now_ms, reason)
+        if group.group_epoch > group.assignment_epoch:
+            change.touch()
+            update_target(group, self.config.consumer_assignors[0], lambda r: emit(*r))
+        current = group.members[member_id]
+        if not current.is_reconciled_to(group.assignment_epoch):
+            reconciled = reconcile(
+                current, group.assignment_epoch, group.target_of(member_id), group.owner_epoch, owned
+            )
+            if not reconciled.same_assignment_record(current):
+                change.touch()
+                emit(*records.current_assignment_record(gid, reconciled))
+                group.put_member(reconciled)
+                timers = self.timers_of(group, member_id)
+                if reconciled.state is MemberState.UNREVOKED_PARTITIONS and reconciled.classic is None:
+                    self._arm_rebalance(group, reconciled, timers, now_ms)
+                else:
+                    timers.rebalance_token = 0
+            current = reconciled
+        self.arm_session(group, current, now_ms)
+        return current
 
     def _member(
-        self, change: _Change, member_id: str, req: ConsumerGroupHeartbeatRequest
+        self, change: Change, member_id: str, req: ConsumerGroupHeartbeatRequest
     ) -> tuple[ConsumerMember, bool] | ConsumerGroupHeartbeatResponse:
         """The member the heartbeat is from (new or existing), or the error to answer."""
         group = change.group
@@ -298,7 +317,7 @@ class ConsumerGroupManager:
                     f"Static member {member_id} with instance id {req.instance_id} cannot join the"
                     f" group because the instance id is owned by {existing.member_id} member.",
                 )
-            return self._replace_static(change, existing, member_id), False
+            return self.replace_static(change, existing, member_id), False
         if existing is None:
             return _error(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -331,7 +350,7 @@ class ConsumerGroupManager:
             )
         return member, False
 
-    def _replace_static(self, change: _Change, old: ConsumerMember, member_id: str) -> ConsumerMember:
+    def replace_static(self, change: Change, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member comes back under a new member id: it takes over the old one's
         subscription, target and partitions, at epoch 0."""
         group = change.group
@@ -385,13 +404,13 @@ class ConsumerGroupManager:
                     f"Static member {req.member_id} with instance id {req.instance_id} was fenced"
                     f" by member {member.member_id}.",
                 )
-        change = _Change(group, created=False)
+        change = Change(group, created=False)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             change.touch()
             away = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
             self._op.emit(*records.current_assignment_record(group.group_id, away))
             group.put_member(away)
-            self._timers_of(group, member.member_id).rebalance_token = 0
+            self.timers_of(group, member.member_id).rebalance_token = 0
             log.info(
                 "group %s: static member %s (instance %s) left for now",
                 group.group_id,
@@ -399,24 +418,36 @@ class ConsumerGroupManager:
                 member.instance_id,
             )
         else:
-            self._fence(change, member, "left the group", now_ms)
-        self._finish(change, handle)
+            self.fence(change, member, "left the group", now_ms)
+        self.finish(change, handle)
         return ConsumerGroupHeartbeatResponse(
             ErrorCode.none, None, req.member_id, req.member_epoch, 0, None
         )
 
-    def _fence(self, change: _Change, member: ConsumerMember, why: str, now_ms: int) -> None:
-        """Remove a member (tombstones 8, 7, 5) and bump the group epoch (3)."""
+    def fence(self, change: Change, member: ConsumerMember, why: str, now_ms: int) -> None:
+        """Remove a member (tombstones 8, 7, 5) and bump the group epoch (3); or, when the
+        last consumer-protocol member goes and classic members remain, hand the group back to
+        the classic protocol (:attr:`downgrade`)."""
         group = change.group
         change.touch()
+        downgrade = self.downgrade
+        if (
+            downgrade is not None
+            and member.classic is None
+            and len(group.members) > 1
+            and group.classic_only_without(member.member_id)
+            and downgrade(group, member, now_ms)
+        ):
+            log.info("group %s: member %s %s", group.group_id, member.member_id, why)
+            return
         for record in records.member_tombstones(group.group_id, member.member_id):
             self._op.emit(*record)
         group.remove_member(member.member_id)
-        self._refresh_topics(change, now_ms)
+        self.refresh_topics(change, now_ms)
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
-        self._bump(change, now_ms, f"member {member.member_id} {why}")
+        self.bump(change, now_ms, f"member {member.member_id} {why}")
 
-    def _bump(self, change: _Change, now_ms: int, reason: str) -> None:
+    def bump(self, change: Change, now_ms: int, reason: str) -> None:
         group = change.group
         change.touch()
         group.group_epoch += 1
@@ -425,7 +456,7 @@ class ConsumerGroupManager:
             group.rebalance_started_ms = now_ms
             group.rebalance_reason = reason
 
-    def _refresh_topics(self, change: _Change, now_ms: int) -> bool:
+    def refresh_topics(self, change: Change, now_ms: int) -> bool:
         """Re-read the subscribed topics (and re-resolve regexes); True if they changed."""
         group = change.group
         topics = self.topics
@@ -459,10 +490,10 @@ class ConsumerGroupManager:
             changed = True
         return changed
 
-    def _finish(self, change: _Change, handle: Hashable | None) -> None:
+    def finish(self, change: Change, handle: Hashable | None) -> None:
         """Register a created group and attach the undo of a changing operation."""
-        if not change.touched:
-            return
+        if not change.touched or change.group.dead:
+            return  # nothing changed, or the group was deleted or converted (no undo then)
         group = change.group
         group.changes += 1
         if change.created:
@@ -484,7 +515,7 @@ class ConsumerGroupManager:
         if action.handle is not None:
             self._op.reply(action.handle, _error(error))
 
-    def _maybe_completed(self, group: ConsumerGroup, now_ms: int) -> None:
+    def maybe_completed(self, group: ConsumerGroup, now_ms: int) -> None:
         started = group.rebalance_started_ms
         if started is None or group.state != STABLE:
             return
@@ -509,15 +540,20 @@ class ConsumerGroupManager:
     # ---- timers --------------------------------------------------------------------------
 
     @staticmethod
-    def _timers_of(group: ConsumerGroup, member_id: str) -> MemberTimers:
+    def timers_of(group: ConsumerGroup, member_id: str) -> MemberTimers:
         timers = group.timers.get(member_id)
         if timers is None:
             timers = group.timers[member_id] = MemberTimers()
         return timers
 
-    def _arm_session(self, group: ConsumerGroup, member_id: str, now_ms: int) -> None:
-        timers = self._timers_of(group, member_id)
-        deadline = now_ms + self.config.consumer_session_timeout_ms
+    def arm_session(self, group: ConsumerGroup, member: ConsumerMember, now_ms: int) -> None:
+        """(Re-)arm the member's session: the broker's session timeout, or the one a classic
+        member asked for in its JoinGroup."""
+        member_id = member.member_id
+        timers = self.timers_of(group, member_id)
+        classic = member.classic
+        timeout = classic.session_timeout_ms if classic is not None else self.config.consumer_session_timeout_ms
+        deadline = now_ms + timeout
         timers.session_deadline = deadline
         if timers.session_token == 0:
             timers.session_token = self._timers.push(deadline, SESSION_TIMER, group.group_id, member_id)
@@ -540,9 +576,9 @@ class ConsumerGroupManager:
         member = group.members.get(entry[4])
         if member is None:
             return
-        change = _Change(group, created=False)
-        self._fence(change, member, "was fenced: its session expired", now_ms)
-        self._finish(change, None)
+        change = Change(group, created=False)
+        self.fence(change, member, "was fenced: its session expired", now_ms)
+        self.finish(change, None)
 
     def _arm_rebalance(
         self, group: ConsumerGroup, member: ConsumerMember, timers: MemberTimers, now_ms: int
@@ -564,14 +600,14 @@ class ConsumerGroupManager:
         timers.rebalance_token = 0
         if member is None or member.member_epoch != timers.rebalance_epoch:
             return
-        change = _Change(group, created=False)
-        self._fence(
+        change = Change(group, created=False)
+        self.fence(
             change,
             member,
             f"was fenced: it did not revoke its partitions within {member.rebalance_timeout_ms} ms",
             now_ms,
         )
-        self._finish(change, None)
+        self.finish(change, None)
 
     # ---- deletion and the offsets' view ----------------------------------------------------
 
@@ -604,9 +640,9 @@ class ConsumerGroupManager:
         for group in self.loader.groups():
             self.groups[group.group_id] = group
             for member in group.members.values():
-                self._arm_session(group, member.member_id, now_ms)
+                self.arm_session(group, member, now_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
-                    self._arm_rebalance(group, member, self._timers_of(group, member.member_id), now_ms)
+                    self._arm_rebalance(group, member, self.timers_of(group, member.member_id), now_ms)
 
     def unload(self) -> None:
         for group in self.groups.values():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from types import MappingProxyType
 
+from coordinator.consumer.records import ClassicMemberMetadata
 from coordinator.consumer.topics import TopicId
 
 Assignment = Mapping[TopicId, frozenset[int]]
@@ -61,6 +62,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=lambda: NO_PARTITIONS)
     pending_revocation: Assignment = field(default_factory=lambda: NO_PARTITIONS)
+    classic: ClassicMemberMetadata | None = None
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
+    consumer group: its session timeout and the protocols it offered; None otherwise."""
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -126,6 +130,7 @@ class ConsumerMember:
             and self.subscribed_topic_regex == other.subscribed_topic_regex
             and self.rebalance_timeout_ms == other.rebalance_timeout_ms
             and self.server_assignor == other.server_assignor
+            and self.classic == other.classic
         )
 
     def same_assignment_record(self, other: ConsumerMember) -> bool:

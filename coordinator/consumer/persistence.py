@@ -90,6 +90,7 @@ def member_record(group_id: str, member: ConsumerMember) -> Record:
             subscribed_topic_regex=member.subscribed_topic_regex,
             rebalance_timeout_ms=member.rebalance_timeout_ms,
             server_assignor=member.server_assignor,
+            classic_member_metadata=member.classic,
         ),
     )
 
@@ -223,6 +224,7 @@ class ConsumerGroupLoader:
                     subscribed_topic_regex=meta.subscribed_topic_regex,
                     rebalance_timeout_ms=meta.rebalance_timeout_ms,
                     server_assignor=meta.server_assignor,
+                    classic=meta.classic_member_metadata,
                 )
                 if current is not None:
                     member = _with_current(member, current)

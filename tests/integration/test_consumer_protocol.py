@@ -295,3 +295,39 @@ def test_kcoord_groups_shows_type_epochs_and_targets(broker: BrokerProcess) -> N
     finally:
         for m in ms:
             m.stop()
+
+
+def test_a_classic_cooperative_group_upgraded_online_and_back(broker: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupType
+
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    classic = [
+        ConfluentMember(broker.bootstrap, "g", "t", f"classic{i}", "cooperative-sticky")
+        for i in range(2)
+    ]
+    everyone: list[ConfluentMember] = list(classic)
+    overlaps: list[dict[str, list[int]]] = []
+
+    def settled(members: list[ConfluentMember]) -> bool:
+        owners = [p for m in members for p in m.assignment]
+        if len(owners) != len(set(owners)):
+            overlaps.append({m.name: sorted(m.assignment) for m in members})
+        return balanced(members, PARTITIONS)
+
+    try:
+        wait_for(lambda: settled(classic), 30, what="the classic group balanced")
+        assert describe(broker, "g").type == ConsumerGroupType.CLASSIC
+        upgrader = member(broker, "kip848")
+        everyone.append(upgrade_member := upgrader)
+        wait_for(lambda: settled(everyone), 60, what="three members balanced after the upgrade")
+        assert describe(broker, "g").type == ConsumerGroupType.CONSUMER
+        assert not overlaps, overlaps
+        upgrade_member.stop()
+        everyone.remove(upgrade_member)
+        wait_for(lambda: describe(broker, "g").type == ConsumerGroupType.CLASSIC, 30, what="classic again")
+        wait_for(lambda: settled(classic), 60, what="the classic members own everything again")
+        assert not overlaps, overlaps
+    finally:
+        for m in everyone:
+            if m.thread.is_alive():
+                m.stop()
