@@ -10,7 +10,7 @@ Members are ordered as Kafka's server-side RangeAssignor (Kafka 3.9 and later) o
 static members first, by instance id, then the others by member id. Its stable instance ids
 let a restarted static member find its old range even without stickiness.
 
-Stickiness follows the RangeAssignor of Kafka 3.5 to 3.8 (Kafka's newer one recomputes the
+Stickiness follows the RangeAssignor of Kafka 3.6 to 3.8 (Kafka's newer one recomputes the
 ranges from scratch each time and is not sticky): in member order, a member keeps its lowest
 previous partitions up to ``n // m``, and one more while the ``n % m`` larger shares last; the
 partitions nobody keeps are then dealt in ascending order, to the members still short of their
