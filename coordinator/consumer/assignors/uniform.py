@@ -33,6 +33,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from fractions import Fraction
+from operator import attrgetter
 from typing import cast
 
 from coordinator.consumer.assignors.spec import (
@@ -48,8 +49,7 @@ from coordinator.consumer.assignors.spec import (
 __all__ = ["UniformAssignor"]
 
 
-def _member_id(member: AssignmentMember) -> str:
-    return member.member_id
+_member_id = attrgetter("member_id")
 
 
 class UniformAssignor:
