@@ -386,6 +386,53 @@ def test_range_keeps_previous_partitions_within_quota_when_a_member_joins_or_lea
             assert len(ps & after[m.member_id].get(t, frozenset())) >= min(len(ps), q)
 
 
+@pytest.mark.parametrize("name", sorted(ASSIGNORS))
+@pytest.mark.parametrize("homogeneous", [True, False], ids=["homogeneous", "heterogeneous"])
+def test_a_long_run_of_joins_and_leaves_stays_valid_balanced_and_sticky(
+    name: str, homogeneous: bool
+) -> None:
+    assignor = ASSIGNORS[name]
+    rng = random.Random(f"{name}-{homogeneous}")
+    topics = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(12)]
+    counts = {t: rng.randint(1, 40) for t in topics}
+
+    def joiner() -> AssignmentMember:
+        subs = topics if homogeneous else rng.sample(topics, rng.randint(1, len(topics)))
+        return AssignmentMember(f"m{rng.getrandbits(32):08x}", None, None, frozenset(subs), {})
+
+    members = [joiner() for _ in range(30)]
+    result: Assignment = {m.member_id: {} for m in members}
+    for _ in range(40):
+        members = holding(members, result)
+        if len(members) > 2 and rng.random() < 0.5:
+            members.remove(rng.choice(members))
+        else:
+            members.append(joiner())
+        wanted = frozenset().union(*(m.subscribed for m in members))
+        partitions = {t: n for t, n in counts.items() if t in wanted}
+        after = assignor.assign(members, partitions)
+        check_valid(members, partitions, after)
+        old, new = loads(result), loads(after)
+        if name == "range":
+            check_range(members, partitions, after, fresh=False)
+            for m in members:
+                for t, ps in result.get(m.member_id, {}).items():
+                    if homogeneous:
+                        q = partitions[t] // len(members)
+                        assert len(ps & after[m.member_id].get(t, frozenset())) >= min(len(ps), q)
+        else:
+            check_uniform_balance(members, partitions, after)
+            if homogeneous:
+                for m in members:
+                    if m.member_id in result:
+                        kept = sum(
+                            len(ps & after[m.member_id].get(t, frozenset()))
+                            for t, ps in result[m.member_id].items()
+                        )
+                        assert kept == min(old[m.member_id], new[m.member_id])
+        result = after
+
+
 # --- examples -----------------------------------------------------------------------------
 
 
@@ -441,6 +488,12 @@ def test_uniform_ignores_partitions_of_unsubscribed_deleted_or_missing_topics() 
     ]
     result = plain(UNIFORM.assign(members, {T(1): 2, T(2): 2}))
     assert result == {"a": {1: [0, 1]}, "b": {2: [0, 1]}}
+
+
+@pytest.mark.parametrize("assignor", [UNIFORM, RANGE], ids=["uniform", "range"])
+def test_a_topic_without_partitions_is_left_out(assignor) -> None:
+    members = [member("a", [T(1), T(3)], {T(3): [0]}), member("b", [T(1), T(3)])]
+    assert plain(assignor.assign(members, {T(1): 2, T(3): 0})) == {"a": {1: [0]}, "b": {1: [1]}}
 
 
 @pytest.mark.parametrize("assignor", [UNIFORM, RANGE], ids=["uniform", "range"])

@@ -10,7 +10,7 @@ Members are ordered as Kafka's server-side RangeAssignor (Kafka 3.9 and later) o
 static members first, by instance id, then the others by member id. Its stable instance ids
 let a restarted static member find its old range even without stickiness.
 
-Stickiness follows the RangeAssignor of Kafka 3.5 to 3.8 (Kafka's newer one recomputes the
+Stickiness follows the RangeAssignor of Kafka 3.6 to 3.8 (Kafka's newer one recomputes the
 ranges from scratch each time and is not sticky): in member order, a member keeps its lowest
 previous partitions up to ``n // m``, and one more while the ``n % m`` larger shares last; the
 partitions nobody keeps are then dealt in ascending order, to the members still short of their
@@ -32,6 +32,7 @@ input here has no partition racks, so ``rack_id`` is not used.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from coordinator.consumer.assignors.spec import (
     Assignment,
@@ -46,10 +47,13 @@ from coordinator.consumer.assignors.spec import (
 __all__ = ["RangeAssignor"]
 
 
-def _range_order(member: AssignmentMember) -> tuple[bool, str, str]:
+def _range_order(members: Sequence[AssignmentMember]) -> list[AssignmentMember]:
     """Static members first, by instance id; then the others, by member id."""
-    instance = member.instance_id
-    return instance is None, instance or "", member.member_id
+    static = [m for m in members if m.instance_id is not None]
+    dynamic = [m for m in members if m.instance_id is None]
+    static.sort(key=attrgetter("instance_id", "member_id"))
+    dynamic.sort(key=attrgetter("member_id"))
+    return static + dynamic
 
 
 class _Group:
@@ -74,7 +78,7 @@ class RangeAssignor:
     ) -> Assignment:
         if not members:
             return {}
-        ordered = sorted(members, key=_range_order)
+        ordered = _range_order(members)
         subscribed, homogeneous = subscriptions(ordered, partitions)
         topics = Topics(
             subscribed[0] if homogeneous else frozenset().union(*subscribed), partitions

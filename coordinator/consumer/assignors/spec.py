@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 __all__ = [
     "Assignment",
@@ -89,7 +89,7 @@ def subscriptions(
 ) -> tuple[list[frozenset[TopicId]], bool]:
     """Each member's subscribed topics that have partitions, and whether they are all equal.
 
-    Only set operations between frozensets and dicts here: they reuse the stored hashes.
+    Only operations between frozensets here: they reuse the stored hashes of the topic ids.
     """
     existing = frozenset(counts)
     if any(n <= 0 for n in counts.values()):
@@ -128,45 +128,53 @@ def claims(
     earlier member is dropped from a later one's claim. The partition sets of the input are
     reused when they need no filtering.
     """
-    number = topics.number
+    number = topics.number.get
     counts = topics.counts
     held: list[dict[int, frozenset[int]]] = []
     intact = [True] * len(ordered)
-    claimed: list[list[tuple[int, frozenset[int]]]] = [[] for _ in counts]
+    holders: list[list[int]] = [[] for _ in counts]  # per topic: who claims some
+    claimed: list[list[frozenset[int]]] = [[] for _ in counts]  # and what, in the same order
     for i, member in enumerate(ordered):
         current = member.current
-        valid: dict[int, frozenset[int]] = {}
-        held.append(valid)
         if not current:
+            held.append({})
             continue
-        # issuperset(dict) reads the dict's stored hashes: no UUID.__hash__ calls.
-        subscribed = None if member_topics is None else member_topics[i]
-        if subscribed is not None and subscribed.issuperset(current):
-            subscribed = None
-        for topic, parts in current.items():
-            k = number.get(topic.int)
-            if k is None or not parts or (subscribed is not None and topic not in subscribed):
-                intact[i] = False
-                continue
-            valid[k] = parts
-            claimed[k].append((i, parts))
+        keys = [number(topic.int) for topic in current]
+        # set(dict) copies the dict's stored hashes, and <= between sets uses them: no
+        # UUID.__hash__ calls (frozenset.issuperset(dict) would hash every key).
+        if (
+            (member_topics is None or set(current) <= member_topics[i])
+            and None not in keys
+            and all(current.values())
+        ):
+            valid: dict[int, frozenset[int]] = dict(
+                zip(cast(list[int], keys), current.values(), strict=True)
+            )
+        else:
+            intact[i] = False
+            subscribed = member_topics[i] if member_topics is not None else None
+            valid = {
+                k: parts
+                for k, (topic, parts) in zip(keys, current.items(), strict=True)
+                if k is not None and parts and (subscribed is None or topic in subscribed)
+            }
+        held.append(valid)
+        for k, parts in valid.items():
+            holders[k].append(i)
+            claimed[k].append(parts)
 
     # Per topic, check all the claims at once; only a topic that fails goes claim by claim.
     owned: list[set[int] | None] = [None] * len(counts)
-    holders: list[list[int]] = []
-    for k, entries in enumerate(claimed):
-        holders.append([i for i, _ in entries])
-        if not entries:
+    for k, sets in enumerate(claimed):
+        if not sets:
             continue
-        union = set().union(*[parts for _, parts in entries])
+        union = set().union(*sets)
         n = counts[k]
-        if len(union) == sum(len(parts) for _, parts in entries) and (
-            min(union) >= 0 and max(union) < n
-        ):
+        if len(union) == sum(map(len, sets)) and min(union) >= 0 and max(union) < n:
             owned[k] = union
             continue
         seen: set[int] = set()
-        for i, parts in entries:
+        for i, parts in zip(holders[k], sets, strict=True):
             if min(parts) < 0 or max(parts) >= n:
                 parts = frozenset(p for p in parts if 0 <= p < n)
             if not seen.isdisjoint(parts):
@@ -180,7 +188,7 @@ def claims(
                 del held[i][k]
                 intact[i] = False
         owned[k] = seen
-        holders[k] = [i for i, _ in entries if k in held[i]]
+        holders[k] = [i for i in holders[k] if k in held[i]]
     return Claims(held, owned, holders, intact)
 
 

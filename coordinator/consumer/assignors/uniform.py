@@ -6,7 +6,8 @@ algorithms by the shape of the group:
 * **Homogeneous** (every member subscribes to the same topics), :func:`_homogeneous`: the
   partitions are spread by count only, so the quota of a member is ``total // members``, and
   ``total % members`` of them get one more. The extra ones go to members that already hold more
-  than the minimum (Kafka hands them out in member order), so that only the minimum moves:
+  than the minimum (Kafka gives them to the first members it happens to iterate), so that only
+  the minimum moves:
   a member over its quota gives up the excess (its highest topic ids and partitions first),
   and the partitions nobody keeps are dealt, in topic id then partition order, in contiguous
   chunks to the members under their quota, in member id order. Counts differ by at most one.
@@ -28,9 +29,11 @@ of ``members``, of their subscriptions and of ``partitions``.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from fractions import Fraction
+from operator import attrgetter
 from typing import cast
 
 from coordinator.consumer.assignors.spec import (
@@ -46,8 +49,7 @@ from coordinator.consumer.assignors.spec import (
 __all__ = ["UniformAssignor"]
 
 
-def _member_id(member: AssignmentMember) -> str:
-    return member.member_id
+_member_id = attrgetter("member_id")
 
 
 class UniformAssignor:
@@ -201,30 +203,34 @@ def _heterogeneous(
         else:
             continue
         offset = 0
-        for i, gain in _water_fill(subscribers[k], loads, len(free)):
+        gains = _water_fill(subscribers[k], loads, len(free))
+        for i, gain in gains:
             chunk = free[offset : offset + gain]
             offset += gain
             h = held[i]
             old = h.get(k)
-            if old is None:
-                h[k] = set(chunk)
-            else:
-                mutable = set(old)
-                mutable.update(chunk)
-                h[k] = mutable
+            h[k] = frozenset(chunk) if old is None else old | frozenset(chunk)
             loads[i] += gain
-            holders[k].add(i)
-            touched.add(i)
+        receivers = [i for i, _ in gains]
+        holders[k].update(receivers)
+        touched.update(receivers)
 
     # Move partitions from the most to the least loaded subscribers of each topic until no
     # topic has a subscriber two or more below a holder; a move on one topic can unbalance
-    # another, so go round the topics until a whole round moves nothing.
+    # another, so go round the topics until a whole round moves nothing. A topic whose most
+    # loaded holder is within one of the least loaded member of all is skipped at once (moves
+    # never lower that floor: a giver ends at least one above its taker).
     shared = sorted((k for k, s in enumerate(subscribers) if len(s) > 1), key=topic_order)
+    active = [i for i, s in enumerate(subscribed) if s]
+    floor = min(map(loads.__getitem__, active), default=0)
     quiet = position = 0
     while quiet < len(shared):
         k = shared[position]
         position = (position + 1) % len(shared)
-        moved = _balance_topic(k, subscribers[k], holders[k], held, loads, touched)
+        moved = bool(holders[k]) and max(map(loads.__getitem__, holders[k])) - floor > 1
+        if moved:
+            moved = _balance_topic(k, subscribers[k], holders[k], held, loads, touched)
+            floor = min(map(loads.__getitem__, active))
         quiet = 1 if moved else quiet + 1
 
     ids = topics.ids
@@ -242,31 +248,29 @@ def _heterogeneous(
 
 def _water_fill(members: list[int], loads: list[int], amount: int) -> list[tuple[int, int]]:
     """How to deal ``amount`` partitions over ``members`` so that the least loaded rise first:
-    ``(member, how many)`` pairs in member order. Members at the final level get one more in
-    (load, member) order."""
+    ``(member, how many)`` pairs in member order. Members that end at the top level with one
+    more are the first in (load, member) order."""
     ranked = sorted(members, key=loads.__getitem__)  # stable: ties stay in member order
+    levels = list(map(loads.__getitem__, ranked))  # ascending
     size = len(ranked)
-    level = loads[ranked[0]]
-    below = 0  # ranked[:below] are at or under ``level``
+    level = levels[0]
+    below = bisect_right(levels, level)  # ranked[:below] are at or under ``level``
     left = amount
-    while True:
-        while below < size and loads[ranked[below]] <= level:
-            below += 1
-        if below == size:
-            break
-        step = loads[ranked[below]] - level
+    while below < size:
+        step = levels[below] - level
         if step * below > left:
             break
         left -= step * below
         level += step
+        below = bisect_right(levels, level, below)
     level += left // below
     extra = left % below
-    gains = []
-    for position in range(below):
-        i = ranked[position]
-        k = level - loads[i] + (position < extra)
-        if k:
-            gains.append((i, k))
+    # ranked[:under] are below the final level; after them only the first ``extra`` gain
+    under = bisect_left(levels, level, 0, below)
+    gains = [
+        (ranked[position], level - levels[position] + (position < extra))
+        for position in range(max(under, extra))
+    ]
     gains.sort()
     return gains
 
@@ -281,8 +285,6 @@ def _balance_topic(
 ) -> bool:
     """Move partitions of ``topic`` from its most loaded holders to its least loaded
     subscribers until they differ by at most one; whether anything moved."""
-    if not holders:
-        return False
     lowest = min(map(loads.__getitem__, subscribers))
     highest = max(map(loads.__getitem__, holders))
     if highest - lowest <= 1:
@@ -293,6 +295,9 @@ def _balance_topic(
     takers = [(loads[i], i) for i in subscribers]
     heapq.heapify(givers)
     heapq.heapify(takers)
+    # A giver gives its highest partition: its partitions sorted once, popped from the end
+    # (dropped when it receives one, sorted again if it gives after that).
+    stacks: dict[int, list[int]] = {}
     while givers:
         load, giver = givers[0]
         if -load != loads[giver] or giver not in holders:
@@ -305,7 +310,10 @@ def _balance_topic(
         if loads[giver] - loads[taker] <= 1:
             break
         parts = held[giver][topic]
-        partition = max(parts)
+        stack = stacks.get(giver)
+        if stack is None:
+            stack = stacks[giver] = sorted(parts)
+        partition = stack.pop()
         if len(parts) == 1:
             del held[giver][topic]
             holders.discard(giver)
@@ -322,6 +330,7 @@ def _balance_topic(
             target.add(partition)
         else:
             held[taker][topic] = set(target) | {partition}
+        stacks.pop(taker, None)
         holders.add(taker)
         touched.add(giver)
         touched.add(taker)
