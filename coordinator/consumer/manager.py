@@ -102,7 +102,6 @@ class ConsumerGroupManager:
         new_member_id: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
-        self._op = op
         self.op = op
         """The shard's operation under way (the classic-member handlers reply through it)."""
         self._timers = timers
@@ -173,7 +172,7 @@ class ConsumerGroupManager:
     def heartbeat(self, handle: Hashable, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> None:
         """One ConsumerGroupHeartbeat of a well-formed request (:meth:`validate`) for a
         group id that is not a classic group's; its reply goes into the operation."""
-        op = self._op
+        op = self.op
         gid = req.group_id
         group = self.groups.get(gid)
         if req.member_epoch < 0:
@@ -252,7 +251,7 @@ class ConsumerGroupManager:
         group = change.group
         gid = group.group_id
         member_id = updated.member_id
-        emit = self._op.emit
+        emit = self.op.emit
         reason = ""
         if is_new or updated is not member:
             change.touch()
@@ -358,7 +357,7 @@ class ConsumerGroupManager:
         change.touch()
         new = replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0)
         target = group.target_of(old.member_id)
-        emit = self._op.emit
+        emit = self.op.emit
         for record in records.member_tombstones(gid, old.member_id):
             emit(*record)
         emit(*records.member_record(gid, new))
@@ -408,7 +407,7 @@ class ConsumerGroupManager:
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             change.touch()
             away = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
-            self._op.emit(*records.current_assignment_record(group.group_id, away))
+            self.op.emit(*records.current_assignment_record(group.group_id, away))
             group.put_member(away)
             self.timers_of(group, member.member_id).rebalance_token = 0
             log.info(
@@ -441,7 +440,7 @@ class ConsumerGroupManager:
             log.info("group %s: member %s %s", group.group_id, member.member_id, why)
             return
         for record in records.member_tombstones(group.group_id, member.member_id):
-            self._op.emit(*record)
+            self.op.emit(*record)
         group.remove_member(member.member_id)
         self.refresh_topics(change, now_ms)
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
@@ -451,7 +450,7 @@ class ConsumerGroupManager:
         group = change.group
         change.touch()
         group.group_epoch += 1
-        self._op.emit(*records.epoch_record(group))
+        self.op.emit(*records.epoch_record(group))
         if group.rebalance_started_ms is None:
             group.rebalance_started_ms = now_ms
             group.rebalance_reason = reason
@@ -466,7 +465,7 @@ class ConsumerGroupManager:
         for regex in [r for r in group.regexes if r not in used]:
             change.touch()
             del group.regexes[regex]
-            self._op.emit(*records.regex_record(group.group_id, regex, None))
+            self.op.emit(*records.regex_record(group.group_id, regex, None))
         for regex in used:
             old = group.regexes.get(regex)
             if old is not None and old.version == version:
@@ -475,7 +474,7 @@ class ConsumerGroupManager:
             change.touch()
             if old is None or old.topics != resolved.topics:
                 group.regexes[regex] = resolved
-                self._op.emit(*records.regex_record(group.group_id, regex, resolved))
+                self.op.emit(*records.regex_record(group.group_id, regex, resolved))
                 changed = True
             else:
                 group.regexes[regex] = replace(old, version=version)
@@ -498,7 +497,7 @@ class ConsumerGroupManager:
         group.changes += 1
         if change.created:
             self.groups[group.group_id] = group
-        self._op.on_failure(ConsumerWriteFailed(handle, group.group_id, change.before, group.changes))
+        self.op.on_failure(ConsumerWriteFailed(handle, group.group_id, change.before, group.changes))
 
     def write_failed(self, action: ConsumerWriteFailed, error: int) -> None:
         group = self.groups.get(action.group_id)
@@ -513,7 +512,7 @@ class ConsumerGroupManager:
                 action.group_id,
             )
         if action.handle is not None:
-            self._op.reply(action.handle, _error(error))
+            self.op.reply(action.handle, _error(error))
 
     def maybe_completed(self, group: ConsumerGroup, now_ms: int) -> None:
         started = group.rebalance_started_ms
@@ -622,7 +621,7 @@ class ConsumerGroupManager:
         """Forget a group, with a tombstone for each of its records."""
         group = self.groups.pop(group_id)
         for record in records.group_tombstones(group):
-            self._op.emit(*record)
+            self.op.emit(*record)
         group.dead = True
 
     def offsets_gone(self, group_id: str) -> None:

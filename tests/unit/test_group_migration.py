@@ -161,3 +161,31 @@ def test_a_classic_member_with_a_stale_generation_or_unknown_id() -> None:
     assert left.members[0].error == E.none
     group = h.shard.consumer_group("g")
     assert group is not None and ids[1] not in group.members
+
+
+def test_replaying_the_records_of_an_upgrade_and_a_downgrade_rebuilds_the_groups() -> None:
+    from coordinator.shard import GroupShard
+    from tests.unit.test_consumer_group import _state
+
+    h, ids, gen = setup()
+    new = consumer_hb(h, "new", 0)
+    j = h.join(ids[0], protocols=(("cooperative-sticky", subscription_v1("t", owned={"t": [0, 1]})),))
+    assert h.join_response(j).error == E.none
+    consumer_hb(h, "new", new.member_epoch, topic_partitions=())
+
+    def replayed() -> GroupShard:
+        fresh = GroupShard(0, h.shard.config, topics=h.shard.consumer.topics)
+        for key, value in h.records:
+            fresh.replay(key, value, h.now)
+        fresh.finish_loading(h.now)
+        return fresh
+
+    fresh = replayed()
+    assert fresh.group("g") is None and _state(fresh) == _state(h.shard)
+    member = fresh.consumer_group("g").members[ids[0]]  # type: ignore[union-attr]
+    assert member.classic is not None and member.classic.supported_protocols[0].name == "cooperative-sticky"
+    consumer_hb(h, "new", -1)  # back to classic
+    fresh = replayed()
+    assert fresh.consumer_group("g") is None
+    classic = fresh.group("g")
+    assert classic is not None and set(classic.members) == set(ids)
