@@ -38,11 +38,10 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class ClassicMembers:
