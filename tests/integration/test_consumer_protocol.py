@@ -44,14 +44,6 @@ def member(broker: BrokerProcess, name: str, topic: str = "t", group: str = "g",
     return ConfluentMember(broker.bootstrap, group, topic, name, protocol="consumer", **kw)
 
 
-def wait_balanced(members: list[ConfluentMember], partitions: int = PARTITIONS, timeout: float = 30) -> None:
-    wait_for(
-        lambda: balanced(members, partitions),
-        timeout,
-        what="a complete disjoint assignment: " + repr({m.name: sorted(m.assignment) for m in members}),
-    )
-
-
 def describe(broker: BrokerProcess, group: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
@@ -59,23 +51,35 @@ def describe(broker: BrokerProcess, group: str) -> Any:
     return admin.describe_consumer_groups([group])[group].result(20)
 
 
+def wait_even(
+    members: list[ConfluentMember], each: int, partitions: int = PARTITIONS, timeout: float = 30
+) -> None:
+    """Until the assignment is complete, disjoint and ``each`` partitions apiece: the end of
+    the rebalance (a complete assignment alone can be a step of it, before the last
+    revocation and the matching assignment)."""
+    wait_for(
+        lambda: balanced(members, partitions) and all(len(m.assignment) == each for m in members),
+        timeout,
+        what=f"{each} partitions each: " + repr({m.name: sorted(m.assignment) for m in members}),
+    )
+
+
 def test_three_members_then_a_leave_and_a_join_rebalance_incrementally(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "t", PARTITIONS)
     ms = [member(broker, f"m{i}") for i in range(3)]
     try:
-        wait_balanced(ms)
-        assert all(len(m.assignment) == 4 for m in ms)
+        wait_even(ms, 4)
         # A leave: the two others keep what they had and take the leaver's partitions.
         before = {m.name: m.assignment for m in ms[:2]}
+        marks = {m.name: len(m.history) for m in ms[:2]}
         ms[2].stop()
-        wait_balanced(ms[:2])
+        wait_even(ms[:2], 6)
         for m in ms[:2]:
-            assert before[m.name] <= m.assignment, (m.name, before[m.name], m.assignment)
-            assert all(before[m.name] <= step for step in m.history[m.history.index(before[m.name]):])
+            assert all(before[m.name] <= step for step in m.history[marks[m.name] - 1 :]), m.history
         # A join: the two give up partitions but never one they keep.
         marks = {m.name: len(m.history) for m in ms[:2]}
         ms.append(member(broker, "m3"))
-        wait_balanced([ms[0], ms[1], ms[3]])
+        wait_even([ms[0], ms[1], ms[3]], 4)
         for m in ms[:2]:
             final = m.assignment
             assert all(final <= step for step in m.history[marks[m.name] - 1 :]), m.history
@@ -93,8 +97,7 @@ def test_range_assignor_co_partitions_topics(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "u", 6)
     ms = [member(broker, f"r{i}", topic="^[tu]$", assignor="range") for i in range(3)]
     try:
-        wait_balanced(ms, 6)
-        assert all(len(m.assignment) == 2 for m in ms)
+        wait_even(ms, 2, partitions=6)
         group = describe(broker, "g")
         assert group.partition_assignor == "range"
         for d in group.members:
@@ -135,13 +138,13 @@ def test_a_restarted_static_member_gets_its_partitions_back_and_the_others_keep_
     create_topic(broker.bootstrap, "t", PARTITIONS)
     ms = [member(broker, f"s{i}", instance_id=f"inst-{i}") for i in range(3)]
     try:
-        wait_balanced(ms)
+        wait_even(ms, 4)
         before = {m.name: m.assignment for m in ms}
         epoch = describe(broker, "g")
         ms[1].stop()  # a static member's close steps out with epoch -2
         marks = {m.name: len(m.history) for m in (ms[0], ms[2])}
         ms[1] = member(broker, "s1-again", instance_id="inst-1")
-        wait_balanced(ms)
+        wait_even(ms, 4)
         assert ms[1].assignment == before["s1"]
         for m in (ms[0], ms[2]):
             assert m.assignment == before[m.name] and len(m.history) == marks[m.name]
@@ -221,7 +224,7 @@ def test_admin_client_lists_and_describes_consumer_groups(broker: BrokerProcess)
     create_topic(broker.bootstrap, "t", PARTITIONS)
     ms = [member(broker, f"d{i}") for i in range(2)]
     try:
-        wait_balanced(ms)
+        wait_even(ms, 6)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(20)
         assert [(g.group_id, g.type) for g in listed.valid] == [("g", ConsumerGroupType.CONSUMER)]
@@ -241,7 +244,7 @@ def test_a_broker_restart_resumes_the_group_without_a_rebalance(broker: BrokerPr
     create_topic(broker.bootstrap, "t", PARTITIONS)
     ms = [member(broker, f"k{i}") for i in range(2)]
     try:
-        wait_balanced(ms)
+        wait_even(ms, 6)
         before = _epochs(broker)
         assert before[0] >= 2 and before[1] == before[0]
         marks = {m.name: len(m.history) for m in ms}
@@ -274,7 +277,7 @@ def test_kcoord_groups_shows_type_epochs_and_targets(broker: BrokerProcess) -> N
     create_topic(broker.bootstrap, "t", PARTITIONS)
     ms = [member(broker, f"cli{i}") for i in range(2)]
     try:
-        wait_balanced(ms)
+        wait_even(ms, 6)
         listed = kcoord(broker, "groups", "list", "--type", "--json")
         assert listed.returncode == 0, listed.stderr
         assert json.loads(listed.stdout) == [{"group": "g", "state": "Stable", "type": "consumer"}]
