@@ -56,7 +56,7 @@ from coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
 )
-from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
+from coordinator.offsets import CommitWriteFailed, OffsetManager, Offsets, commit_error
 from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
 from coordinator.schemas import OffsetCommitKey, OffsetCommitValue, UnknownKey, decode_key
 from coordinator.timers import Timers
@@ -79,11 +79,13 @@ _ACTIVE = ShardMode.ACTIVE
 
 @dataclass(frozen=True, slots=True)
 class DeleteWriteFailed:
-    """The tombstones of a DeleteGroups failed: report the error for the deleted groups."""
+    """The tombstones of a DeleteGroups failed: report the error for the deleted groups and
+    put them back as they were (``restore``: each group, its state timestamp, its offsets)."""
 
     handle: Hashable
     results: tuple[DeleteGroupResult, ...]
     deleted: frozenset[str]
+    restore: tuple[tuple[ClassicGroup, int | None, Offsets], ...] = ()
 
     @property
     def handles(self) -> tuple[Hashable, ...]:
@@ -325,6 +327,9 @@ class GroupShard:
             )
             results = dict.fromkeys(results, ErrorCode.unknown_server_error)
             deleted = []
+        restore = tuple(
+            (classic.groups[g], classic.groups[g].state_timestamp_ms, offsets.of(g)) for g in deleted
+        )
         for group_id in deleted:
             offsets.delete_all(group_id)
             classic.delete(group_id, now_ms)
@@ -337,7 +342,9 @@ class GroupShard:
         )
         op.reply(handle, response)
         if deleted:
-            op.on_failure(DeleteWriteFailed(handle, response.results, frozenset(deleted)))
+            op.on_failure(
+                DeleteWriteFailed(handle, response.results, frozenset(deleted), restore)
+            )
         return op.end()
 
     # ---- offset requests (J, I6) -------------------------------------------------------------
@@ -435,6 +442,9 @@ class GroupShard:
             elif isinstance(action, StaticReplaceWriteFailed):
                 self.classic.static_replace_write_failed(action, mapped, now_ms)
             elif isinstance(action, DeleteWriteFailed):
+                for group, since, held in action.restore:
+                    if self.classic.restore_deleted(group, since):
+                        self.offsets.restore_deleted(group.group_id, held)
                 op.reply(
                     action.handle,
                     DeleteGroupsResponse(
