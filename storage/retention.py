@@ -60,6 +60,7 @@ class RetentionMixin:
     _fsync: bool
     _swaps: int
     _start_offset: int
+    _segment_bytes: int
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -92,7 +93,11 @@ class RetentionMixin:
                 self._start_offset, min(offset, self.log_end_offset), self._segments[0].base_offset
             )
 
-    # -- rolling by time ---------------------------------------------------------------------
+    # -- rolling ---------------------------------------------------------------------------
+
+    def set_segment_bytes(self, segment_bytes: int) -> None:
+        """``segment.bytes`` changed: the active segment rolls past the new size."""
+        self._segment_bytes = segment_bytes
 
     def roll_if_due(self, now_ms: int, segment_ms: int) -> bool:
         """Seal the active segment and start a new one if its first batch is ``segment_ms``

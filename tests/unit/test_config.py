@@ -102,8 +102,18 @@ def test_every_setting_has_an_environment_name_that_round_trips() -> None:
         )
         if name == "advertised.listeners":
             raw = "h:1"
+        if setting.choices is not None:
+            raw = ",".join(setting.choices)
         cfg = Config.load(environ={env: raw})
         assert cfg.source(name) == f"env {env}"
+
+
+def test_a_list_setting_accepts_only_its_choices() -> None:
+    assert Config.load(overrides=["log.cleanup.policy=compact,delete"])["log.cleanup.policy"] == (
+        "compact,delete"
+    )
+    with pytest.raises(ConfigError, match="a comma-separated list of compact, delete"):
+        Config.load(overrides=["log.cleanup.policy=forever"])
 
 
 def test_describe_lists_value_source_and_allowed_values() -> None:

@@ -113,3 +113,17 @@ def test_segment_ms_rolls_a_non_empty_active_segment(tmp_path: Path) -> None:
         assert plog.roll_if_due(2_000, 1_000)
         assert plog.segment_base_offsets == [0, 1]
         assert not plog.roll_if_due(5_000, 1_000)  # the new active segment is empty
+
+
+def test_the_pipeline_reads_the_log_start_from_the_checkpoint(tmp_path: Path) -> None:
+    """The pipeline's lag counts from the log start a DeleteRecords left in the checkpoint."""
+    from pipeline.logs import checkpointed_starts, topic_log
+    from storage.checkpoint import LOG_START_CHECKPOINT, write_checkpoint
+
+    with _log(tmp_path / "t-0") as plog:
+        _fill(plog, 6)  # segments 0, 2, 4; ends at 6
+    assert topic_log(str(tmp_path), "t", 0, "t-0").log_start_offset == 0
+    write_checkpoint(tmp_path / LOG_START_CHECKPOINT, {("t", 0): 3})
+    checkpointed_starts.cache_clear()
+    found = topic_log(str(tmp_path), "t", 0, "t-0")
+    assert (found.log_start_offset, found.log_end_offset) == (3, 6)
