@@ -219,6 +219,7 @@ class ConfigApi:
             await asyncio.to_thread(configs.set, topic.topic_id, topic.name, wanted)
         except OSError as e:
             raise _Refused(ErrorCode.kafka_storage_error, f"the change could not be stored: {e}") from e
+        configs.changed()
         settings = self.topics.settings_of(topic)
         for plog in topic.partitions:
             plog.set_segment_bytes(settings.segment_bytes)

@@ -284,7 +284,8 @@ class DataApi:
         except Refused as r:
             log.info("refused produce to %s-%d: %s", name, index, r.message)
             return plog, refused(r)
-        return plog, self.appender.submit(plog, (name, index), header, records)
+        keyed = topics.settings_of(topic).compact  # Kafka refuses keyless records there
+        return plog, self.appender.submit(plog, (name, index), header, records, keyed)
 
     def _append_checked(
         self, plog: PartitionLog, where: tuple[str, int], h: BatchHeader, records: bytes

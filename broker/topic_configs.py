@@ -205,6 +205,8 @@ class TopicConfigs:
         self._internal = {k: dict(v) for k, v in (internal or {}).items()}
         self._entries: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._settings: dict[tuple[uuid.UUID, str], TopicSettings] = {}
+        """settings() by topic (every Produce asks): dropped whenever anything changes."""
 
     def read(self) -> None:
         """Read the file (start-up); a file that cannot be read leaves every topic on the
@@ -217,6 +219,7 @@ class TopicConfigs:
                 uuid.UUID(topic_id)
                 configs = check_overrides(entry["configs"].items())
                 self._entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
+            self._settings = {}
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -229,6 +232,7 @@ class TopicConfigs:
     def set_internal(self, name: str, overrides: Mapping[str, str]) -> None:
         """The overrides internal topic ``name`` is created with (by its owner, before use)."""
         self._internal[name] = dict(overrides)
+        self._settings = {}
 
     def prune(self, live: Iterable[uuid.UUID], keep_names: Iterable[str] = ()) -> None:
         """Forget (in memory; the file follows at its next write) the entries of topics that
@@ -239,6 +243,7 @@ class TopicConfigs:
         self._entries = {
             k: v for k, v in self._entries.items() if k in keep or v["name"] in names
         }
+        self._settings = {}
 
     def overrides(self, topic_id: uuid.UUID, name: str) -> dict[str, str]:
         """The topic's own settings: those it was created with or given since (an internal
@@ -250,6 +255,18 @@ class TopicConfigs:
         return out
 
     def settings(self, topic_id: uuid.UUID, name: str) -> TopicSettings:
+        """The topic's effective settings (remembered until a change)."""
+        found = self._settings.get((topic_id, name))
+        if found is None:
+            found = self._settings[(topic_id, name)] = self._compute(topic_id, name)
+        return found
+
+    def changed(self) -> None:
+        """Forget the remembered settings (on the event loop, after a :meth:`set` in a worker
+        thread: a settings() racing with it may have remembered the old ones)."""
+        self._settings = {}
+
+    def _compute(self, topic_id: uuid.UUID, name: str) -> TopicSettings:
         own = self.overrides(topic_id, name)
         values = {n: own[n] if n in own else str(self._broker(d.broker_setting)[0]) for n, d in DEFS.items()}
         return TopicSettings(
@@ -286,6 +303,7 @@ class TopicConfigs:
             entries[str(topic_id)] = {"name": name, "configs": dict(configs)}
             self._write(entries)
             self._entries = entries
+            self._settings = {}
 
     def forget(self, topic_id: uuid.UUID) -> None:
         """A deleted topic's overrides (blocking; failures only logged: the entry is dropped
@@ -300,6 +318,7 @@ class TopicConfigs:
             except OSError as e:
                 log.warning("writing %s failed: %s", self._path.name, describe_error(e))
             self._entries = entries
+            self._settings = {}
 
     def _write(self, entries: dict[str, dict[str, Any]]) -> None:
         data = json.dumps(entries, indent=1, sort_keys=True).encode("utf-8")

@@ -192,6 +192,12 @@ def test_compacted_user_topic_keeps_the_newest_value_per_key_across_a_restart(
     broker: BrokerProcess = broker_factory(FAST)
     b = broker.bootstrap
     _create(_admin(b), "c", {"cleanup.policy": "compact", "segment.bytes": "1024"})
+    # Kafka refuses records without a key in a compacted topic (compaction could not keep them)
+    p = Producer({"bootstrap.servers": b, "acks": "all"})
+    errors: list[Any] = []
+    p.produce("c", value=b"no key", partition=0, on_delivery=lambda err, _m: errors.append(err))
+    assert p.flush(30) == 0
+    assert errors and errors[0] is not None and "INVALID_RECORD" in errors[0].name()
     rounds, keys = 12, 4
     _produce_each(
         b, "c", [(f"k{k}".encode(), f"v{r}".encode()) for r in range(rounds) for k in range(keys)]
