@@ -12,7 +12,8 @@ at the next retention pass, ``broker/log_retention.py``).
 The broker (resource type 4, named by its node id) describes its settings, all read-only: they
 are set at start (``kcoord serve --set``), so altering them is refused with INVALID_REQUEST, as
 Kafka refuses a setting that cannot change dynamically. Other resource types get
-INVALID_REQUEST. Errors are per resource, as in Kafka.
+INVALID_REQUEST, and so does a resource named again in the same request. Errors are per
+resource, as in Kafka.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class ConfigApi:
         synonyms = bool(getattr(req, "include_synonyms", False))
         docs = bool(getattr(req, "include_documentation", False))
         results = []
+        seen: set[tuple[int, str]] = set()
         for r in req.resources:
             result: dict[str, Any] = dict(
                 error_code=0,
@@ -73,6 +75,7 @@ class ConfigApi:
                 configs=[],
             )
             try:
+                _once(seen, r)
                 keys = None if r.configuration_keys is None else set(r.configuration_keys)
                 entries = self._describe(r.resource_type, r.resource_name)
                 result["configs"] = [
@@ -136,6 +139,7 @@ class ConfigApi:
 
     async def _alter(self, ctx: RequestContext, req: Any, *, incremental: bool) -> Any:
         responses = []
+        seen: set[tuple[int, str]] = set()
         for r in req.resources:
             entry: dict[str, Any] = dict(
                 error_code=0,
@@ -144,6 +148,7 @@ class ConfigApi:
                 resource_name=r.resource_name,
             )
             try:
+                _once(seen, r)
                 if r.resource_type == BROKER:
                     if r.resource_name != "":
                         self._check_broker(r.resource_name)
@@ -224,6 +229,15 @@ class ConfigApi:
         for plog in topic.partitions:
             plog.set_segment_bytes(settings.segment_bytes)
         log.info("topic %s configs now %s", topic.name, wanted or "the broker's defaults")
+
+
+def _once(seen: set[tuple[int, str]], resource: Any) -> None:
+    """A resource named twice in one request: INVALID_REQUEST for the repeats (as Kafka's
+    AlterConfigs; for DescribeConfigs it also bounds the answer to one copy per resource)."""
+    key = (resource.resource_type, resource.resource_name)
+    if key in seen:
+        raise _Refused(ErrorCode.invalid_request, "the resource appears more than once")
+    seen.add(key)
 
 
 def _checked(configs: Iterable[tuple[str, str | None]]) -> dict[str, str]:

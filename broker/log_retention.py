@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
-from storage.log import PartitionLog
+from storage.log import LogClosed, PartitionLog
 from storage.retention import DeletionPlan
 
+from .offload import SLICE
 from .topic_names import INTERNAL_TOPICS, quoted
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class LogRetention:
                 plan = plog.plan_deletion(now_ms())
                 if plan is not None:
                     plog.delete_planned(plan)
-            except OSError as e:
+            except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
                 log.error("deleting old segments of %s failed: %s", plog.path.name, e)
 
     # retention -------------------------------------------------------------------------------------
@@ -147,9 +148,13 @@ class LogRetention:
         """One pass over every partition: roll by time, then delete old segments."""
         now = now_ms()
         plans: list[tuple[PartitionLog, DeletionPlan]] = []
+        work = 0
         for topic in list(self.topics.topics.values()):
             settings = self.topics.settings_of(topic)
-            for plog in topic.partitions:
+            for plog in list(topic.partitions):
+                work += 1
+                if work % SLICE == 0:
+                    await asyncio.sleep(0)  # let requests in between slices of partitions
                 if plog.offline is not None:
                     continue
                 try:
@@ -161,13 +166,12 @@ class LogRetention:
                         retention_ms=settings.retention_ms if delete else -1,
                         retention_bytes=settings.retention_bytes if delete else -1,
                     )
-                except OSError as e:
+                except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
                     log.error("retention of %s failed: %s", plog.path.name, e)
                     continue
                 if plan is not None:
                     plog.advance_log_start(plan.new_log_start)
                     plans.append((plog, plan))
-            await asyncio.sleep(0)  # let requests in between topics
         if not plans:
             return
         if not await self._checkpoint():
@@ -175,7 +179,7 @@ class LogRetention:
         for plog, plan in plans:
             try:
                 plog.delete_planned(plan)
-            except OSError as e:
+            except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
                 log.error("deleting old segments of %s failed: %s", plog.path.name, e)
 
     # compaction of user topics ---------------------------------------------------------------------
@@ -206,7 +210,7 @@ class LogRetention:
                     continue  # nothing new since the last compaction
                 try:
                     await self._compact(topic.name, p, plog, settings.delete_retention_ms)
-                except OSError as e:
+                except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
                     log.error("compaction of %s failed: %s", plog.path.name, e)
 
     async def _compact(self, name: str, p: int, plog: PartitionLog, retention: int) -> None:

@@ -23,10 +23,13 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from protocol.apis import ApiKey
 from protocol.batch import CorruptBatch, iter_headers
+from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
 
 from .harness import BrokerProcess, wait_for
+from .rawclient import RawClient
 from .test_admin_cli import commit, kcoord
 
 FAST = {
@@ -254,3 +257,77 @@ def test_consumer_offsets_rolls_by_time_and_a_small_log_is_compacted(broker_fact
         assert tp.offset == 29
     finally:
         c.close()
+
+
+def test_config_apis_on_the_wire(broker_factory: Any) -> None:
+    """Every version of DescribeConfigs, IncrementalAlterConfigs and AlterConfigs: the
+    broker's settings read-only, refusals per resource, AlterConfigs replacing overrides."""
+    broker: BrokerProcess = broker_factory(FAST)
+    _create(_admin(broker.bootstrap), "w", {"retention.ms": "5000"})
+    commit(broker.bootstrap, "g", {("w", 0): 0})  # __consumer_offsets exists now
+    for version in (1, 2, 3, 4):
+        with RawClient(broker.port) as c:
+            r = c.request(
+                ApiKey.DESCRIBE_CONFIGS,
+                version,
+                resources=[
+                    dict(resource_type=2, resource_name="w", configuration_keys=["retention.ms"]),
+                    dict(resource_type=4, resource_name="0", configuration_keys=None),
+                    dict(resource_type=2, resource_name="w", configuration_keys=None),
+                    dict(resource_type=2, resource_name="nope", configuration_keys=None),
+                    dict(resource_type=4, resource_name="7", configuration_keys=None),
+                    dict(resource_type=8, resource_name="0", configuration_keys=None),
+                ],
+                include_synonyms=True,
+                include_documentation=True,
+            )
+        codes = [x.error_code for x in r.results]
+        assert codes == [
+            ErrorCode.none,
+            ErrorCode.none,
+            ErrorCode.invalid_request,  # the same resource again
+            ErrorCode.unknown_topic_or_partition,
+            ErrorCode.invalid_request,  # not this node
+            ErrorCode.invalid_request,  # a resource type kcoord has no configs for
+        ], version
+        [retention] = r.results[0].configs
+        assert (retention.name, retention.value, retention.read_only) == ("retention.ms", "5000", False)
+        assert [(s.name, s.source) for s in retention.synonyms] == [
+            ("retention.ms", 1),
+            ("log.retention.ms", 5),
+        ]
+        broker_configs = {x.name: x for x in r.results[1].configs}
+        assert broker_configs["num.partitions"].value == "1" and broker_configs["num.partitions"].read_only
+    with RawClient(broker.port) as c:
+        for version in (0, 1):
+            r = c.request(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                version,
+                resources=[
+                    dict(resource_type=4, resource_name="0", configs=[
+                        dict(name="num.partitions", config_operation=0, value="3")]),
+                    dict(resource_type=2, resource_name="w", configs=[
+                        dict(name="retention.ms", config_operation=2, value="1")]),
+                    dict(resource_type=2, resource_name="__consumer_offsets", configs=[
+                        dict(name="cleanup.policy", config_operation=0, value="delete")]),
+                ],
+                validate_only=False,
+            )  # fmt: skip
+            assert [x.error_code for x in r.responses] == [
+                ErrorCode.invalid_request,  # the broker's settings are static
+                ErrorCode.invalid_config,  # APPEND to a number
+                ErrorCode.invalid_config,  # the coordinator needs it compacted
+            ], version
+        for version in (0, 1, 2):
+            r = c.request(
+                ApiKey.ALTER_CONFIGS,
+                version,
+                resources=[dict(resource_type=2, resource_name="w",
+                                configs=[dict(name="segment.ms", value=str(1000 + version))])],
+                validate_only=False,
+            )  # fmt: skip
+            assert [x.error_code for x in r.responses] == [ErrorCode.none]
+    configs = _configs(_admin(broker.bootstrap), "w")
+    # AlterConfigs replaces the overrides: retention.ms is back to its default
+    assert configs["segment.ms"] == ("1002", "DYNAMIC_TOPIC_CONFIG")
+    assert configs["retention.ms"] == ("604800000", "DEFAULT_CONFIG")
