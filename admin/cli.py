@@ -48,6 +48,14 @@ def add_parsers(sub: Any) -> None:
         metavar="S",
         help="show each group's state; with a state name, only groups in that state",
     )
+    p.add_argument(
+        "--type",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="T",
+        help="show each group's type (classic, consumer); with a type, only groups of that type",
+    )
     p = gsub.add_parser(
         "describe", parents=[common], help="committed offsets and lag, members, or state"
     )

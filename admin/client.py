@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 # librdkafka's ConsumerGroupState names -> Kafka's state names (as ListGroups reports them).
@@ -23,8 +23,18 @@ _STATE_NAMES = {
     "STABLE": "Stable",
     "DEAD": "Dead",
     "EMPTY": "Empty",
+    "ASSIGNING": "Assigning",
+    "RECONCILING": "Reconciling",
 }
-KAFKA_STATES = ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead")
+KAFKA_STATES = (
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Assigning",
+    "Reconciling",
+    "Stable",
+    "Dead",
+)
 
 
 class AdminError(Exception):
@@ -38,6 +48,10 @@ class Member:
     client_id: str
     host: str
     assignment: tuple[tuple[str, int], ...]
+    epoch: int | None = None
+    """A consumer-protocol (KIP-848) member's epoch; None for classic members."""
+    target: tuple[tuple[str, int], ...] | None = None
+    """A consumer-protocol member's target assignment; None for classic members."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +61,11 @@ class Group:
     assignor: str
     coordinator: tuple[int, str, int]  # id, host, port
     members: tuple[Member, ...]
+    type: str = "classic"
+    """"classic" or "consumer" (KIP-848)."""
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
+    """A consumer group's group epoch and target assignment epoch; None for classic."""
 
 
 class Admin:
@@ -71,13 +90,17 @@ class Admin:
         except Exception as e:
             raise AdminError(f"{what}: {_reason(e)}") from None
 
-    def list_groups(self) -> list[tuple[str, str]]:
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, state, type) of every group, by group id."""
         result = self._wait(
             self.client.list_consumer_groups(request_timeout=self.timeout), "listing groups"
         )
         if result.errors:
             raise AdminError(f"listing groups: {_reason(result.errors[0])}")
-        return sorted((g.group_id, _state_name(g.state)) for g in result.valid)
+        return sorted(
+            (g.group_id, _state_name(g.state), _type_name(getattr(g, "type", None)))
+            for g in result.valid
+        )
 
     def describe(self, group_id: str) -> Group:
         futures = self.client.describe_consumer_groups([group_id], request_timeout=self.timeout)
@@ -97,12 +120,57 @@ class Admin:
             for m in d.members
         )
         c = d.coordinator
-        return Group(
+        group = Group(
             group_id,
             _state_name(d.state),
             d.partition_assignor or "",
             (c.id, c.host, c.port) if c is not None else (-1, "", -1),
             members,
+            _type_name(getattr(d, "type", None)),
+        )
+        if group.type == "consumer" and c is not None:
+            group = self._with_epochs(group)
+        return group
+
+    def _with_epochs(self, group: Group) -> Group:
+        """A consumer group's epochs and targets, which the AdminClient does not show: one
+        ConsumerGroupDescribe to its coordinator."""
+        from protocol.apis import ApiKey
+
+        _cid, host, port = group.coordinator
+        r = _wire_request(
+            host,
+            port,
+            self.timeout,
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            0,
+            group_ids=[group.group_id],
+            include_authorized_operations=False,
+        )
+        d = r.groups[0]
+        if d.error_code:
+            return group
+        details = {
+            m.member_id: (
+                m.member_epoch,
+                tuple(
+                    sorted(
+                        (t.topic_name, p)
+                        for t in m.target_assignment.topic_partitions
+                        for p in t.partitions
+                    )
+                ),
+            )
+            for m in d.members
+        }
+        members = tuple(
+            replace(m, epoch=details[m.member_id][0], target=details[m.member_id][1])
+            if m.member_id in details
+            else m
+            for m in group.members
+        )
+        return replace(
+            group, members=members, group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch
         )
 
     def committed(self, group_id: str) -> dict[tuple[str, int], int]:
@@ -236,15 +304,19 @@ class Admin:
 
 
 def _wire_request(host: str, port: int, timeout: float, api_key: int, version: int, **fields: Any) -> Any:
-    """One request/response on a fresh connection (non-flexible versions only)."""
+    """One request/response on a fresh connection."""
     from kio.serial import entity_reader
 
+    from protocol.apis import is_flexible
     from protocol.codec import encode_body, request_type, response_type
     from protocol.responses import build
 
     body = encode_body(build(request_type(api_key, version), **fields))
     client_id = b"kcoord-admin"
+    flexible = is_flexible(api_key, version)
     header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
+    if flexible:
+        header += b"\x00"  # request header v2: no tagged fields
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
@@ -253,7 +325,8 @@ def _wire_request(host: str, port: int, timeout: float, api_key: int, version: i
     except OSError as e:
         raise AdminError(f"coordinator {host}:{port}: {e}") from None
     reader: Any = entity_reader(response_type(api_key, version))
-    return reader(frame, 4)[0]  # the body starts after the correlation id
+    # The body starts after the correlation id (and the header's tagged fields, flexible).
+    return reader(frame, 5 if flexible else 4)[0]
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -272,6 +345,12 @@ def _reason(e: Any) -> str:
     if hasattr(err, "name") and hasattr(err, "str"):
         return f"{err.name()}: {err.str()}"
     return str(e)
+
+
+def _type_name(group_type: Any) -> str:
+    """librdkafka's ConsumerGroupType -> "classic" / "consumer" (as ListGroups v5 says)."""
+    name = getattr(group_type, "name", None)
+    return "consumer" if name == "CONSUMER" else "classic"
 
 
 def _state_name(state: Any) -> str:

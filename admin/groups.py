@@ -23,12 +23,25 @@ def groups_list(admin: Admin, args: argparse.Namespace) -> int:
         if wanted is None:
             raise ValueError(f"--state {args.state!r}: one of {', '.join(KAFKA_STATES)}")
         groups = [g for g in groups if g[1] == wanted]
+    if args.type:
+        if args.type.lower() not in ("classic", "consumer"):
+            raise ValueError(f"--type {args.type!r}: classic or consumer")
+        groups = [g for g in groups if g[2] == args.type.lower()]
     if args.json:
-        print_json([{"group": g, "state": s} for g, s in groups])
-    elif args.state is not None:
-        print_table(["GROUP", "STATE"], groups)
+        print_json([{"group": g, "state": s, "type": t} for g, s, t in groups])
+    elif args.state is not None or args.type is not None:
+        headers = ["GROUP"]
+        headers += ["TYPE"] if args.type is not None else []
+        headers += ["STATE"] if args.state is not None else []
+        print_table(
+            headers,
+            [
+                [g, *([t] if args.type is not None else []), *([s] if args.state is not None else [])]
+                for g, s, t in groups
+            ],
+        )
     else:
-        for g, _s in groups:
+        for g, _s, _t in groups:
             print(g)
     return 0
 
@@ -67,8 +80,9 @@ def offset_rows(admin: Admin, group: Group) -> list[dict[str, Any]]:
 
 
 def member_rows(group: Group) -> list[dict[str, Any]]:
-    return [
-        {
+    rows = []
+    for m in group.members:
+        row: dict[str, Any] = {
             "group": group.group_id,
             "consumer_id": m.member_id,
             "group_instance_id": m.group_instance_id,
@@ -77,8 +91,15 @@ def member_rows(group: Group) -> list[dict[str, Any]]:
             "partitions": len(m.assignment),
             "assignment": [{"topic": t, "partition": p} for t, p in m.assignment],
         }
-        for m in group.members
-    ]
+        if group.type == "consumer":  # KIP-848: where the member is and where it goes
+            row["epoch"] = m.epoch
+            row["target_assignment"] = [{"topic": t, "partition": p} for t, p in m.target or ()]
+        rows.append(row)
+    return rows
+
+
+def _assignment(parts: list[dict[str, Any]]) -> str:
+    return format_assignment((a["topic"], a["partition"]) for a in parts)
 
 
 def format_assignment(assignment: Iterable[tuple[str, int]]) -> str:
@@ -96,6 +117,9 @@ def state_row(group: Group) -> dict[str, Any]:
         "coordinator": {"id": cid, "host": host, "port": port},
         "assignment_strategy": group.assignor or None,
         "state": group.state,
+        "type": group.type,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
         "members": len(group.members),
     }
 
@@ -114,28 +138,42 @@ def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
             row = state_row(group)
             out.append(row)
             c = row["coordinator"]
-            tables.append(
-                (
-                    ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                    [[gid, f"{c['host']}:{c['port']} ({c['id']})", group.assignor, group.state,
-                      len(group.members)]],
+            if group.type == "consumer":
+                tables.append(
+                    (
+                        ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
+                         "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"],
+                        [[gid, f"{c['host']}:{c['port']} ({c['id']})", group.assignor, group.state,
+                          group.group_epoch, group.assignment_epoch, len(group.members)]],
+                    )
                 )
-            )
+            else:
+                tables.append(
+                    (
+                        ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                        [[gid, f"{c['host']}:{c['port']} ({c['id']})", group.assignor, group.state,
+                          len(group.members)]],
+                    )
+                )
             continue
-        if group.state in ("PreparingRebalance", "CompletingRebalance"):
+        if group.state in ("PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"):
             note(f"Warning: Consumer group '{gid}' is rebalancing.")
         elif not group.members:
             note(f"Consumer group '{gid}' has no active members.")
         if args.view == "members":
             rows = member_rows(group)
             out.extend(rows)
+            headers = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
+                       "#PARTITIONS", "ASSIGNMENT"]
+            if group.type == "consumer":
+                headers += ["EPOCH", "TARGET-ASSIGNMENT"]
             tables.append(
                 (
-                    ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
-                     "#PARTITIONS", "ASSIGNMENT"],
+                    headers,
                     [[r["group"], r["consumer_id"], r["group_instance_id"], r["host"], r["client_id"],
-                      r["partitions"], format_assignment((a["topic"], a["partition"])
-                                                         for a in r["assignment"])]
+                      r["partitions"], _assignment(r["assignment"])]
+                     + ([r["epoch"], _assignment(r["target_assignment"])]
+                        if group.type == "consumer" else [])
                      for r in rows],
                 )
             )

@@ -1,12 +1,17 @@
 """Rebalance latency with real confluent-kafka consumers against a real kcoord broker.
 
-For 1, 4, 16 and 64 consumers, eager (range) and cooperative (cooperative-sticky): the time from
-subscribing until every partition is owned by exactly one member; then the rebalance after one
-more consumer joins and after one leaves (clean close), measured until the assignment is
-complete and disjoint again. group.initial.rebalance.delay.ms=0, heartbeat.interval.ms=500.
-Prints JSON, including the broker's CPU seconds per rebalance.
+For 1, 4, 16 and 64 consumers, classic eager (range), classic cooperative (cooperative-sticky)
+and the KIP-848 consumer protocol (consumer:uniform, consumer:range: the broker assigns): the time
+from subscribing until every partition is owned by exactly one member; then the rebalance after
+one more consumer joins and after one leaves (clean close), measured until the assignment is
+complete and disjoint again. group.initial.rebalance.delay.ms=0; heartbeat interval 500 ms
+(heartbeat.interval.ms for classic members, group.consumer.heartbeat.interval.ms for the consumer
+protocol). Prints JSON, including the broker's CPU seconds per rebalance and the targets:
+classic, one interval + 200 ms; consumer protocol, two intervals + 200 ms after a join and one
+interval + 200 ms after a leave.
 
     .venv/bin/python bench/rebalance.py [--sizes 1,4,16,64] [--partitions 128]
+        [--strategies range,cooperative-sticky,consumer:uniform]
 """
 
 from __future__ import annotations
@@ -44,8 +49,13 @@ def run(broker: BrokerProcess, size: int, strategy: str, partitions: int, topic:
     extra = {"heartbeat.interval.ms": HEARTBEAT_MS}
 
     def member(i: int) -> ConfluentMember:
+        name = f"{group}-{i}".replace(":", "-")
+        if strategy.startswith("consumer:"):
+            return ConfluentMember(
+                broker.bootstrap, group, topic, name, strategy[9:], protocol="consumer"
+            )
         return ConfluentMember(
-            broker.bootstrap, group, topic, f"{group}-{i}", strategy, session_timeout_ms=30000, extra=extra
+            broker.bootstrap, group, topic, name, strategy, session_timeout_ms=30000, extra=extra
         )
 
     cpu0 = cpu_seconds(pid)
@@ -86,14 +96,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1,4,16,64")
     parser.add_argument("--partitions", type=int, default=128)
-    parser.add_argument("--strategies", default="range,cooperative-sticky")
+    parser.add_argument("--strategies", default="range,cooperative-sticky,consumer:uniform")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(
             Path(tmp) / "data",
-            {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000},
+            {
+                "group.initial.rebalance.delay.ms": 0,
+                "group.min.session.timeout.ms": 1000,
+                "group.consumer.heartbeat.interval.ms": HEARTBEAT_MS,
+                "group.consumer.min.heartbeat.interval.ms": HEARTBEAT_MS,
+                "group.consumer.session.timeout.ms": 30000,
+                "group.consumer.min.session.timeout.ms": 1000,
+            },
         ).start()
         try:
             create_topic(broker.bootstrap, "rebalance", args.partitions)
@@ -103,7 +120,16 @@ def main() -> None:
                     print(json.dumps(results[-1]), file=sys.stderr)
         finally:
             broker.stop()
-    target = HEARTBEAT_MS / 1000 + 0.2
+    interval = HEARTBEAT_MS / 1000
+    for r in results:
+        if str(r["strategy"]).startswith("consumer:"):
+            r["target_join_s"], r["target_leave_s"] = 2 * interval + 0.2, interval + 0.2
+        else:
+            r["target_join_s"] = r["target_leave_s"] = interval + 0.2
+        r["within_target"] = (
+            r["rebalance_after_join_s"] <= r["target_join_s"]  # type: ignore[operator]
+            and r["rebalance_after_leave_s"] <= r["target_leave_s"]  # type: ignore[operator]
+        )
     print(
         json.dumps(
             {
@@ -111,7 +137,6 @@ def main() -> None:
                 "client": "confluent-kafka",
                 "heartbeat_interval_ms": HEARTBEAT_MS,
                 "partitions": args.partitions,
-                "target_s": target,
                 "results": results,
             },
             indent=2,

@@ -24,6 +24,7 @@ from .cluster_api import ClusterApi
 from .config import Config
 from .config_api import ConfigApi
 from .connection import Connection, ConnectionServices, DirectHandler, Handler
+from .consumer_group_api import ConsumerGroupApi
 from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
@@ -101,6 +102,7 @@ class Broker:
         self.group_api = GroupApi(config, self.groups)
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
+        cg = ConsumerGroupApi(self.groups)
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(self.groups, self.topics, self.data.producers, config)
@@ -130,6 +132,8 @@ class Broker:
             ApiKey.DESCRIBE_CONFIGS: self.config_api.describe_configs,
             ApiKey.ALTER_CONFIGS: self.config_api.alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.config_api.incremental_alter_configs,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         self.direct_handlers: dict[int, DirectHandler] = {

@@ -180,6 +180,42 @@ SETTINGS: dict[str, Setting] = {
             "group.max.session.timeout.ms", int, 1800000, "Largest session timeout accepted.", 0
         ),
         Setting("group.max.size", int, _INT_MAX, "Most members a classic group may have.", 1),
+        Setting(
+            "group.consumer.heartbeat.interval.ms",
+            int,
+            5000,
+            "Heartbeat interval told to consumer-protocol (KIP-848) members.",
+            1,
+        ),
+        Setting(
+            "group.consumer.session.timeout.ms",
+            int,
+            45000,
+            "A consumer-protocol member silent this long is fenced.",
+            1,
+        ),
+        Setting(
+            "group.consumer.min.heartbeat.interval.ms", int, 5000, "Lower bound of the above.", 1
+        ),
+        Setting(
+            "group.consumer.max.heartbeat.interval.ms", int, 15000, "Upper bound of the above.", 1
+        ),
+        Setting("group.consumer.min.session.timeout.ms", int, 45000, "Lower bound of the above.", 1),
+        Setting("group.consumer.max.session.timeout.ms", int, 60000, "Upper bound of the above.", 1),
+        Setting("group.consumer.max.size", int, _INT_MAX, "Most members a consumer group may have.", 1),
+        Setting(
+            "group.consumer.assignors",
+            str,
+            "uniform,range",
+            "Server assignors offered to consumer groups (uniform, range); the first is the default.",
+        ),
+        Setting(
+            "group.consumer.migration.policy",
+            str,
+            "bidirectional",
+            "Online conversion between classic and consumer groups: bidirectional, upgrade,"
+            " downgrade or disabled.",
+        ),
         Setting("offsets.retention.minutes", int, 10080, "How long committed offsets are kept.", 1),
         Setting(
             "offsets.retention.check.interval.ms",
@@ -389,7 +425,42 @@ class Config:
                 raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
             cfg.set(name.strip(), raw, "--set")
         cfg.advertised  # noqa: B018 - validates advertised.listeners early
+        cfg._check_consumer_group_settings()
         return cfg
+
+    @property
+    def consumer_assignors(self) -> tuple[str, ...]:
+        raw = self._values["group.consumer.assignors"]
+        return tuple(a.strip() for a in raw.split(",") if a.strip())
+
+    def _check_consumer_group_settings(self) -> None:
+        """Kafka's start-up checks of the KIP-848 settings."""
+        v = self._values
+        for what in ("heartbeat.interval", "session.timeout"):
+            value = v[f"group.consumer.{what}.ms"]
+            low, high = v[f"group.consumer.min.{what}.ms"], v[f"group.consumer.max.{what}.ms"]
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"setting 'group.consumer.{what}.ms': {value} is outside"
+                    f" group.consumer.min.{what}.ms ({low}) .. group.consumer.max.{what}.ms ({high})"
+                )
+        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
+            raise ConfigError(
+                "setting 'group.consumer.heartbeat.interval.ms' must be smaller than"
+                " group.consumer.session.timeout.ms"
+            )
+        known = ("uniform", "range")
+        names = self.consumer_assignors
+        if not names or any(n not in known for n in names) or len(set(names)) != len(names):
+            raise ConfigError(
+                f"setting 'group.consumer.assignors': {v['group.consumer.assignors']!r} is not"
+                " valid; allowed values: a comma-separated list of uniform and range"
+            )
+        policies = ("bidirectional", "upgrade", "downgrade", "disabled")
+        if v["group.consumer.migration.policy"].lower() not in policies:
+            raise ConfigError(
+                "setting 'group.consumer.migration.policy': allowed values: " + ", ".join(policies)
+            )
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
 from coordinator.classic.manager import listed_groups
+from coordinator.consumer.describe import listed_consumer_groups
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, encode_body, encode_response, response_type
 from protocol.errors import ErrorCode
@@ -290,6 +291,7 @@ class GroupApi:
             pending = runtime.pending(p)
             if pending is not None:
                 before.append(pending)
+            runs.append(sorted(listed_consumer_groups(shard.consumer_groups(), request)))
             groups = list(shard.groups())
             for i in range(0, len(groups), SLICE):
                 runs.append(sorted(listed_groups(groups[i : i + SLICE], request)))
@@ -309,7 +311,7 @@ class GroupApi:
                         group_id=g.group_id,
                         protocol_type=g.protocol_type,
                         group_state=g.state,
-                        group_type="classic",
+                        group_type=g.group_type,
                     )
                     for g in heapq.merge(*runs)
                 ],
@@ -373,10 +375,13 @@ class GroupApi:
             groups = []
             for group_id in req.groups:
                 g = found[group_id]
+                if g.error_message is not None and ctx.version < 6:
+                    # A consumer (KIP-848) group: before v6 Kafka shows it Dead, no error.
+                    g = m.DescribedGroup(ErrorCode.none, group_id, "Dead", "", "", ())
                 groups.append(
                     dict(
                         error_code=g.error,
-                        error_message=None,
+                        error_message=g.error_message,
                         group_id=g.group_id,
                         group_state=g.state,
                         protocol_type=g.protocol_type,

@@ -21,13 +21,16 @@ import heapq
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from coordinator.classic.group import GroupState
+from coordinator.classic.group import ClassicGroup, GroupState
+from coordinator.consumer.group import ASSIGNING, EMPTY, RECONCILING, STABLE, ConsumerGroup
 
 from .offload import SLICE, gc_paused, pause
 
 if TYPE_CHECKING:
     from .group_runtime import GroupRuntime
     from .topics import TopicStore
+
+CONSUMER_GROUP_STATES = (EMPTY, ASSIGNING, RECONCILING, STABLE)
 
 OTHER = "__other__"
 """The consumergroup label of the sums over the groups without series of their own."""
@@ -84,6 +87,8 @@ class GroupsSnapshot:
     """What the coordinator's metrics show, as read for one scrape."""
 
     states: dict[GroupState, int]
+    consumer_states: dict[str, int]
+    """KIP-848 consumer groups by state."""
     offsets: int
     """Committed offsets held (every group's, existing topics or not)."""
     committed: int
@@ -103,6 +108,7 @@ async def read_groups(runtime: GroupRuntime, topics: TopicStore, max_groups: int
 
 async def _read_groups(runtime: GroupRuntime, topics: TopicStore, max_groups: int) -> GroupsSnapshot:
     states = dict.fromkeys(GroupState, 0)
+    consumer_states = dict.fromkeys(CONSUMER_GROUP_STATES, 0)
     offsets = committed = loaded = 0
     kept: list[GroupSeries] = []  # a heap: the weakest claim first
     other = _OtherSums()
@@ -111,9 +117,13 @@ async def _read_groups(runtime: GroupRuntime, topics: TopicStore, max_groups: in
         shard = sr.shard
         loaded += sr.loaded
         committed += shard.offsets_committed
-        for group in shard.groups():  # a list taken now: safe across pauses
+        groups: list[ClassicGroup | ConsumerGroup] = [*shard.groups(), *shard.consumer_groups()]
+        for group in groups:  # a list taken now: safe across pauses
             gid = group.group_id
-            states[group.state] += 1
+            if isinstance(group, ConsumerGroup):
+                consumer_states[group.state] = consumer_states.get(group.state, 0) + 1
+            else:
+                states[group.state] += 1
             held = shard.committed_offsets(gid)
             offsets += len(held)
             parts: list[PartitionSeries] = []
@@ -141,6 +151,7 @@ async def _read_groups(runtime: GroupRuntime, topics: TopicStore, max_groups: in
         series.partitions.sort()
     return GroupsSnapshot(
         states=states,
+        consumer_states=consumer_states,
         offsets=offsets,
         committed=committed,
         loaded=loaded,

@@ -38,6 +38,7 @@ from storage.compaction import abort_compaction, commit_compaction, prepare_comp
 from storage.log import PartitionLog
 
 from .topics import OFFSETS_TOPIC, Topic, TopicError
+from .topics_view import StoreTopics
 
 if TYPE_CHECKING:
     from .config import Config
@@ -134,8 +135,14 @@ class GroupRuntime:
             offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
             offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
             max_batch_bytes=config["message.max.bytes"],
+            consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            consumer_max_size=config["group.consumer.max.size"],
+            consumer_assignors=config.consumer_assignors,
+            consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
         )
         start = now_ms()
+        self.topics_view = StoreTopics(topics)
         self._partition_cache: dict[str, int] = {}
         self.shards = [
             _ShardRuntime(
@@ -145,6 +152,7 @@ class GroupRuntime:
                     self.group_config,
                     now_ms=start,
                     partition_for=self.partition_of,
+                    topics=self.topics_view,
                 ),
             )
             for p in range(self.num_partitions)

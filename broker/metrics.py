@@ -107,11 +107,11 @@ class BrokerMetrics:
             registry=r,
         )
         self.rebalances = Counter(
-            "kcoord_group_rebalances", "Completed rebalances of classic groups.", registry=r
+            "kcoord_group_rebalances", "Completed rebalances (classic and consumer groups).", registry=r
         )
         self.rebalance_duration = Histogram(
             "kcoord_group_rebalance_duration_seconds",
-            "Time from a group's PreparingRebalance to Stable (or Empty at a new generation).",
+            "Time from a rebalance's start to a Stable group (or Empty at a new generation).",
             buckets=_REBALANCE_BUCKETS,
             registry=r,
         )
@@ -221,6 +221,9 @@ class _CoordinatorCollector(Collector):
         by_state = GaugeMetricFamily(
             "kcoord_groups", "Classic groups by state.", labels=["state"]
         )
+        consumer_by_state = GaugeMetricFamily(
+            "kcoord_consumer_groups", "KIP-848 consumer groups by state.", labels=["state"]
+        )
         commits = CounterMetricFamily(
             "kcoord_offset_commits", "Partition offsets committed (OffsetCommit) since start."
         )
@@ -260,6 +263,8 @@ class _CoordinatorCollector(Collector):
         if snap is not None:
             for state, n in snap.states.items():
                 by_state.add_metric([state.value], n)
+            for name, n in snap.consumer_states.items():
+                consumer_by_state.add_metric([name], n)
             commits.add_metric([], snap.committed)
             offsets.add_metric([], snap.offsets)
             loaded.add_metric([], snap.loaded)
@@ -267,7 +272,7 @@ class _CoordinatorCollector(Collector):
             groups = snap.groups if snap.other is None else [*snap.groups, snap.other]
             for g in groups:
                 _add_group(g, members, current, current_sum, lag, lag_sum)
-        yield from (by_state, commits, offsets, loaded, partitions)
+        yield from (by_state, consumer_by_state, commits, offsets, loaded, partitions)
         yield from (members, current, current_sum, lag, lag_sum)
         yield GaugeMetricFamily(
             "kcoord_producer_ids",

@@ -151,6 +151,7 @@ class OffsetApi:
             member_id=req.member_id,
             group_instance_id=getattr(req, "group_instance_id", None),
             topics=tuple(topics),
+            api_version=ctx.version,
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
@@ -285,8 +286,19 @@ class OffsetApi:
         # answers (or futures of them) are collected, then awaited.
         results: list[Any] = []
         work = 0
+        runtime = self.runtime
         for g in req.groups:
             wanted = _wanted(g.topics)
+            member_error = (
+                runtime.shard(runtime.partition_of(g.group_id)).offset_fetch_member_error(
+                    g.group_id, g.member_id, g.member_epoch
+                )
+                if ctx.version >= 9
+                else None
+            )
+            if member_error is not None:
+                results.append(m.OffsetFetchResponse(member_error, ()))
+                continue
             results.append(self._submit_fetch(g.group_id, wanted, require_stable))
             work += 1 + (
                 sum(len(parts) for _, parts in wanted) if wanted is not None else 0

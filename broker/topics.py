@@ -133,6 +133,9 @@ class TopicStore:
         self.pool = pool
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
+        self.version = 0
+        """Changes whenever a topic is created, deleted or gains partitions (consumer groups
+        re-read their subscribed topics then)."""
         self._pending: dict[str, Reservation] = {}
         self._held = 0  # partitions of registered topics
         self._reserved = 0  # partitions of pending changes
@@ -249,6 +252,7 @@ class TopicStore:
         self.topics[topic.name] = topic
         self.by_id[topic.topic_id] = topic
         self._held += len(topic.partitions)
+        self.version += 1
 
     # lookups ------------------------------------------------------------------------------------
     def get(self, name: str) -> Topic | None:
@@ -414,6 +418,7 @@ class TopicStore:
         topic = self.topics[res.name]
         topic.partitions.extend(logs)
         self._held += len(logs)
+        self.version += 1
         log.info("topic %s now has %d partitions", res.name, len(topic.partitions))
         return topic
 
@@ -509,6 +514,7 @@ class TopicStore:
         del self.topics[name]
         self.by_id.pop(topic.topic_id, None)
         self._held -= len(topic.partitions)
+        self.version += 1
         # The checkpoints forget the topic first, so that its absence is not taken for a loss.
         self._checkpoints.forget(name, len(topic.partitions))
         self.write_checkpoints(self.checkpoint_snapshot())

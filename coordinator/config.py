@@ -47,6 +47,24 @@ class GroupConfig:
     not fit in one such batch fails as a whole, as Kafka's coordinator runtime fails it
     (RecordTooLargeException, answered UNKNOWN_SERVER_ERROR)."""
 
+    consumer_heartbeat_interval_ms: int = 5000
+    """group.consumer.heartbeat.interval.ms: the interval a consumer-protocol (KIP-848)
+    member is told to heartbeat at."""
+
+    consumer_session_timeout_ms: int = 45000
+    """group.consumer.session.timeout.ms: a consumer-protocol member without a heartbeat for
+    this long is fenced."""
+
+    consumer_max_size: int = 2**31 - 1
+    """group.consumer.max.size: most members a consumer group may hold."""
+
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    """group.consumer.assignors: the server assignors offered; the first is the default."""
+
+    consumer_migration_policy: str = "bidirectional"
+    """group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled: which
+    online conversions between classic and consumer groups with members are allowed."""
+
     def __post_init__(self) -> None:
         if self.initial_rebalance_delay_ms < 0:
             raise ValueError("initial_rebalance_delay_ms must be >= 0")
@@ -66,3 +84,9 @@ class GroupConfig:
             raise ValueError("offset_metadata_max_bytes must be >= 0")
         if self.max_batch_bytes < 0:
             raise ValueError("max_batch_bytes must be >= 0")
+        if self.consumer_heartbeat_interval_ms < 1 or self.consumer_session_timeout_ms < 1:
+            raise ValueError("consumer heartbeat interval and session timeout must be >= 1")
+        if self.consumer_max_size < 1:
+            raise ValueError("consumer_max_size must be >= 1")
+        if not self.consumer_assignors:
+            raise ValueError("consumer_assignors must name at least one assignor")

@@ -12,6 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from coordinator.consumer.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
+)
+
 __all__ = [
     "DeleteGroupResult",
     "DeleteGroupsRequest",
@@ -154,6 +159,8 @@ class OffsetCommitRequest:
     member_id: str
     group_instance_id: str | None
     topics: tuple[tuple[str, tuple[OffsetCommitPartition, ...]], ...]
+    api_version: int = -1
+    """The wire version (-1: unknown); a consumer-protocol member must commit with v9+."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,11 +250,13 @@ class LeaveGroupResponse:
 
 
 class ListedGroup(NamedTuple):
-    """(group_id, protocol_type, state); all classic groups (ListGroups v5 type "classic")."""
+    """(group_id, protocol_type, state, group_type): ListGroups v5's type is "classic" or
+    "consumer" (KIP-848)."""
 
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +285,8 @@ class DescribedGroup:
     protocol_type: str
     protocol: str
     members: tuple[DescribedMember, ...]
+    error_message: str | None = None
+    """DescribeGroups v6+: why ``error`` (e.g. a consumer group is not a classic group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,4 +353,6 @@ Response = (
     | OffsetCommitResponse
     | OffsetFetchResponse
     | OffsetDeleteResponse
+    | ConsumerGroupHeartbeatResponse
+    | ConsumerGroupDescribeResponse
 )

@@ -86,8 +86,11 @@ class OffsetGroup(Protocol):
         ...
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation: int
-    ) -> int | None: ...
+        self, member_id: str, instance_id: str | None, generation: int, api_version: int
+    ) -> int | None:
+        """``generation`` is the generation or member epoch the commit carries;
+        ``api_version`` its OffsetCommit version (-1 if unknown)."""
+        ...
 
     def validate_offset_delete(self) -> int | None: ...
 
@@ -235,7 +238,9 @@ class OffsetManager:
                 # A member of a group this coordinator does not know: an old generation.
                 return ErrorCode.illegal_generation
             group = groups.create_standalone(req.group_id, now_ms)
-        error = group.validate_offset_commit(req.member_id, req.group_instance_id, req.generation_id)
+        error = group.validate_offset_commit(
+            req.member_id, req.group_instance_id, req.generation_id, req.api_version
+        )
         if error is not None:
             return error
         limit = self.config.max_batch_bytes

@@ -11,10 +11,10 @@ Every key and value starts with an int16 schema version:
 
 - key v0/v1: ``OffsetCommitKey`` (group, topic, partition); we write v1 as Kafka does.
 - key v2: ``GroupMetadataKey`` (group).
-- key v3+: KIP-848 consumer-group records (v3-v8 in Kafka 3.7+). Not modelled yet:
-  :func:`decode_key` returns :class:`UnknownKey` for them so a loader can skip them. When the
-  consumer-group protocol lands, give those versions their own dataclasses in
-  ``_KEY_DECODERS``.
+- key v3-v8 and v16: KIP-848 consumer-group records, whose keys and values are
+  ``coordinator.consumer.records``'s (:func:`decode_key` returns its key types for them,
+  :func:`encode_key` encodes them). Any other version >= 3 comes back as :class:`UnknownKey`
+  so a loader can skip it.
 
 Values: ``OffsetCommitValue`` v0-v3 (we write v3), ``GroupMetadataValue`` v0-v3 (we write v3).
 A ``None`` value is a tombstone; it never reaches these codecs.
@@ -29,6 +29,14 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from coordinator.consumer.records import (
+    CONSUMER_KEY_VERSIONS,
+    ConsumerRecordKey,
+    decode_consumer_key,
+    encode_consumer_key,
+)
+from coordinator.schema_errors import SchemaError, UnsupportedVersionError
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",
@@ -63,14 +71,6 @@ OFFSET_COMMIT_VALUE_VERSION = 3
 GROUP_METADATA_VALUE_VERSION = 3
 
 
-class SchemaError(ValueError):
-    """A key or value could not be decoded: malformed bytes or an unknown version."""
-
-
-class UnsupportedVersionError(SchemaError):
-    """A value (or a negative key) version this module does not know."""
-
-
 # --------------------------------------------------------------------------------------------
 # Records
 
@@ -93,7 +93,7 @@ class GroupMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class UnknownKey:
-    """A key whose version this module does not model (KIP-848 records, v3-v8).
+    """A key whose version no codec models (3+, but not a consumer-group key version).
 
     ``version`` is the key's version prefix and ``data`` its bytes after the prefix.
     """
@@ -102,7 +102,7 @@ class UnknownKey:
     data: bytes
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | UnknownKey
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey | UnknownKey
 
 
 class OffsetCommitValue(NamedTuple):
@@ -305,8 +305,9 @@ def offset_commit_key_prefix(group: str, topic: str) -> bytes:
     return b"".join((_KEY_HEAD.pack(OFFSET_COMMIT_KEY_VERSION, len(g)), g, _I16.pack(len(t)), t))
 
 
-def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
-    """Encode a key: OffsetCommitKey as version 1, GroupMetadataKey as version 2."""
+def encode_key(key: OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey) -> bytes:
+    """Encode a key: OffsetCommitKey as version 1, GroupMetadataKey as version 2, a
+    consumer-group key as its record type (3-8, 16)."""
     if type(key) is OffsetCommitKey:  # the hot path: one per committed partition
         group = _short_string(key.group)
         topic = _short_string(key.topic)
@@ -329,7 +330,7 @@ def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
         w.int16(GROUP_METADATA_KEY_VERSION)
         w.string(key.group)
     else:
-        raise TypeError(f"cannot encode key of type {type(key).__name__}")
+        return encode_consumer_key(key)  # TypeError for anything else
     return w.getvalue()
 
 
@@ -351,16 +352,18 @@ _KEY_DECODERS: dict[int, Callable[[_Reader], RecordKey]] = {
     0: _decode_offset_commit_key,
     1: _decode_offset_commit_key,
     2: _decode_group_metadata_key,
-    # 3..8: KIP-848 consumer-group records (ConsumerGroupMetadataKey, ...). Add them here.
 }
 
 
 def decode_key(buf: bytes) -> RecordKey:
-    """Decode a ``__consumer_offsets`` key. Versions >= 3 come back as :class:`UnknownKey`."""
+    """Decode a ``__consumer_offsets`` key: versions 3-8 and 16 as the consumer-group key
+    types of ``coordinator.consumer.records``, other versions >= 3 as :class:`UnknownKey`."""
     version, r = _version(buf, "key")
     decoder = _KEY_DECODERS.get(version)
     if decoder is not None:
         return decoder(r)
+    if version in CONSUMER_KEY_VERSIONS:
+        return decode_consumer_key(buf)
     if version < 0:
         raise UnsupportedVersionError(f"key: negative version {version}")
     return UnknownKey(version, bytes(buf[2:]))

@@ -10,9 +10,11 @@ reply may answer an earlier, parked request: a JoinGroup long poll, D12; a parke
 F3). Every handle passed in receives exactly one reply, possibly later.
 
 - The managers: :class:`coordinator.classic.manager.ClassicGroupManager` (classic groups,
-  B-H, K, L, M) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6),
-  which sees groups only through the narrow interface the classic manager implements.
-  DeleteGroups spans both and is done here.
+  B-H, K, L, M), :class:`coordinator.consumer.manager.ConsumerGroupManager` (KIP-848 consumer
+  groups) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which
+  sees groups of both types only through a narrow interface
+  (:class:`coordinator.offset_groups.ShardOffsetGroups`). DeleteGroups spans them and is done
+  here, as is the group-type check (one id space for both types).
 - Timers (:class:`coordinator.timers.Timers`) are shared: the runtime asks
   :meth:`GroupShard.next_wakeup` and calls :meth:`GroupShard.advance` when it passes.
 - State is applied eagerly. If the runtime cannot append an Output's records it calls
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.classic.group import ClassicGroup
@@ -35,6 +36,23 @@ from coordinator.classic.groups import default_member_id, join_error, sync_error
 from coordinator.classic.join import StaticReplaceWriteFailed
 from coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
 from coordinator.config import GroupConfig
+from coordinator.consumer.classic_members import ClassicMembers
+from coordinator.consumer.describe import (
+    describe_group,
+    listed_consumer_groups,
+    not_a_classic_group,
+    not_a_consumer_group,
+)
+from coordinator.consumer.group import ConsumerGroup
+from coordinator.consumer.manager import ConsumerGroupManager, ConsumerWriteFailed
+from coordinator.consumer.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from coordinator.consumer.topics import NO_TOPICS, TopicsView
+from coordinator.deletion import DeleteWriteFailed, deleted_state, undo_delete
 from coordinator.messages import (
     DeleteGroupResult,
     DeleteGroupsRequest,
@@ -56,9 +74,17 @@ from coordinator.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
 )
-from coordinator.offsets import CommitWriteFailed, OffsetManager, Offsets, commit_error
+from coordinator.migration import GroupMigration
+from coordinator.offset_groups import ShardOffsetGroups
+from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
 from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
-from coordinator.schemas import OffsetCommitKey, OffsetCommitValue, UnknownKey, decode_key
+from coordinator.schemas import (
+    GroupMetadataKey,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    UnknownKey,
+    decode_key,
+)
 from coordinator.timers import Timers
 from coordinator.write_size import tombstones_batch_size
 from protocol.errors import ErrorCode
@@ -77,21 +103,6 @@ class ShardMode(Enum):
 _ACTIVE = ShardMode.ACTIVE
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteWriteFailed:
-    """The tombstones of a DeleteGroups failed: report the error for the deleted groups and
-    put them back as they were (``restore``: each group, its state timestamp, its offsets)."""
-
-    handle: Hashable
-    results: tuple[DeleteGroupResult, ...]
-    deleted: frozenset[str]
-    restore: tuple[tuple[ClassicGroup, int | None, Offsets], ...] = ()
-
-    @property
-    def handles(self) -> tuple[Hashable, ...]:
-        return (self.handle,)
-
-
 class GroupShard:
     """The groups and offsets of one ``__consumer_offsets`` partition (module docstring).
 
@@ -108,6 +119,8 @@ class GroupShard:
         now_ms: int = 0,
         new_member_id: Callable[[str], str] | None = None,
         partition_for: Callable[[str], int] | None = None,
+        topics: TopicsView | None = None,
+        new_consumer_member_id: Callable[[], str] | None = None,
     ) -> None:
         self.partition = partition
         self.config = config if config is not None else GroupConfig()
@@ -118,7 +131,14 @@ class GroupShard:
         self.classic = ClassicGroupManager(
             self.config, op, self.timers, new_member_id or default_member_id
         )
-        self.offsets = OffsetManager(partition, self.config, op, self.timers, self.classic)
+        self.consumer = ConsumerGroupManager(
+            self.config, op, self.timers, topics or NO_TOPICS, new_consumer_member_id
+        )
+        self.classic_members = ClassicMembers(self.consumer, new_member_id or default_member_id)
+        self.migration = GroupMigration(self.config, op, self.classic, self.consumer)
+        self.offsets = OffsetManager(
+            partition, self.config, op, self.timers, ShardOffsetGroups(self.classic, self.consumer)
+        )
         self.skipped_records = 0
         """Records with keys this shard does not model (KIP-848 key versions), skipped."""
 
@@ -140,6 +160,7 @@ class GroupShard:
     @rebalance_observer.setter
     def rebalance_observer(self, observer: Callable[[RebalanceCompleted], None] | None) -> None:
         self.classic.state.rebalance_observer = observer
+        self.consumer.rebalance_observer = observer
 
     @property
     def offsets_committed(self) -> int:
@@ -151,7 +172,15 @@ class GroupShard:
         return self.classic.groups.get(group_id)
 
     def groups(self) -> Iterator[ClassicGroup]:
+        """The classic groups."""
         return iter(self.classic)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The live consumer (KIP-848) group (read-only by convention), None if unknown."""
+        return self.consumer.get(group_id)
+
+    def consumer_groups(self) -> Iterator[ConsumerGroup]:
+        return iter(self.consumer)
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
         """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""
@@ -212,6 +241,13 @@ class GroupShard:
         op = self._op
         op.begin()
         error = self._gate(req.group_id, empty_id_ok=False)
+        consumer_group = self.consumer.get(req.group_id) if error is None else None
+        if consumer_group is not None:
+            if consumer_group.members:  # a classic member of a consumer group
+                self.classic_members.join(handle, consumer_group, req, now_ms)
+                return op.end()
+            self.consumer.delete(req.group_id)  # an Empty consumer group becomes classic
+            log.info("group %s: Empty consumer group converted to a classic group", req.group_id)
         if error is not None:
             op.reply(handle, join_error(req.member_id, error))
         else:
@@ -227,8 +263,11 @@ class GroupShard:
             # K3: the rebalance state is lost; make the member rejoin (old clients do not
             # know COORDINATOR_LOAD_IN_PROGRESS here).
             error = ErrorCode.rebalance_in_progress
+        consumer_group = self.consumer.get(req.group_id) if error is None else None
         if error is not None:
             op.reply(handle, sync_error(error))
+        elif consumer_group is not None:
+            self.classic_members.sync(handle, consumer_group, req, now_ms)
         else:
             self.classic.sync_group(handle, req, now_ms)
         return op.end()
@@ -260,17 +299,78 @@ class GroupShard:
             if error == ErrorCode.coordinator_load_in_progress:
                 return ErrorCode.none  # K3: answer blindly while loading
             return error
-        return self.classic.heartbeat(group_id, generation_id, member_id, group_instance_id, now_ms)
+        error = self.classic.heartbeat(group_id, generation_id, member_id, group_instance_id, now_ms)
+        if error == ErrorCode.unknown_member_id:  # not a classic group's member: a consumer group's?
+            group = self.consumer.groups.get(group_id)
+            if group is not None:
+                return self.classic_members.heartbeat(
+                    group, member_id, group_instance_id, generation_id, now_ms
+                )
+        return error
 
     def leave_group(self, handle: Hashable, req: LeaveGroupRequest, now_ms: int) -> Output:
         """LeaveGroup (H3); v3+ batches members."""
         op = self._op
         op.begin()
         error = self._gate(req.group_id, empty_id_ok=False)
+        consumer_group = self.consumer.get(req.group_id) if error is None else None
         if error is not None:
             op.reply(handle, LeaveGroupResponse(error, ()))
+        elif consumer_group is not None:
+            op.reply(handle, self.classic_members.leave(consumer_group, req, now_ms))
         else:
             op.reply(handle, self.classic.leave_group(req, now_ms))
+        return op.end()
+
+    # ---- consumer group requests (KIP-848) -----------------------------------------------
+
+    def consumer_group_heartbeat(
+        self, handle: Hashable, req: ConsumerGroupHeartbeatRequest, now_ms: int
+    ) -> Output:
+        """ConsumerGroupHeartbeat: the routing checks, Kafka's request checks, the group-type
+        check (an Empty classic group is converted, another is not this API's), then the
+        consumer group manager."""
+        op = self._op
+        op.begin()
+        if req.group_id == "":
+            op.reply(handle, ConsumerGroupHeartbeatResponse(ErrorCode.invalid_request, "GroupId can't be empty."))
+            return op.end()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        response = (
+            ConsumerGroupHeartbeatResponse(error) if error is not None else self.consumer.validate(req)
+        )
+        classic = self.classic.groups.get(req.group_id) if response is None else None
+        if classic is not None:
+            if req.member_epoch == 0 and classic.is_empty:
+                self.classic.delete(req.group_id, now_ms)
+                log.info("group %s: Empty classic group converted to a consumer group", req.group_id)
+            elif not (req.member_epoch == 0 and self.migration.upgrade(classic, now_ms)):
+                response = ConsumerGroupHeartbeatResponse(
+                    ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."
+                )
+        if response is not None:
+            op.reply(handle, response)
+        else:
+            self.consumer.heartbeat(handle, req, now_ms)
+        return op.end()
+
+    def consumer_group_describe(
+        self, handle: Hashable, req: ConsumerGroupDescribeRequest, now_ms: int
+    ) -> Output:
+        """ConsumerGroupDescribe: an unknown group, or a classic one, is GROUP_ID_NOT_FOUND."""
+        op = self._op
+        op.begin()
+        described = []
+        for group_id in req.group_ids:
+            error = self._gate(group_id, empty_id_ok=False)
+            group = self.consumer.get(group_id) if error is None else None
+            if group is not None:
+                described.append(
+                    describe_group(group, self.consumer.topics, self.config.consumer_assignors[0])
+                )
+                continue
+            described.append(not_a_consumer_group(group_id, error, group_id in self.classic.groups))
+        op.reply(handle, ConsumerGroupDescribeResponse(tuple(described)))
         return op.end()
 
     def list_groups(self, handle: Hashable, req: ListGroupsRequest, now_ms: int) -> Output:
@@ -280,7 +380,10 @@ class GroupShard:
         if self._mode is ShardMode.LOADING:
             response = ListGroupsResponse(ErrorCode.coordinator_load_in_progress, ())
         else:
-            response = ListGroupsResponse(ErrorCode.none, self.classic.listed(req))
+            response = ListGroupsResponse(
+                ErrorCode.none,
+                self.classic.listed(req) + listed_consumer_groups(self.consumer, req),
+            )
         op.reply(handle, response)
         return op.end()
 
@@ -293,6 +396,8 @@ class GroupShard:
             error = self._gate(group_id, empty_id_ok=True)
             if error is not None:
                 described.append(DescribedGroup(error, group_id, "", "", "", ()))
+            elif group_id in self.consumer.groups:
+                described.append(not_a_classic_group(group_id))
             else:
                 described.append(self.classic.describe(group_id))
         op.reply(handle, DescribeGroupsResponse(tuple(described)))
@@ -309,7 +414,10 @@ class GroupShard:
         for group_id in dict.fromkeys(req.group_ids):
             error = self._gate(group_id, empty_id_ok=True)
             if error is None:
-                error = classic.delete_check(group_id)
+                if group_id in self.consumer.groups:
+                    error = self.consumer.delete_check(group_id)
+                else:
+                    error = classic.delete_check(group_id)
                 if error == ErrorCode.none:
                     deleted.append(group_id)
             results[group_id] = error
@@ -327,12 +435,13 @@ class GroupShard:
             )
             results = dict.fromkeys(results, ErrorCode.unknown_server_error)
             deleted = []
-        restore = tuple(
-            (classic.groups[g], classic.groups[g].state_timestamp_ms, offsets.of(g)) for g in deleted
-        )
+        restore = tuple(deleted_state(classic, self.consumer, offsets, g) for g in deleted)
         for group_id in deleted:
             offsets.delete_all(group_id)
-            classic.delete(group_id, now_ms)
+            if group_id in self.consumer.groups:
+                self.consumer.delete(group_id)
+            else:
+                classic.delete(group_id, now_ms)
         if deleted:  # one line per request: a request may delete thousands
             names = ", ".join(deleted[:10])
             more = f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
@@ -391,6 +500,14 @@ class GroupShard:
             return OffsetFetchResponse(error, ())
         return self.offsets.fetch(group_id, wanted)
 
+    def offset_fetch_member_error(
+        self, group_id: str, member_id: str | None, member_epoch: int
+    ) -> int | None:
+        """OffsetFetch v9+ from a member of a consumer group: it must be one, at its current
+        member epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); None when the fetch may go on."""
+        group = self.consumer.get(group_id) if self._mode is _ACTIVE else None
+        return None if group is None else group.validate_offset_fetch(member_id, member_epoch)
+
     def offsets_snapshot(
         self, group_id: str
     ) -> tuple[int, dict[tuple[str, int], OffsetCommitValue]]:
@@ -441,19 +558,11 @@ class GroupShard:
                 self.classic.sync_write_failed(action, mapped, now_ms)
             elif isinstance(action, StaticReplaceWriteFailed):
                 self.classic.static_replace_write_failed(action, mapped, now_ms)
+            elif isinstance(action, ConsumerWriteFailed):
+                self.consumer.write_failed(action, mapped)
             elif isinstance(action, DeleteWriteFailed):
-                for group, since, held in action.restore:
-                    if self.classic.restore_deleted(group, since):
-                        self.offsets.restore_deleted(group.group_id, held)
-                op.reply(
-                    action.handle,
-                    DeleteGroupsResponse(
-                        tuple(
-                            DeleteGroupResult(gid, mapped if gid in action.deleted else err)
-                            for gid, err in action.results
-                        )
-                    ),
-                )
+                response = undo_delete(action, mapped, self.classic, self.consumer, self.offsets)
+                op.reply(action.handle, response)
             else:
                 raise TypeError(f"unknown failure action {action!r}")
         if output.records and not output.on_failure:
@@ -464,16 +573,19 @@ class GroupShard:
 
     def replay(self, key: bytes, value: bytes | None, now_ms: int) -> None:
         """Apply one record of this shard's partition, oldest first (loading only): routed by
-        its key's record type; unknown key versions are skipped."""
+        its key's record type. KIP-848 consumer-group records (no manager takes them yet) and
+        unknown key versions are skipped, counted in ``skipped_records``."""
         if self._mode is not ShardMode.LOADING:
             raise RuntimeError("replay() is only allowed while the shard is loading")
         decoded = decode_key(key)
-        if isinstance(decoded, UnknownKey):
-            self.skipped_records += 1
-        elif isinstance(decoded, OffsetCommitKey):
+        if isinstance(decoded, OffsetCommitKey):
             self.offsets.replay(decoded, value)
-        else:
+        elif isinstance(decoded, GroupMetadataKey):
             self.classic.replay(decoded.group, value)
+        elif isinstance(decoded, UnknownKey):
+            self.skipped_records += 1
+        else:
+            self.consumer.loader.replay(decoded, value)
 
     def finish_loading(self, now_ms: int) -> Output:
         """K3: materialise the loaded groups (Stable with members, else Empty; groups that
@@ -484,7 +596,11 @@ class GroupShard:
         op = self._op
         op.begin()
         self._mode = ShardMode.ACTIVE
-        self.classic.finish_loading(self.offsets.group_ids(), now_ms)
+        self.consumer.finish_loading(now_ms)
+        consumer_groups = self.consumer.groups
+        self.classic.finish_loading(
+            (g for g in self.offsets.group_ids() if g not in consumer_groups), now_ms
+        )
         self.offsets.arm_retention(now_ms + self.config.offsets_retention_check_interval_ms)
         self.classic.start_timers(now_ms)
         log.debug("partition %d loaded: %d groups", self.partition, len(self.classic.groups))
@@ -496,7 +612,9 @@ class GroupShard:
         op = self._op
         op.begin()
         self.classic.unload(now_ms)
+        self.consumer.unload()
         self.offsets.clear()
         self.timers.clear()
         self._mode = ShardMode.UNLOADED
         return op.end()
+

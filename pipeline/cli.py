@@ -8,7 +8,8 @@ from typing import Any
 
 DESCRIPTION = """Read the __consumer_offsets and topic logs of a data directory (kcoord's or a
 Kafka broker's) with Spark and write Parquet tables offset_commits, offsets_latest,
-group_generations and consumer_lag, plus report/index.html with PNG charts, under --out.
+group_generations, consumer_group_epochs and consumer_lag, plus report/index.html with PNG
+charts, under --out.
 Exit status: 0 done, 2 bad input, 3 done but some segments could not be read (named on
 stderr, in summary.json and in the report) and were skipped."""
 

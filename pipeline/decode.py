@@ -6,8 +6,9 @@ Two views of a segment, both produced with the coordinator's own codecs
 * **commits**: every offset commit record, fully decoded (the ``offset_commits`` table).
 * **state**: what survives compaction *within the segment* -- the newest record per offset key
   (tombstones included, so a later stage can apply them) -- plus every group metadata record
-  and group tombstone, one ``segment`` row with the segment's statistics, or one ``problem``
-  row if the segment cannot be read. Only surviving offset values are decoded, so the shuffle
+  and group tombstone, every KIP-848 consumer-group record the epochs need
+  (``pipeline.consumer_groups``, ``kind = "consumer"``), one ``segment`` row with the
+  segment's statistics, or one ``problem`` row if the segment cannot be read. Only surviving offset values are decoded, so the shuffle
   that follows carries a few rows per key instead of the whole history.
 
 A segment is all or nothing: if any batch is torn, fails its CRC or holds a record the schemas
@@ -25,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coordinator.consumer.records import ConsumerRecordKey
 from coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -38,6 +40,7 @@ from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.records import decode_key_values, decode_records
 
 from . import fs
+from .consumer_groups import STATE_FIELDS, consumer_row
 from .logs import Problem, ScanStats, SegmentRef, scan_batches
 
 ROWS_PER_BATCH = 65536
@@ -72,7 +75,7 @@ MEMBER_TYPE = pa.struct(
 
 STATE_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),  # offset | group | segment | problem
+        ("kind", pa.string()),  # offset | group | consumer | segment | problem
         ("log_partition", pa.int32()),
         ("log_offset", pa.int64()),
         ("record_timestamp", pa.int64()),
@@ -92,6 +95,7 @@ STATE_SCHEMA = pa.schema(
         ("members", pa.list_(MEMBER_TYPE)),
         ("segment", pa.string()),  # segment and problem rows: which file
         ("detail", pa.string()),  # segment rows: statistics as JSON; problem rows: the message
+        *STATE_FIELDS,  # consumer rows (KIP-848 records), see pipeline.consumer_groups
     ]
 )
 
@@ -132,7 +136,9 @@ class SegmentStats:
     offset_tombstones: int = 0
     group_records: int = 0
     group_tombstones: int = 0
-    other_records: int = 0  # KIP-848 and unknown key versions, records without a key
+    consumer_group_records: int = 0  # KIP-848 records (keys 3-8, 16)
+    consumer_group_tombstones: int = 0
+    other_records: int = 0  # unknown key versions, records without a key
     batches: int = 0
     control_batches: int = 0
     transactional_batches: int = 0
@@ -176,6 +182,17 @@ def _batches(ref: SegmentRef, stats: SegmentStats) -> Iterator[tuple[BatchHeader
         stats.batches = scan.batches
         stats.bytes = scan.bytes
         stats.torn_tail_bytes = scan.torn_tail_bytes
+
+
+def _count_other(stats: SegmentStats, key: RecordKey | None, value: bytes | None) -> None:
+    """Count a record that is neither an offset commit nor a classic group record."""
+    if isinstance(key, ConsumerRecordKey):
+        if value is None:
+            stats.consumer_group_tombstones += 1
+        else:
+            stats.consumer_group_records += 1
+    else:
+        stats.other_records += 1
 
 
 def _key_decoder() -> Callable[[bytes | None], RecordKey | None]:
@@ -238,7 +255,7 @@ def segment_commits(ref: SegmentRef, rows_per_batch: int = ROWS_PER_BATCH) -> tu
                     else:
                         stats.group_records += 1
                 else:
-                    stats.other_records += 1
+                    _count_other(stats, k, value)
             if len(g) >= rows_per_batch:
                 flush()
         flush()
@@ -341,8 +358,13 @@ def segment_state(ref: SegmentRef) -> tuple[list[dict[str, Any]], SegmentStats]:
                         stats.group_tombstones += 1
                     else:
                         stats.group_records += 1
+                elif isinstance(k, ConsumerRecordKey):  # KIP-848 (pipeline.consumer_groups)
+                    consumer = consumer_row(ref.log_partition, log_offset, ts, k, value)
+                    if consumer is not None:
+                        rows.append(consumer)
+                    _count_other(stats, k, value)
                 else:
-                    stats.other_records += 1
+                    _count_other(stats, k, value)
         for log_offset, ts, k, value in newest.values():
             row: dict[str, Any] = {
                 "kind": "offset",

@@ -1,4 +1,4 @@
-"""The Spark job: four Parquet tables (and a report) from a broker's data directory.
+"""The Spark job: five Parquet tables (and a report) from a broker's data directory.
 
 Tables under ``out``:
 
@@ -7,6 +7,11 @@ Tables under ``out``:
   by log position; a tombstone removes the key. Equals what OffsetFetch answers.
 * ``group_generations``: one row per group metadata record, the rebalance history; records
   before a group's latest deletion (group tombstone) are left out, like the group itself.
+* ``consumer_group_epochs``: the rebalance history of KIP-848 consumer groups, one row per
+  group epoch record: the target assignment epoch, the members as of the epoch with their
+  member epochs, states and partition counts as they stood before the next epoch, and whether
+  the group converged (``pipeline.consumer_groups``). Epochs before a group's deletion are
+  left out. Topic ids are named from the topic directories' ``partition.metadata`` files.
 * ``consumer_lag``: ``offsets_latest`` joined with every topic partition's log start and end
   offset (read from the topic logs in the same data directory): lag in messages,
   ``log_end_offset - max(committed, log_start_offset)``, and in time, the age (at ``as_of``) of
@@ -29,11 +34,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import fs
+from .consumer_groups import EPOCHS_SCHEMA, STATE_COLUMNS, epochs_mapper
 from .decode import spark_ddl
-from .logs import first_record_at_or_after
+from .logs import first_record_at_or_after, topic_names
 from .source import register
 
-TABLES = ("offset_commits", "offsets_latest", "group_generations", "consumer_lag")
+TABLES = ("offset_commits", "offsets_latest", "group_generations", "consumer_group_epochs", "consumer_lag")
 
 LAG_OUT_SCHEMA = pa.schema(
     [
@@ -168,6 +174,29 @@ def group_generations(state: DataFrame) -> DataFrame:
     )
 
 
+def consumer_group_epochs(state: DataFrame, names: dict[str, str]) -> DataFrame:
+    """KIP-848 records replayed per group in log order (``pipeline.consumer_groups``)."""
+    records = state.where(F.col("kind") == "consumer").select(*STATE_COLUMNS)
+    epochs = (
+        records.repartition("log_partition", "group")
+        .sortWithinPartitions("log_partition", "group", "log_offset")
+        .mapInArrow(epochs_mapper(names), spark_ddl(EPOCHS_SCHEMA))
+    )
+    return epochs.select(
+        "group",
+        "group_epoch",
+        "assignment_epoch",
+        "member_count",
+        "members",
+        "converged",
+        F.timestamp_millis("record_timestamp").alias("time"),
+        F.timestamp_millis("end_timestamp").alias("end_time"),
+        "log_partition",
+        "log_offset",
+        "end_log_offset",
+    )
+
+
 def consumer_lag(latest: DataFrame, topics: DataFrame, data_dir: str, as_of_ms: int) -> DataFrame:
     joined = latest.select(
         "group", "topic", "partition", F.col("offset").alias("committed_offset")
@@ -199,7 +228,7 @@ def run_job(
     as_of_ms: int | None = None,
     report: bool = True,
 ) -> Summary:
-    """Read ``data_dir``, write the four tables (and the report) under ``out``."""
+    """Read ``data_dir``, write the five tables (and the report) under ``out``."""
     started = time.monotonic()
     register(spark)
     as_of_ms = int(time.time() * 1000) if as_of_ms is None else as_of_ms
@@ -226,13 +255,15 @@ def run_job(
         summary.segments.sort(key=lambda s: s["name"])
         summary.problems.sort(key=lambda p: p["name"])
         for key in ("records", "offset_commits", "offset_tombstones", "group_records",
-                    "group_tombstones", "other_records", "bytes", "control_batches",
-                    "transactional_batches", "torn_tail_bytes"):
+                    "group_tombstones", "consumer_group_records", "consumer_group_tombstones",
+                    "other_records", "bytes", "control_batches", "transactional_batches",
+                    "torn_tail_bytes"):
             summary.totals[key] = sum(int(s.get(key, 0)) for s in summary.segments)
 
         latest = offsets_latest(state)
         write(latest, "offsets_latest")
         write(group_generations(state), "group_generations")
+        write(consumer_group_epochs(state, topic_names(data_dir)), "consumer_group_epochs")
     finally:
         state.unpersist()
 

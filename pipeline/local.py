@@ -1,4 +1,4 @@
-"""The same four tables in one Python process, without Spark (the benchmark's baseline).
+"""The same five tables in one Python process, without Spark (the benchmark's baseline).
 
 It reads the same segments with the same functions as the Spark executors
 (:func:`pipeline.decode.segment_commits` / :func:`pipeline.decode.segment_state`), then does the
@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import fs
+from .consumer_groups import EPOCHS_SCHEMA, replay_epochs
 from .decode import COMMIT_SCHEMA, SegmentError, segment_commits, segment_state
 from .logs import (
     OFFSETS_TOPIC,
@@ -24,6 +25,7 @@ from .logs import (
     offsets_segments,
     partition_dirs,
     topic_log,
+    topic_names,
 )
 
 
@@ -41,6 +43,7 @@ def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None =
     commit_rows = 0
     newest: dict[tuple[str, str, int], dict[str, Any]] = {}
     groups: list[dict[str, Any]] = []
+    consumer: list[dict[str, Any]] = []
     deleted_at: dict[str, int] = {}
     records = 0
     try:
@@ -71,11 +74,15 @@ def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None =
                         deleted_at[r["group"]] = max(deleted_at.get(r["group"], -1), r["log_offset"])
                     else:
                         groups.append(r)
+                elif r["kind"] == "consumer":
+                    consumer.append(r)
     finally:
         if writer is not None:
             writer.close()
     latest = [r for r in newest.values() if not r["tombstone"]]
     generations = [g for g in groups if g["log_offset"] > deleted_at.get(g["group"], -1)]
+    consumer.sort(key=lambda r: (r["log_partition"], r["group"], r["log_offset"]))
+    epochs = list(replay_epochs(consumer, topic_names(data_dir)))
 
     logs = {
         (t, p): topic_log(data_dir, t, p, d)
@@ -105,6 +112,10 @@ def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None =
     if out is not None:
         pq.write_table(pa.Table.from_pylist(latest), fs.join(out, "offsets_latest.parquet"))
         pq.write_table(pa.Table.from_pylist(generations), fs.join(out, "group_generations.parquet"))
+        pq.write_table(
+            pa.Table.from_pylist(epochs, schema=EPOCHS_SCHEMA),
+            fs.join(out, "consumer_group_epochs.parquet"),
+        )
         pq.write_table(pa.Table.from_pylist(lag_rows), fs.join(out, "consumer_lag.parquet"))
     return {
         "segments": sum(1 for r in refs if r.size > 0),
@@ -113,6 +124,7 @@ def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None =
             "offset_commits": commit_rows,
             "offsets_latest": len(latest),
             "group_generations": len(generations),
+            "consumer_group_epochs": len(epochs),
             "consumer_lag": len(lag_rows),
         },
         "problems": [{"name": p.name, "message": p.message} for p in problems if isinstance(p, Problem)],

@@ -19,6 +19,11 @@ from dataclasses import dataclass, field
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
 from protocol.record_scan import batch_first_at_or_after
 from storage.checkpoint import LOG_START_CHECKPOINT, CheckpointError, parse_checkpoint
+from storage.partition_metadata import (
+    PARTITION_METADATA_FILE,
+    parse_partition_metadata,
+    topic_id_to_str,
+)
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, segment_name
 
 from . import fs
@@ -84,6 +89,26 @@ def partition_dirs(data_dir: str) -> list[tuple[str, int, str]]:
             out.append((m.group(1), int(m.group(2)), e.name))
     out.sort(key=lambda t: (t[0], t[1]))
     return out
+
+
+def topic_names(data_dir: str) -> dict[str, str]:
+    """Topic id (Kafka's text form, as ``partition.metadata`` holds it) -> topic name, read
+    from the ``partition.metadata`` file of one partition directory per topic (internal
+    ``__*`` topics excluded). A topic whose file is missing or unreadable is left out; so are
+    deleted topics, whose directories are gone."""
+    names: dict[str, str] = {}
+    seen: set[str] = set()
+    for topic, _partition, dirname in partition_dirs(data_dir):
+        if topic in seen or topic.startswith("__"):
+            continue
+        uri = fs.join(data_dir, dirname, PARTITION_METADATA_FILE)
+        try:
+            topic_id = parse_partition_metadata(fs.read_all(uri).decode("utf-8"), uri)
+        except (OSError, ValueError):  # missing (FileNotFoundError is an OSError), malformed
+            continue
+        seen.add(topic)
+        names[topic_id_to_str(topic_id)] = topic
+    return names
 
 
 def list_segments(data_dir: str, dirname: str, log_partition: int) -> tuple[list[SegmentRef], list[Problem]]:

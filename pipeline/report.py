@@ -1,10 +1,12 @@
 """A static HTML page with PNG charts, written next to the tables (``<out>/report/``).
 
 Charts: lag per group (messages, with the age of the oldest unconsumed record), rebalances per
-group over time (cumulative group records, the groups with the most), and the commit rate.
-Below them: problems (skipped segments), the most lagging partitions and each group's latest
-generation. Charts read with little data too: time axes tick in clock time (UTC) over at least
-a minute, counts on whole numbers from zero, and a chart with nothing to show says so. Only small aggregates are collected to the driver; matplotlib draws them with its
+group over time (cumulative classic group records and KIP-848 group epochs, the groups with the
+most), and the commit rate. Below them: problems (skipped segments), the most lagging
+partitions, each classic group's latest generation and each consumer group's latest epoch.
+Charts read with little data too: time axes tick in clock time (UTC) over at least a minute,
+counts on whole numbers from zero, and a chart with nothing to show says so. Only small
+aggregates are collected to the driver; matplotlib draws them with its
 Agg backend (no display needed).
 """
 
@@ -122,7 +124,7 @@ def rebalance_figure(series: dict[str, list[tuple[dt.datetime, int]]]) -> Any:
     fig, ax = _figure()
     points = [t for values in series.values() for t, _ in values]
     if not points:
-        _empty(ax, "no group metadata records")
+        _empty(ax, "no group metadata or group epoch records")
     else:
         from matplotlib.ticker import MaxNLocator
 
@@ -130,7 +132,7 @@ def rebalance_figure(series: dict[str, list[tuple[dt.datetime, int]]]) -> Any:
             times = [t for t, _ in values]
             counts = list(range(1, len(values) + 1))
             ax.step(times, counts, where="post", marker="o", label=group)
-        ax.set_ylabel("group records (rebalances), cumulative")
+        ax.set_ylabel("generations / group epochs, cumulative")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, max(len(v) for v in series.values()) + 1)
         ax.legend(fontsize=8, loc="upper left")
@@ -201,13 +203,17 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
     ]
 
     gens = tables["group_generations"]
+    epochs = tables["consumer_group_epochs"]
+    history = gens.select("group", "time", "generation", "log_offset").unionByName(
+        epochs.select("group", "time", F.col("group_epoch").alias("generation"), "log_offset")
+    )
     busiest = [
         r["group"]
-        for r in gens.groupBy("group").count().orderBy(F.desc("count"), "group").limit(REBALANCE_GROUPS).collect()
+        for r in history.groupBy("group").count().orderBy(F.desc("count"), "group").limit(REBALANCE_GROUPS).collect()
     ]
     series: dict[str, list[tuple[dt.datetime, int]]] = {g: [] for g in busiest}
     for r in (
-        gens.where(F.col("group").isin(busiest)).select("group", "time", "generation")
+        history.where(F.col("group").isin(busiest)).select("group", "time", "generation")
         .orderBy("group", "log_offset").collect()
     ):
         # (a naive datetime from collect() is the driver's local time)
@@ -247,6 +253,15 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
         .orderBy("group").limit(200).collect()
     ]
 
+    latest_epoch = [
+        r.asDict()
+        for r in epochs.groupBy("group")
+        .agg(F.max(F.struct("log_offset", "group_epoch", "assignment_epoch", "member_count", "converged", "time"))
+             .alias("e"), F.count("*").alias("epochs"))
+        .select("group", "e.group_epoch", "e.assignment_epoch", "e.member_count", "e.converged", "e.time", "epochs")
+        .orderBy("group").limit(200).collect()
+    ]
+
     as_of = dt.datetime.fromtimestamp(summary.as_of_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     problems = "".join(
         f"<li><code>{html.escape(p['name'])}</code>: {html.escape(p['message'])}</li>" for p in summary.problems
@@ -265,7 +280,8 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
 <p>Data directory <code>{html.escape(summary.data_dir)}</code>, as of {as_of}.
 {len(summary.segments)} segments read ({t.get('bytes', 0):,} bytes, {t.get('records', 0):,} records):
 {t.get('offset_commits', 0):,} offset commits, {t.get('offset_tombstones', 0):,} offset tombstones,
-{t.get('group_records', 0):,} group records, {t.get('group_tombstones', 0):,} group tombstones.
+{t.get('group_records', 0):,} group records, {t.get('group_tombstones', 0):,} group tombstones,
+{t.get('consumer_group_records', 0):,} consumer group (KIP-848) records.
 Tables: {', '.join(f'<code>{n}</code> ({summary.rows.get(n, 0):,} rows)' for n in tables)}.</p>
 {problem_html}
 <h2>Lag per group</h2><img src="lag_per_group.png" alt="lag per group">
@@ -275,6 +291,8 @@ Tables: {', '.join(f'<code>{n}</code> ({summary.rows.get(n, 0):,} rows)' for n i
 {_table(top_partitions, ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "lag_ms"])}
 <h2>Latest generation per group</h2>
 {_table(latest_gen, ["group", "generation", "protocol", "member_count", "leader", "time", "records"])}
+<h2>Latest epoch per consumer group (KIP-848)</h2>
+{_table(latest_epoch, ["group", "group_epoch", "assignment_epoch", "member_count", "converged", "time", "epochs"])}
 </body></html>
 """
     index = fs.join(out_dir, "index.html")

@@ -7,8 +7,8 @@ file, so the decoding spreads over the executors::
     spark.read.format("kcoord_offsets").option("view", "commits").load(data_dir)
 
 ``view`` is ``commits`` (every offset commit, :data:`pipeline.decode.COMMIT_SCHEMA`) or
-``state`` (per-segment compacted offsets, group records, segment statistics and problems,
-:data:`pipeline.decode.STATE_SCHEMA`). The segment files are listed here, not by Spark: Spark's
+``state`` (per-segment compacted offsets, group records, KIP-848 consumer-group records,
+segment statistics and problems, :data:`pipeline.decode.STATE_SCHEMA`). The segment files are listed here, not by Spark: Spark's
 file sources hide directories whose names start with ``_``.
 
 ``kcoord_topic_logs``: log start and end offset of every topic partition directory (internal

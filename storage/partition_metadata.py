@@ -53,18 +53,24 @@ def read_partition_metadata(directory: Path) -> uuid.UUID | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    return parse_partition_metadata(text, str(path))
+
+
+def parse_partition_metadata(text: str, where: str) -> uuid.UUID:
+    """The topic id of a ``partition.metadata`` file's contents (``where`` names the file in
+    errors); raises ValueError unless it is a version 0 file with a topic id."""
     fields: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip():
             continue
         key, sep, value = line.partition(":")
         if not sep:
-            raise ValueError(f"{path}: malformed line {line!r}")
+            raise ValueError(f"{where}: malformed line {line!r}")
         fields[key.strip()] = value.strip()
     if fields.get("version") != str(VERSION):
-        raise ValueError(f"{path}: unsupported version {fields.get('version')!r}")
+        raise ValueError(f"{where}: unsupported version {fields.get('version')!r}")
     if "topic_id" not in fields:
-        raise ValueError(f"{path}: no topic_id")
+        raise ValueError(f"{where}: no topic_id")
     return topic_id_from_str(fields["topic_id"])
 
 

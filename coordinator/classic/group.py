@@ -429,7 +429,7 @@ class ClassicGroup:
         return self.generation > 0
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation: int
+        self, member_id: str, instance_id: str | None, generation: int, api_version: int = -1
     ) -> int | None:
         """J6, in Kafka's order: Dead -> COORDINATOR_NOT_AVAILABLE; a commit naming a member
         (generation >= 0, a member id or an instance id) must come from a current member of

@@ -395,6 +395,17 @@ class ClassicGroupManager:
         self.state.discard(group, ErrorCode.coordinator_not_available)
         log.info("group %s is Dead at generation %d (no offsets left)", group_id, generation)
 
+    def adopt(self, group_id: str, value: GroupMetadataValue, now_ms: int, reason: str) -> None:
+        """Take over a group converted from another type (a consumer group whose last
+        consumer-protocol member left): its record is written, its members' sessions start
+        and it rebalances so that they rejoin as a classic group."""
+        self._op.emit(encode_key(GroupMetadataKey(group_id)), encode_group_metadata_value(value))
+        group = _group_from_record(group_id, value)
+        self.groups[group_id] = group
+        for member in group.members.values():
+            self.state.schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
+        self.state.prepare_rebalance(group, now_ms, reason)
+
     # ---- loading and unloading (K3) ----------------------------------------------------------
 
     def replay(self, group_id: str, value: bytes | None) -> None:

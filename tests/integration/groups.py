@@ -37,7 +37,10 @@ class ConfluentMember(Member):
         instance_id: str | None = None,
         session_timeout_ms: int = 6000,
         extra: dict[str, Any] | None = None,
+        protocol: str = "classic",
     ) -> None:
+        """``protocol`` "consumer": the KIP-848 protocol, ``assignor`` then names the server
+        assignor (uniform or range) and the session and heartbeat are the broker's."""
         self.name = name
         self.assignment = frozenset()
         self.history = []
@@ -49,13 +52,20 @@ class ConfluentMember(Member):
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "client.id": name,
-            "partition.assignment.strategy": assignor,
-            "session.timeout.ms": session_timeout_ms,
-            "heartbeat.interval.ms": 300,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "error_cb": self._on_error,
         }
+        if protocol == "consumer":
+            conf.update({"group.protocol": "consumer", "group.remote.assignor": assignor})
+        else:
+            conf.update(
+                {
+                    "partition.assignment.strategy": assignor,
+                    "session.timeout.ms": session_timeout_ms,
+                    "heartbeat.interval.ms": 300,
+                }
+            )
         if instance_id is not None:
             conf["group.instance.id"] = instance_id
         conf.update(extra or {})

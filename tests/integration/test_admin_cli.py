@@ -152,8 +152,10 @@ def test_describe_list_members_state_match_what_the_consumers_see(broker_factory
         assert kcoord(broker, "groups", "list").stdout.split() == ["billing", "idle"]
         table = kcoord(broker, "groups", "list", "--state").stdout.splitlines()
         assert [line.split() for line in table] == [["GROUP", "STATE"], ["billing", "Stable"], ["idle", "Empty"]]
-        assert kcoord_json(broker, "groups", "list", "--state", "empty") == [{"group": "idle", "state": "Empty"}]
-        assert kcoord_json(broker, "groups", "list", "--state", "Stable") == [{"group": "billing", "state": "Stable"}]
+        assert kcoord_json(broker, "groups", "list", "--state", "empty") == [{"group": "idle", "state": "Empty", "type": "classic"}]
+        assert kcoord_json(broker, "groups", "list", "--state", "Stable") == [
+            {"group": "billing", "state": "Stable", "type": "classic"}
+        ]
     finally:
         for m in members:
             m.stop()

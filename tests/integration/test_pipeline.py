@@ -224,7 +224,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[d
         summary = run_job(spark, str(broker.data_dir), str(out))
         tables = {
             name: [r.asDict(recursive=True) for r in spark.read.parquet(str(out / name)).collect()]
-            for name in ("offset_commits", "offsets_latest", "group_generations", "consumer_lag")
+            for name in ("offset_commits", "offsets_latest", "group_generations",
+                         "consumer_group_epochs", "consumer_lag")
         }
         yield {
             "broker": broker, "out": out, "summary": summary, "tables": tables,
@@ -337,6 +338,9 @@ def test_report_page_and_charts(scenario: dict[str, Any]) -> None:
     assert "g-live" in page and "No problems" in page
     summary = json.loads((scenario["out"] / "summary.json").read_text())
     assert summary["rows"]["offsets_latest"] == len(scenario["tables"]["offsets_latest"])
+    # Classic groups only here: the KIP-848 table is written, and empty.
+    assert summary["rows"]["consumer_group_epochs"] == 0 == len(scenario["tables"]["consumer_group_epochs"])
+    assert summary["totals"]["consumer_group_records"] == 0
 
 
 # ----------------------------------------------------------------------------- bad input

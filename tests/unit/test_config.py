@@ -92,6 +92,19 @@ def test_unknown_kcoord_environment_variables_are_warned_about_not_fatal() -> No
     assert len(cfg.warnings) == 1 and "KCOORD_GROUP_MAX_SIZ" in cfg.warnings[0]
 
 
+# Settings whose arbitrary sample value above is not valid on its own.
+VALID_SAMPLES = {
+    "advertised.listeners": "h:1",
+    "group.consumer.assignors": "range",
+    "group.consumer.migration.policy": "upgrade",
+    "group.consumer.heartbeat.interval.ms": "6000",
+    "group.consumer.max.heartbeat.interval.ms": "20000",
+    "group.consumer.session.timeout.ms": "50000",
+    "group.consumer.max.session.timeout.ms": "70000",
+    "log.cleanup.policy": "compact,delete",
+}
+
+
 def test_every_setting_has_an_environment_name_that_round_trips() -> None:
     from broker.config import SETTINGS
 
@@ -100,10 +113,7 @@ def test_every_setting_has_an_environment_name_that_round_trips() -> None:
         raw = "true" if setting.type is bool else "x" if setting.type is str else str(
             max(7, setting.minimum or 0)
         )
-        if name == "advertised.listeners":
-            raw = "h:1"
-        if setting.choices is not None:
-            raw = ",".join(setting.choices)
+        raw = VALID_SAMPLES.get(name, raw)
         cfg = Config.load(environ={env: raw})
         assert cfg.source(name) == f"env {env}"
 
@@ -163,3 +173,32 @@ def test_bad_configuration_stops_start_up_with_a_message(
     err = capsys.readouterr().err
     assert "group.initial.rebalance.delay.ms" in err and "an integer >= 0" in err
     assert not (tmp_path / "d").exists()  # refused before touching anything
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("group.consumer.heartbeat.interval.ms", "100"),
+        ("group.consumer.session.timeout.ms", "100000"),
+        ("group.consumer.assignors", "uniform,sticky"),
+        ("group.consumer.assignors", ""),
+        ("group.consumer.migration.policy", "sideways"),
+    ],
+)
+def test_consumer_group_settings_are_checked_at_start_up(setting: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=setting.replace(".", r"\.")):
+        Config.load(overrides=[f"{setting}={value}"])
+
+
+def test_consumer_group_bounds_can_be_lowered_for_development() -> None:
+    cfg = Config.load(
+        overrides=[
+            "group.consumer.min.heartbeat.interval.ms=100",
+            "group.consumer.heartbeat.interval.ms=500",
+            "group.consumer.min.session.timeout.ms=1000",
+            "group.consumer.session.timeout.ms=6000",
+            "group.consumer.assignors=range,uniform",
+        ]
+    )
+    assert cfg["group.consumer.heartbeat.interval.ms"] == 500
+    assert cfg.consumer_assignors == ("range", "uniform")

@@ -71,10 +71,26 @@ def test_I2_group_metadata_key_v2_bytes() -> None:
     assert decode_key(expected) == GroupMetadataKey("my-group")
 
 
-@pytest.mark.parametrize("version", [3, 4, 5, 6, 7, 8, 42])
-def test_kip848_key_versions_are_unknown_keys(version: int) -> None:
+@pytest.mark.parametrize("version", [9, 10, 15, 17, 42])
+def test_unmodelled_key_versions_are_unknown_keys(version: int) -> None:
     raw = i16(version) + s("g") + s("member")
     assert decode_key(raw) == UnknownKey(version, raw[2:])
+
+
+def test_kip848_key_versions_decode_to_consumer_keys() -> None:
+    # The consumer-group keys themselves are tested in test_consumer_records.py.
+    from coordinator.consumer.records import (
+        ConsumerGroupMemberMetadataKey,
+        ConsumerGroupMetadataKey,
+        ConsumerGroupRegularExpressionKey,
+    )
+
+    assert decode_key(i16(3) + s("g")) == ConsumerGroupMetadataKey("g")
+    assert decode_key(i16(5) + s("g") + s("m")) == ConsumerGroupMemberMetadataKey("g", "m")
+    assert decode_key(i16(16) + s("g") + s("t.*")) == ConsumerGroupRegularExpressionKey("g", "t.*")
+    assert encode_key(ConsumerGroupMemberMetadataKey("g", "m")) == i16(5) + s("g") + s("m")
+    with pytest.raises(SchemaError):
+        decode_key(i16(5) + s("g"))  # no member id
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,7 @@ class Harness:
         *,
         load: bool = True,
         partition_for: Any = None,
+        topics: Any = None,
     ) -> None:
         self.now = 0
         self._ids = itertools.count(1)
@@ -83,6 +84,7 @@ class Harness:
             now_ms=0,
             new_member_id=lambda prefix: f"{prefix}-{next(self._ids)}",
             partition_for=partition_for,
+            topics=topics,
         )
         self.records: list[tuple[bytes, bytes | None]] = []
         self.replies: dict[Hashable, Response] = {}

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from coordinator.classic.group import GroupState
 from coordinator.config import GroupConfig
+from coordinator.consumer.member import ConsumerMember
+from coordinator.consumer.persistence import member_record
 from coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -103,13 +105,16 @@ def test_K3_I5_loading_builds_stable_and_empty_groups_newest_wins() -> None:
         oc_record("e", "t", 1, 5),
         oc_record("e", "t", 1, None),
         oc_record("standalone", "t", 0, 42),
-        (b"\x00\x05\x00\x01g", b"\x00\x00whatever"),  # KIP-848 key: skipped
+        # A KIP-848 member record without its group's epoch record: no group comes of it.
+        member_record("g", ConsumerMember("m", subscribed_topic_names=("t",))),
+        (b"\x00\x2a\x00\x01g", b"\x00\x00whatever"),  # unknown key version: skipped
     ]
     for k, v in records:
         shard.replay(k, v, 0)
     out = shard.finish_loading(100_000)
     assert out.records == [] and out.replies == []
     assert shard.mode is ShardMode.ACTIVE and shard.skipped_records == 1
+    assert shard.consumer_group("g") is None
     s = shard.group("s")
     assert s is not None and s.state is S.STABLE
     assert (s.generation, s.protocol_type, s.protocol_name, s.leader_id) == (

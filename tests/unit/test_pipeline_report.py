@@ -78,6 +78,6 @@ def test_long_spans_show_the_date() -> None:
 
 
 def test_charts_with_nothing_to_show_say_so() -> None:
-    assert "no group metadata records" in _texts(_drawn(rebalance_figure({})))
+    assert "no group metadata or group epoch records" in _texts(_drawn(rebalance_figure({})))
     assert "no committed offsets" in _texts(_drawn(lag_figure([])))
     assert commit_rate_chart([], 1).startswith(b"\x89PNG")

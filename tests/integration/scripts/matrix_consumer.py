@@ -7,6 +7,9 @@ something. SIGTERM closes it cleanly (LeaveGroup); SIGKILL is a crash.
 
     python matrix_consumer.py --client confluent|kafka-python|aiokafka --bootstrap B --group G
         --topic T --assignor A --out FILE [--instance-id I] [--session-ms MS]
+
+For confluent, ``--assignor consumer:uniform`` (or ``consumer:range``) uses the KIP-848
+consumer protocol with that server assignor.
 """
 
 from __future__ import annotations
@@ -53,12 +56,19 @@ def run_confluent(a: argparse.Namespace, rep: Reporter) -> None:
     conf: dict[str, Any] = {
         "bootstrap.servers": a.bootstrap,
         "group.id": a.group,
-        "partition.assignment.strategy": a.assignor,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
-        "session.timeout.ms": a.session_ms,
-        "heartbeat.interval.ms": 300,
     }
+    if a.assignor.startswith("consumer:"):  # KIP-848: the broker's assignor, session, heartbeat
+        conf.update({"group.protocol": "consumer", "group.remote.assignor": a.assignor[9:]})
+    else:
+        conf.update(
+            {
+                "partition.assignment.strategy": a.assignor,
+                "session.timeout.ms": a.session_ms,
+                "heartbeat.interval.ms": 300,
+            }
+        )
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     c = Consumer(conf)

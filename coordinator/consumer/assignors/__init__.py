@@ -1,0 +1,40 @@
+"""The server-side assignors of KIP-848 consumer groups: ``uniform`` (the default) and ``range``.
+
+Pure functions of the group (sans-IO): the coordinator hands an assignor the members
+(:class:`AssignmentMember`: subscriptions and current target assignment) and the partition
+count of every subscribed topic, and stores what it returns as the new target assignment.
+
+``spec`` (the interface and shared input checks), ``uniform`` (:class:`UniformAssignor`),
+``range`` (:class:`RangeAssignor`). :data:`ASSIGNORS` maps the names a client may ask for
+(ConsumerGroupHeartbeat's ServerAssignor) to the assignor; the first one is the default.
+"""
+
+from __future__ import annotations
+
+from coordinator.consumer.assignors.range import RangeAssignor
+from coordinator.consumer.assignors.spec import (
+    Assignment,
+    AssignmentMember,
+    PartitionAssignor,
+    TopicId,
+)
+from coordinator.consumer.assignors.uniform import UniformAssignor
+
+__all__ = [
+    "ASSIGNORS",
+    "DEFAULT_ASSIGNOR",
+    "Assignment",
+    "AssignmentMember",
+    "PartitionAssignor",
+    "RangeAssignor",
+    "TopicId",
+    "UniformAssignor",
+]
+
+ASSIGNORS: dict[str, PartitionAssignor] = {
+    UniformAssignor.name: UniformAssignor(),
+    RangeAssignor.name: RangeAssignor(),
+}
+"""Assignor name -> assignor; ``uniform`` (the first) is the default, as in Kafka."""
+
+DEFAULT_ASSIGNOR = next(iter(ASSIGNORS))

@@ -1,0 +1,257 @@
+"""A member of a consumer group (KIP-848) and how its assignment moves towards the target.
+
+:class:`ConsumerMember` is immutable: every change makes a new one, so a heartbeat can compare
+the member before and after to know which records to write, and an operation whose records
+cannot be stored can put the old object back. Assignments are ``{topic id: frozenset of
+partitions}`` dicts that are never mutated once built.
+
+:func:`reconcile` is the member side of a rebalance (Kafka's CurrentAssignmentBuilder): from
+the member's current assignment, the group's target assignment for it and the partitions other
+members still hold, it computes the member's next epoch, state, assigned partitions and
+partitions pending revocation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from types import MappingProxyType
+
+from coordinator.consumer.records import ClassicMemberMetadata
+from coordinator.consumer.topics import TopicId
+
+Assignment = Mapping[TopicId, frozenset[int]]
+"""Partitions by topic id; never mutated once built; topics without partitions are left out."""
+
+NO_PARTITIONS: Assignment = MappingProxyType({})
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+
+class MemberState(IntEnum):
+    """The reconciliation state of a member (the record's ``State`` byte)."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMember:
+    """One member: what it sent (subscription, timeouts, identity) and where it stands."""
+
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: Assignment = field(default_factory=lambda: NO_PARTITIONS)
+    pending_revocation: Assignment = field(default_factory=lambda: NO_PARTITIONS)
+    classic: ClassicMemberMetadata | None = None
+    """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
+    consumer group: its session timeout and the protocols it offered; None otherwise."""
+
+    def is_reconciled_to(self, epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == epoch
+
+    def with_request(
+        self,
+        *,
+        instance_id: str | None,
+        rack_id: str | None,
+        rebalance_timeout_ms: int,
+        server_assignor: str | None,
+        subscribed_topic_names: Iterable[str] | None,
+        subscribed_topic_regex: str | None,
+        client_id: str,
+        client_host: str,
+    ) -> ConsumerMember:
+        """This member updated by a heartbeat's fields (None or -1: unchanged); itself when
+        nothing changed (the usual heartbeat)."""
+        names = None if subscribed_topic_names is None else tuple(sorted(set(subscribed_topic_names)))
+        if (
+            (instance_id is None or instance_id == self.instance_id)
+            and (rack_id is None or rack_id == self.rack_id)
+            and (rebalance_timeout_ms == -1 or rebalance_timeout_ms == self.rebalance_timeout_ms)
+            and (server_assignor is None or server_assignor == self.server_assignor)
+            and (names is None or names == self.subscribed_topic_names)
+            and (subscribed_topic_regex is None or subscribed_topic_regex == self.subscribed_topic_regex)
+            and client_id == self.client_id
+            and client_host == self.client_host
+        ):
+            return self
+        return replace(
+            self,
+            instance_id=self.instance_id if instance_id is None else instance_id,
+            rack_id=self.rack_id if rack_id is None else rack_id,
+            rebalance_timeout_ms=(
+                self.rebalance_timeout_ms if rebalance_timeout_ms == -1 else rebalance_timeout_ms
+            ),
+            server_assignor=self.server_assignor if server_assignor is None else server_assignor,
+            subscribed_topic_names=self.subscribed_topic_names if names is None else names,
+            subscribed_topic_regex=(
+                self.subscribed_topic_regex
+                if subscribed_topic_regex is None
+                else subscribed_topic_regex or None  # "" clears the regex
+            ),
+            client_id=client_id,
+            client_host=client_host,
+        )
+
+    def subscription_differs(self, other: ConsumerMember) -> bool:
+        return (
+            self.subscribed_topic_names != other.subscribed_topic_names
+            or self.subscribed_topic_regex != other.subscribed_topic_regex
+        )
+
+    def same_subscription_record(self, other: ConsumerMember) -> bool:
+        """Whether the member-metadata record of both would be equal."""
+        return (
+            self.instance_id == other.instance_id
+            and self.rack_id == other.rack_id
+            and self.client_id == other.client_id
+            and self.client_host == other.client_host
+            and self.subscribed_topic_names == other.subscribed_topic_names
+            and self.subscribed_topic_regex == other.subscribed_topic_regex
+            and self.rebalance_timeout_ms == other.rebalance_timeout_ms
+            and self.server_assignor == other.server_assignor
+            and self.classic == other.classic
+        )
+
+    def same_assignment_record(self, other: ConsumerMember) -> bool:
+        """Whether the current-assignment record of both would be equal."""
+        return (
+            self.member_epoch == other.member_epoch
+            and self.previous_member_epoch == other.previous_member_epoch
+            and self.state is other.state
+            and self.assigned == other.assigned
+            and self.pending_revocation == other.pending_revocation
+        )
+
+
+def owned_overlaps(owned: Iterable[tuple[TopicId, Iterable[int]]] | None, of: Assignment) -> bool:
+    """Whether the member still owns any partition of ``of`` (unknown ownership: yes)."""
+    if owned is None:
+        return True
+    for topic_id, partitions in owned:
+        pending = of.get(topic_id)
+        if pending and any(p in pending for p in partitions):
+            return True
+    return False
+
+
+def owned_subset(owned: Iterable[tuple[TopicId, Iterable[int]]] | None, of: Assignment) -> bool:
+    """Whether every partition the member reports owning is in ``of`` (unknown: no)."""
+    if owned is None:
+        return False
+    for topic_id, partitions in owned:
+        mine = of.get(topic_id)
+        if mine is None:
+            if any(True for _ in partitions):
+                return False
+            continue
+        if any(p not in mine for p in partitions):
+            return False
+    return True
+
+
+def reconcile(
+    member: ConsumerMember,
+    target_epoch: int,
+    target: Assignment,
+    partition_owner_epoch: Callable[[TopicId, int], int],
+    owned: Iterable[tuple[TopicId, tuple[int, ...]]] | None,
+) -> ConsumerMember:
+    """The member's next state towards ``target`` at ``target_epoch`` (see module docstring).
+
+    - Stable at another epoch, or waiting for partitions still held elsewhere: recompute.
+    - Waiting for its own revocation: once ``owned`` no longer holds any partition pending
+      revocation, move on from the next epoch.
+    - The next assignment keeps owned ∩ target; owned − target must be revoked first (the
+      member stays at its epoch, UNREVOKED_PARTITIONS); new partitions are given only when no
+      other member holds them (``partition_owner_epoch`` is -1), else UNRELEASED_PARTITIONS.
+    """
+    state = member.state
+    if state is MemberState.STABLE:
+        if member.member_epoch == target_epoch:
+            return member
+        return _next(member, member.member_epoch, target_epoch, target, partition_owner_epoch, owned)
+    if state is MemberState.UNREVOKED_PARTITIONS:
+        if owned_overlaps(owned, member.pending_revocation):
+            return member
+        return _next(member, member.member_epoch + 1, target_epoch, target, partition_owner_epoch, owned)
+    if state is MemberState.UNRELEASED_PARTITIONS:
+        return _next(member, member.member_epoch, target_epoch, target, partition_owner_epoch, owned)
+    # UNKNOWN: only after a downgrade; start over from nothing (the caller fences it).
+    return _next(member, target_epoch, target_epoch, target, partition_owner_epoch, owned)
+
+
+def _next(
+    member: ConsumerMember,
+    epoch: int,
+    target_epoch: int,
+    target: Assignment,
+    owner_epoch: Callable[[TopicId, int], int],
+    owned: Iterable[tuple[TopicId, tuple[int, ...]]] | None,
+) -> ConsumerMember:
+    assigned: dict[TopicId, frozenset[int]] = {}
+    revoking: dict[TopicId, frozenset[int]] = {}
+    adding: dict[TopicId, frozenset[int]] = {}
+    unreleased = False
+    current = member.assigned
+    for topic_id in set(target) | set(current):
+        want = target.get(topic_id, frozenset())
+        have = current.get(topic_id, frozenset())
+        keep = have & want
+        if keep:
+            assigned[topic_id] = keep
+        gone = have - keep
+        if gone:
+            revoking[topic_id] = gone
+        new = want - keep
+        if new:
+            free = frozenset(p for p in new if owner_epoch(topic_id, p) == -1)
+            if len(free) != len(new):
+                unreleased = True
+            if free:
+                adding[topic_id] = free
+    if revoking and owned_overlaps(owned, revoking):
+        return _moved(member, epoch, MemberState.UNREVOKED_PARTITIONS, assigned, revoking)
+    for topic_id, partitions in adding.items():
+        assigned[topic_id] = assigned.get(topic_id, frozenset()) | partitions
+    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    return _moved(member, target_epoch, state, assigned, NO_PARTITIONS)
+
+
+def _moved(
+    member: ConsumerMember,
+    epoch: int,
+    state: MemberState,
+    assigned: Assignment,
+    revoking: Assignment,
+) -> ConsumerMember:
+    # As Kafka does, the previous epoch is the one the member had before this step, even
+    # when the epoch does not change.
+    return replace(
+        member,
+        member_epoch=epoch,
+        previous_member_epoch=member.member_epoch,
+        state=state,
+        assigned=assigned,
+        pending_revocation=revoking,
+    )

@@ -1,0 +1,333 @@
+"""KIP-848 consumer groups with real clients: confluent-kafka (librdkafka) consumers with
+``group.protocol=consumer`` against a real broker process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol.apis import ApiKey
+
+from .clients import create_topic
+from .groups import ConfluentMember, balanced
+from .harness import BrokerProcess, wait_for
+from .rawclient import RawClient
+from .test_client_matrix import MemberProc
+
+SESSION_MS = 4000
+SETTINGS = {
+    "group.initial.rebalance.delay.ms": 0,
+    "group.min.session.timeout.ms": 1000,
+    "group.consumer.heartbeat.interval.ms": 500,
+    "group.consumer.min.heartbeat.interval.ms": 100,
+    "group.consumer.session.timeout.ms": SESSION_MS,
+    "group.consumer.min.session.timeout.ms": 1000,
+}
+PARTITIONS = 12
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path / "data", SETTINGS).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def member(broker: BrokerProcess, name: str, topic: str = "t", group: str = "g", **kw: Any) -> ConfluentMember:
+    kw.setdefault("assignor", "uniform")
+    return ConfluentMember(broker.bootstrap, group, topic, name, protocol="consumer", **kw)
+
+
+def wait_balanced(members: list[ConfluentMember], partitions: int = PARTITIONS, timeout: float = 30) -> None:
+    wait_for(
+        lambda: balanced(members, partitions),
+        timeout,
+        what="a complete disjoint assignment: " + repr({m.name: sorted(m.assignment) for m in members}),
+    )
+
+
+def describe(broker: BrokerProcess, group: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    return admin.describe_consumer_groups([group])[group].result(20)
+
+
+def test_three_members_then_a_leave_and_a_join_rebalance_incrementally(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    ms = [member(broker, f"m{i}") for i in range(3)]
+    try:
+        wait_balanced(ms)
+        assert all(len(m.assignment) == 4 for m in ms)
+        # A leave: the two others keep what they had and take the leaver's partitions.
+        before = {m.name: m.assignment for m in ms[:2]}
+        ms[2].stop()
+        wait_balanced(ms[:2])
+        for m in ms[:2]:
+            assert before[m.name] <= m.assignment, (m.name, before[m.name], m.assignment)
+            assert all(before[m.name] <= step for step in m.history[m.history.index(before[m.name]):])
+        # A join: the two give up partitions but never one they keep.
+        marks = {m.name: len(m.history) for m in ms[:2]}
+        ms.append(member(broker, "m3"))
+        wait_balanced([ms[0], ms[1], ms[3]])
+        for m in ms[:2]:
+            final = m.assignment
+            assert all(final <= step for step in m.history[marks[m.name] - 1 :]), m.history
+        assert all(not m.errors for m in ms), [m.errors for m in ms]
+    finally:
+        for m in ms:
+            if m.thread.is_alive():
+                m.stop()
+
+
+def test_range_assignor_co_partitions_topics(broker: BrokerProcess) -> None:
+    """Two topics of 6 partitions, three members on both: each member gets the same
+    partition numbers of both topics, so the numbers owned are 0-5 exactly once overall."""
+    create_topic(broker.bootstrap, "t", 6)
+    create_topic(broker.bootstrap, "u", 6)
+    ms = [member(broker, f"r{i}", topic="^[tu]$", assignor="range") for i in range(3)]
+    try:
+        wait_balanced(ms, 6)
+        assert all(len(m.assignment) == 2 for m in ms)
+        group = describe(broker, "g")
+        assert group.partition_assignor == "range"
+        for d in group.members:
+            by_topic: dict[str, set[int]] = {}
+            for tp in d.assignment.topic_partitions:
+                by_topic.setdefault(tp.topic, set()).add(tp.partition)
+            assert by_topic["t"] == by_topic["u"] and len(by_topic["t"]) == 2
+    finally:
+        for m in ms:
+            m.stop()
+
+
+def test_a_killed_member_is_fenced_after_its_session_and_its_partitions_move(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    procs = [
+        MemberProc("confluent", broker, "g", "t", "consumer:uniform", tmp_path / f"p{i}.out")
+        for i in range(2)
+    ]
+    try:
+        wait_for(lambda: sorted(p for m in procs for p in m.partitions) == list(range(PARTITIONS))
+                 and all(m.partitions for m in procs), 30, what="two processes balanced")
+        killed_at = time.monotonic()
+        procs[1].kill()
+        wait_for(lambda: procs[0].partitions == frozenset(range(PARTITIONS)), 30,
+                 what="the survivor owns everything")
+        # Fenced by the session timeout, not before.
+        assert time.monotonic() - killed_at >= SESSION_MS / 1000 - 0.5
+    finally:
+        for m in procs:
+            m.terminate()
+
+
+def test_a_restarted_static_member_gets_its_partitions_back_and_the_others_keep_theirs(
+    broker: BrokerProcess,
+) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    ms = [member(broker, f"s{i}", instance_id=f"inst-{i}") for i in range(3)]
+    try:
+        wait_balanced(ms)
+        before = {m.name: m.assignment for m in ms}
+        epoch = describe(broker, "g")
+        ms[1].stop()  # a static member's close steps out with epoch -2
+        marks = {m.name: len(m.history) for m in (ms[0], ms[2])}
+        ms[1] = member(broker, "s1-again", instance_id="inst-1")
+        wait_balanced(ms)
+        assert ms[1].assignment == before["s1"]
+        for m in (ms[0], ms[2]):
+            assert m.assignment == before[m.name] and len(m.history) == marks[m.name]
+        assert describe(broker, "g").state == epoch.state
+    finally:
+        for m in ms:
+            m.stop()
+
+
+def test_a_regex_subscription_picks_up_a_topic_created_later(broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer
+
+    create_topic(broker.bootstrap, "orders-1", 2)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g", "group.protocol": "consumer"})
+    c.subscribe(["^orders-.*"])  # sent to the broker as SubscribedTopicRegex
+
+    def assigned() -> set[tuple[str, int]]:
+        c.poll(0.05)
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    try:
+        wait_for(lambda: assigned() == {("orders-1", 0), ("orders-1", 1)}, 30, what="orders-1")
+        create_topic(broker.bootstrap, "orders-2", 3)
+        create_topic(broker.bootstrap, "other", 3)
+        want = {("orders-1", 0), ("orders-1", 1), ("orders-2", 0), ("orders-2", 1), ("orders-2", 2)}
+        wait_for(lambda: assigned() == want, 30, what="orders-2 too, and not other")
+    finally:
+        c.close()
+
+
+def test_commits_with_member_epochs_are_read_back_by_the_next_member(broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topic(broker.bootstrap, "t", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        p.produce("t", value=b"v%d" % i, partition=0)
+    assert p.flush(30) == 0
+    conf = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": "committer",
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    first = Consumer(conf)
+    first.subscribe(["t"])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 6 and time.monotonic() < deadline:
+        msg = first.poll(0.2)
+        if msg is not None and not msg.error():
+            got += 1
+            if got == 6:
+                first.commit(message=msg, asynchronous=False)
+    first.close()
+    second = Consumer(conf)
+    try:
+        second.subscribe(["t"])
+        deadline = time.monotonic() + 30
+        msg = None
+        while time.monotonic() < deadline:
+            msg = second.poll(0.2)
+            if msg is not None and not msg.error():
+                break
+        assert msg is not None and msg.offset() == 6
+        committed = second.committed([TopicPartition("t", 0)], timeout=10)
+        assert committed[0].offset == 6
+    finally:
+        second.close()
+
+
+def test_admin_client_lists_and_describes_consumer_groups(broker: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    ms = [member(broker, f"d{i}") for i in range(2)]
+    try:
+        wait_balanced(ms)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(20)
+        assert [(g.group_id, g.type) for g in listed.valid] == [("g", ConsumerGroupType.CONSUMER)]
+        classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(20)
+        assert classic.valid == []
+        group = describe(broker, "g")
+        assert group.type == ConsumerGroupType.CONSUMER
+        assert str(group.state).endswith("STABLE")
+        owned = {m.client_id: {tp.partition for tp in m.assignment.topic_partitions} for m in group.members}
+        assert owned == {m.name: set(m.assignment) for m in ms}
+    finally:
+        for m in ms:
+            m.stop()
+
+
+def test_a_broker_restart_resumes_the_group_without_a_rebalance(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    ms = [member(broker, f"k{i}") for i in range(2)]
+    try:
+        wait_balanced(ms)
+        before = _epochs(broker)
+        assert before[0] >= 2 and before[1] == before[0]
+        marks = {m.name: len(m.history) for m in ms}
+        broker.kill()
+        broker.start()
+        wait_for(lambda: _epochs(broker)[2] == "Stable", 30, what="the group loaded, Stable")
+        # Two heartbeat intervals: both members have heartbeated to the new process by then.
+        time.sleep(2 * SETTINGS["group.consumer.heartbeat.interval.ms"] / 1000)
+        assert _epochs(broker) == before
+        assert all(len(m.history) == marks[m.name] for m in ms), [m.history for m in ms]
+        assert all(m.assignment for m in ms)
+    finally:
+        for m in ms:
+            m.stop()
+
+
+def _epochs(broker: BrokerProcess) -> tuple[int, int, str]:
+    """(group epoch, assignment epoch, state) of group "g", from ConsumerGroupDescribe."""
+    with RawClient(broker.port) as c:
+        r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g"], include_authorized_operations=False)
+    g = r.groups[0]
+    return (g.group_epoch, g.assignment_epoch, g.group_state) if g.error_code == 0 else (-1, -1, "")
+
+
+def test_kcoord_groups_shows_type_epochs_and_targets(broker: BrokerProcess) -> None:
+    import json
+
+    from .test_admin_cli import kcoord
+
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    ms = [member(broker, f"cli{i}") for i in range(2)]
+    try:
+        wait_balanced(ms)
+        listed = kcoord(broker, "groups", "list", "--type", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == [{"group": "g", "state": "Stable", "type": "consumer"}]
+        table = kcoord(broker, "groups", "list", "--type", "consumer", "--state")
+        assert table.stdout.split() == ["GROUP", "TYPE", "STATE", "g", "consumer", "Stable"]
+        state = json.loads(kcoord(broker, "groups", "describe", "g", "--state", "--json").stdout)[0]
+        assert (state["type"], state["state"], state["assignment_strategy"]) == ("consumer", "Stable", "uniform")
+        assert state["group_epoch"] == state["assignment_epoch"] >= 2
+        rows = json.loads(kcoord(broker, "groups", "describe", "g", "--members", "--json").stdout)
+        by_client = {r["client_id"]: r for r in rows}
+        for m in ms:
+            r = by_client[m.name]
+            assert r["epoch"] == state["group_epoch"]
+            assert {a["partition"] for a in r["assignment"]} == set(m.assignment)
+            assert r["target_assignment"] == r["assignment"]
+        text = kcoord(broker, "groups", "describe", "g", "--members").stdout
+        assert "TARGET-ASSIGNMENT" in text and "EPOCH" in text
+    finally:
+        for m in ms:
+            m.stop()
+
+
+def test_a_classic_cooperative_group_upgraded_online_and_back(broker: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupType
+
+    create_topic(broker.bootstrap, "t", PARTITIONS)
+    classic = [
+        ConfluentMember(broker.bootstrap, "g", "t", f"classic{i}", "cooperative-sticky")
+        for i in range(2)
+    ]
+    everyone: list[ConfluentMember] = list(classic)
+    overlaps: list[dict[str, list[int]]] = []
+
+    def settled(members: list[ConfluentMember]) -> bool:
+        owners = [p for m in members for p in m.assignment]
+        if len(owners) != len(set(owners)):
+            overlaps.append({m.name: sorted(m.assignment) for m in members})
+        return balanced(members, PARTITIONS)
+
+    try:
+        wait_for(lambda: settled(classic), 30, what="the classic group balanced")
+        assert describe(broker, "g").type == ConsumerGroupType.CLASSIC
+        upgrader = member(broker, "kip848")
+        everyone.append(upgrade_member := upgrader)
+        wait_for(lambda: settled(everyone), 60, what="three members balanced after the upgrade")
+        assert describe(broker, "g").type == ConsumerGroupType.CONSUMER
+        assert not overlaps, overlaps
+        upgrade_member.stop()
+        everyone.remove(upgrade_member)
+        wait_for(lambda: describe(broker, "g").type == ConsumerGroupType.CLASSIC, 30, what="classic again")
+        wait_for(lambda: settled(classic), 60, what="the classic members own everything again")
+        assert not overlaps, overlaps
+    finally:
+        for m in everyone:
+            if m.thread.is_alive():
+                m.stop()
