@@ -338,6 +338,21 @@ def test_static_member_away_past_its_session_is_removed() -> None:
     assert g.group().members == {}
 
 
+def test_a_replaced_static_member_that_dies_is_removed_after_its_session() -> None:
+    """Issue 19's path for KIP-848 groups: the member that took over an instance (a new member
+    id) has a session timer of its own, so it expires when it stops heartbeating."""
+    g = Group()
+    g.hb("a", 0, instance_id="ia")
+    g.hb("b", 0, instance_id="ib")
+    g.hb("a", -2, instance_id="ia")  # a restarts ...
+    assert g.hb("a2", 0, instance_id="ia").error == E.none  # ... as a2, and then dies
+    for _ in range(4):  # b lives on
+        g.advance(SESSION // 4)
+        g.hb("b", g.group().members["b"].member_epoch, topic_partitions=_owned(g, "b"))
+    g.advance(SESSION // 4)
+    assert set(g.group().members) == {"b"}
+
+
 # ---- topics and regular expressions -------------------------------------------------------
 
 
