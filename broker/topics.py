@@ -233,6 +233,7 @@ class TopicStore:
         self, name: str, partition: int, topic_id: uuid.UUID, segment_bytes: int | None = None
     ) -> PartitionLog:
         """Create a missing partition of a loaded topic (offline if that fails)."""
+        segment_bytes = segment_bytes or self.configs.settings(topic_id, name).segment_bytes
         try:
             logs = self._build(name, topic_id, range(partition, partition + 1), segment_bytes)
             plog = logs[0]
@@ -337,7 +338,8 @@ class TopicStore:
                 f"topic {quoted(name)} has {current} partitions; {total} is not more",
             )
         self.check_limits(total - current, in_request)
-        return self._reserve(Reservation(name, topic.topic_id, current, total - current))
+        segment_bytes = self.settings_of(topic).segment_bytes  # the topic's own, if it has one
+        return self._reserve(Reservation(name, topic.topic_id, current, total - current, segment_bytes))
 
     def _reserve(self, res: Reservation) -> Reservation:
         self._pending[res.name] = res

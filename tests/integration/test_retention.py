@@ -331,3 +331,18 @@ def test_config_apis_on_the_wire(broker_factory: Any) -> None:
     # AlterConfigs replaces the overrides: retention.ms is back to its default
     assert configs["segment.ms"] == ("1002", "DYNAMIC_TOPIC_CONFIG")
     assert configs["retention.ms"] == ("604800000", "DEFAULT_CONFIG")
+
+
+def test_added_partitions_take_the_topics_segment_bytes(broker_factory: Any) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    broker: BrokerProcess = broker_factory(FAST)
+    b = broker.bootstrap
+    admin = _admin(b)
+    _create(admin, "s", {"segment.bytes": "1024"})
+    admin.create_partitions([NewPartitions("s", 2)])["s"].result(timeout=30)
+    p = Producer({"bootstrap.servers": b, "acks": "all", "linger.ms": 0})
+    for i in range(20):
+        p.produce("s", key=f"k{i}".encode(), value=b"x" * 200, partition=1)
+        assert p.flush(30) == 0
+    assert len(_segments(broker.data_dir / "s-1")) > 3
