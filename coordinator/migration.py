@@ -36,6 +36,7 @@ from coordinator.consumer.member import ConsumerMember, MemberState
 from coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
 from coordinator.output import Operation
 from coordinator.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata, encode_key
+from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class GroupMigration:
         if self._config.consumer_migration_policy not in UPGRADE_POLICIES:
             log.info("group %s: not upgraded to a consumer group: the migration policy forbids it", gid)
             return False
-        if group.protocol_type != "consumer" or len(group.members) > self._config.consumer_max_size:
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE or len(group.members) > self._config.consumer_max_size:
             return False
         topics = self._consumer.topics
         converted = ConsumerGroup(gid, group_epoch=group.generation, assignment_epoch=group.generation)
@@ -176,7 +177,7 @@ class GroupMigration:
         del self._consumer.groups[gid]
         group.dead = True
         value = GroupMetadataValue(
-            protocol_type="consumer",
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
             generation=group.group_epoch,
             protocol=protocol,
             leader=members[0].member_id,

@@ -8,7 +8,8 @@ need be, and reconciles it against the partitions the subscription says it owns;
 at once, as a follower, with its member epoch as the generation. SyncGroup hands out the
 member's current assignment. Heartbeat answers REBALANCE_IN_PROGRESS when the member must
 rejoin: the group epoch moved on, it has partitions to revoke, or partitions it waits for were
-released.
+released. A classic member that does not rejoin, or does not sync after joining, within its
+rebalance timeout is fenced (Kafka's join and sync timeouts).
 """
 
 from __future__ import annotations
@@ -37,11 +38,10 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
-
-CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class ClassicMembers:
@@ -104,6 +104,8 @@ class ClassicMembers:
                 owned.append((info.topic_id, partitions))
         current = manager.apply_member(change, member, updated, is_new, tuple(owned), now_ms)
         manager.maybe_completed(group, now_ms)
+        # The sync timeout: a member that does not come for its assignment is fenced.
+        manager.arm_rebalance(group, current, manager.timers_of(group, member_id), now_ms)
         op.reply(
             handle,
             JoinGroupResponse(
@@ -181,6 +183,7 @@ class ClassicMembers:
             manager.op.reply(handle, sync_error(ErrorCode.rebalance_in_progress))
             return
         manager.arm_session(group, member, now_ms)
+        manager.timers_of(group, member.member_id).rebalance_token = 0  # synced in time
         names = {}
         for topic_id, partitions in member.assigned.items():
             info = manager.topics.topic_by_id(topic_id)
@@ -215,6 +218,9 @@ class ClassicMembers:
             or member.state is MemberState.UNREVOKED_PARTITIONS
             or (member.state is MemberState.UNRELEASED_PARTITIONS and not _waiting(group, member))
         ):
+            timers = manager.timers_of(group, member.member_id)
+            if timers.rebalance_token == 0:  # the join timeout: it must rejoin in time
+                manager.arm_rebalance(group, member, timers, now_ms)
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 

@@ -15,6 +15,7 @@ from coordinator.consumer.messages import (
 from coordinator.consumer.target import preferred_assignor
 from coordinator.consumer.topics import TopicsView
 from coordinator.messages import DescribedGroup, ListedGroup, ListGroupsRequest
+from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
 from protocol.errors import ErrorCode
 
 GROUP_TYPE_CONSUMER = "consumer"
@@ -69,7 +70,7 @@ def listed_consumer_groups(
     for group in groups:
         state = group.state
         if not states or state.lower() in states:
-            out.append(ListedGroup(group.group_id, "consumer", state, GROUP_TYPE_CONSUMER))
+            out.append(ListedGroup(group.group_id, CONSUMER_PROTOCOL_TYPE, state, GROUP_TYPE_CONSUMER))
     return tuple(out)
 
 

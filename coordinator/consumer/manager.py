@@ -282,7 +282,7 @@ class ConsumerGroupManager:
                 group.put_member(reconciled)
                 timers = self.timers_of(group, member_id)
                 if reconciled.state is MemberState.UNREVOKED_PARTITIONS and reconciled.classic is None:
-                    self._arm_rebalance(group, reconciled, timers, now_ms)
+                    self.arm_rebalance(group, reconciled, timers, now_ms)
                 else:
                     timers.rebalance_token = 0
             current = reconciled
@@ -579,7 +579,7 @@ class ConsumerGroupManager:
         self.fence(change, member, "was fenced: its session expired", now_ms)
         self.finish(change, None)
 
-    def _arm_rebalance(
+    def arm_rebalance(
         self, group: ConsumerGroup, member: ConsumerMember, timers: MemberTimers, now_ms: int
     ) -> None:
         timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else 0
@@ -603,7 +603,8 @@ class ConsumerGroupManager:
         self.fence(
             change,
             member,
-            f"was fenced: it did not revoke its partitions within {member.rebalance_timeout_ms} ms",
+            f"was fenced: it did not revoke (or, a classic member, rejoin and sync) within its"
+            f" rebalance timeout of {member.rebalance_timeout_ms} ms",
             now_ms,
         )
         self.finish(change, None)
@@ -641,7 +642,7 @@ class ConsumerGroupManager:
             for member in group.members.values():
                 self.arm_session(group, member, now_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:
-                    self._arm_rebalance(group, member, self.timers_of(group, member.member_id), now_ms)
+                    self.arm_rebalance(group, member, self.timers_of(group, member.member_id), now_ms)
 
     def unload(self) -> None:
         for group in self.groups.values():

@@ -10,7 +10,18 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+from coordinator.consumer.records import TopicPartitions
+
+__all__ = [
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+    "DescribedConsumerGroup",
+    "DescribedConsumerMember",
+    "DescribedPartitions",
+    "TopicPartitions",
+]
 
 
 @dataclass(frozen=True, slots=True)

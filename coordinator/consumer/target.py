@@ -19,6 +19,7 @@ from coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, Partitio
 from coordinator.consumer.group import ConsumerGroup
 from coordinator.consumer.member import ConsumerMember
 from coordinator.consumer.persistence import assignment_epoch_record, target_record
+from coordinator.consumer.topics import TopicId
 from coordinator.output import Record
 
 log = logging.getLogger(__name__)
@@ -52,18 +53,22 @@ def update_target(
     """Recompute the target assignment at the group epoch (module docstring)."""
     subscribed = group.subscribed
     assignor = preferred_assignor(group, default_assignor)
-    members = [
-        AssignmentMember(
-            member_id=m.member_id,
-            instance_id=m.instance_id,
-            rack_id=m.rack_id,
-            subscribed=frozenset(
+    # Members mostly share a few subscriptions: each one's topic ids are looked up once, and
+    # equal subscriptions share one frozenset (the assignors compare them cheaply then).
+    ids_of: dict[tuple[tuple[str, ...], str | None], frozenset[TopicId]] = {}
+    members = []
+    for m in group.members.values():
+        key = (m.subscribed_topic_names, m.subscribed_topic_regex)
+        ids = ids_of.get(key)
+        if ids is None:
+            ids = ids_of[key] = frozenset(
                 subscribed[n].topic_id for n in member_topics(group, m) if n in subscribed
-            ),
-            current=group.target.get(m.member_id, {}),
+            )
+        members.append(
+            AssignmentMember(
+                m.member_id, m.instance_id, m.rack_id, ids, group.target.get(m.member_id, {})
+            )
         )
-        for m in group.members.values()
-    ]
     partitions = {info.topic_id: info.partitions for info in subscribed.values()}
     started = time.perf_counter()
     result = assignor.assign(members, partitions)

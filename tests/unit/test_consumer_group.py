@@ -517,8 +517,7 @@ def _state(shard: GroupShard) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_replaying_the_written_records_rebuilds_the_same_groups(seed: int) -> None:
+def _random_activity(seed: int) -> Group:
     rnd = random.Random(seed)
     g = Group({"t": 6, "u": 3})
     members = ["a", "b", "c", "d"]
@@ -539,6 +538,12 @@ def test_replaying_the_written_records_rebuilds_the_same_groups(seed: int) -> No
         else:
             g.hb(m, current.member_epoch, instance_id=current.instance_id,
                  topic_partitions=_owned(g, m) if rnd.random() < 0.8 else None)
+    return g
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_replaying_the_written_records_rebuilds_the_same_groups(seed: int) -> None:
+    g = _random_activity(seed)
     fresh = GroupShard(0, g.config, topics=g.topics)
     for key, value in g.log:
         fresh.replay(key, value, g.now)
@@ -555,3 +560,29 @@ def test_offset_fetch_v9_from_a_member_checks_its_epoch() -> None:
     assert check("g", "a", 0) == E.stale_member_epoch
     assert check("g", "zz", 1) == E.unknown_member_id
     assert check("classic-or-unknown", "a", 3) is None
+
+
+@pytest.mark.parametrize(("seed", "drop_tombstones"), [(1, False), (2, True), (3, True)])
+def test_a_compacted_log_reloads_the_same_groups(seed: int, drop_tombstones: bool, tmp_path: Any) -> None:
+    from coordinator.loading import LatestRecords
+    from protocol.batch import HEADER_SIZE
+    from protocol.record_encoding import encode_kv_batch
+    from protocol.records import decode_key_values
+    from storage.compaction import compact
+    from storage.log import PartitionLog
+
+    g = _random_activity(seed)
+    path = tmp_path / "__consumer_offsets-0"
+    with PartitionLog.open(path, segment_bytes=2000) as log:
+        for i in range(0, len(g.log), 5):
+            log.append(encode_kv_batch(g.log[i : i + 5], g.now))
+        log.flush()
+        compact(log, now_ms=g.now + 10**9, delete_retention_ms=0 if drop_tombstones else 10**12)
+    latest = LatestRecords()
+    with PartitionLog.open(path, segment_bytes=2000) as log:
+        for _base, header, data in log.iter_batches(verify_crc=True):
+            latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+    fresh = GroupShard(0, g.config, topics=g.topics)
+    latest.replay_into(fresh, g.now)
+    fresh.finish_loading(g.now)
+    assert _state(fresh) == _state(g.shard)

@@ -189,3 +189,17 @@ def test_replaying_the_records_of_an_upgrade_and_a_downgrade_rebuilds_the_groups
     assert fresh.consumer_group("g") is None
     classic = fresh.group("g")
     assert classic is not None and set(classic.members) == set(ids)
+
+
+def test_a_classic_member_that_does_not_rejoin_within_its_rebalance_timeout_is_fenced() -> None:
+    h, ids, gen = setup()
+    consumer_hb(h, "new", 0)
+    assert h.heartbeat(ids[0], gen) == E.rebalance_in_progress  # asked to rejoin; it never does
+    for _ in range(4):
+        h.tick(9_000)  # session 10 s: its heartbeats keep it alive, the rejoin never comes
+        if ids[0] in h.shard.consumer_group("g").members:  # type: ignore[union-attr]
+            h.heartbeat(ids[0], gen)
+        h.heartbeat(ids[1], gen)
+        consumer_hb(h, "new", h.shard.consumer_group("g").members["new"].member_epoch, topic_partitions=())  # type: ignore[union-attr]
+    group = h.shard.consumer_group("g")
+    assert group is not None and ids[0] not in group.members
