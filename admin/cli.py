@@ -1,6 +1,7 @@
-"""``kcoord groups`` and ``kcoord offsets``: their arguments, and running a parsed command.
+"""``kcoord groups``, ``kcoord offsets`` and ``kcoord topics``: their arguments, and running a
+parsed command.
 
-:func:`add_parsers` is the hook ``broker/cli.py`` calls to add both subcommands to the
+:func:`add_parsers` is the hook ``broker/cli.py`` calls to add the subcommands to the
 ``kcoord`` parser, and :func:`run` runs one once parsed. Output follows kafka-consumer-groups.sh:
 the same columns (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST
 CLIENT-ID; ``--members``; ``--state``), ``-`` where there is no value, notes on stderr;
@@ -17,6 +18,7 @@ from typing import Any
 from .client import Admin, AdminError
 from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
+from .topics import add_topic_parsers, topics_alter_config, topics_describe
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 
@@ -93,10 +95,11 @@ def add_parsers(sub: Any) -> None:
     p = osub.add_parser("delete", parents=[common], help="delete a group's offsets of a topic")
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,P...]")
+    add_topic_parsers(sub, common)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed ``groups`` or ``offsets`` command; returns the exit status."""
+    """Run a parsed ``groups``, ``offsets`` or ``topics`` command; returns the exit status."""
     try:
         admin = Admin(args.bootstrap_server, args.timeout)
         command = {
@@ -105,11 +108,13 @@ def run(args: argparse.Namespace) -> int:
             ("groups", "delete"): groups_delete,
             ("offsets", "reset"): offsets_reset,
             ("offsets", "delete"): offsets_delete,
+            ("topics", "describe"): topics_describe,
+            ("topics", "alter-config"): topics_alter_config,
         }[(args.command, args.action)]
         return command(admin, args)
     except AdminError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    except ValueError as e:  # bad --topic or --to-datetime
+    except ValueError as e:  # bad --topic, --to-datetime or --set
         print(f"Error: {e}", file=sys.stderr)
         return 2

@@ -204,6 +204,43 @@ class Admin:
 
         return self.list_offsets(partitions, OffsetSpec.latest())
 
+    def log_start_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        from confluent_kafka.admin import OffsetSpec
+
+        return self.list_offsets(partitions, OffsetSpec.earliest())
+
+    def topic_configs(self, topic: str) -> list[tuple[str, str, str]]:
+        """(name, value, source name) of each config of ``topic`` (DescribeConfigs)."""
+        from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        futures = self.client.describe_configs([resource], request_timeout=self.timeout)
+        entries = self._wait(futures[resource], f"describing the configs of topic {topic!r}")
+        return sorted((e.name, e.value, ConfigSource(e.source).name) for e in entries.values())
+
+    def alter_topic_configs(self, topic: str, changes: list[tuple[str, str, str | None]]) -> None:
+        """IncrementalAlterConfigs of ``topic``: (operation, name, value) each, operation one
+        of set, delete, append, subtract."""
+        from confluent_kafka.admin import (
+            AlterConfigOpType,
+            ConfigEntry,
+            ConfigResource,
+            ResourceType,
+        )
+
+        ops = {
+            "set": AlterConfigOpType.SET,
+            "delete": AlterConfigOpType.DELETE,
+            "append": AlterConfigOpType.APPEND,
+            "subtract": AlterConfigOpType.SUBTRACT,
+        }
+        entries = [
+            ConfigEntry(name, value, incremental_operation=ops[op]) for op, name, value in changes
+        ]
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+        futures = self.client.incremental_alter_configs([resource], request_timeout=self.timeout)
+        self._wait(futures[resource], f"changing the configs of topic {topic!r}")
+
     def topic_partitions(self, topic: str) -> list[int]:
         from confluent_kafka import TopicCollection
 

@@ -1,7 +1,8 @@
 """``kcoord groups list|describe|delete``, and the rows ``describe`` shows.
 
 ``describe`` shows, like kafka-consumer-groups.sh, committed offsets and lag (``--offsets``, the
-default: one row per partition the group is assigned or has an offset for), members and their
+default: one row per partition the group is assigned or has an offset for; lag counts from the
+log start offset when the committed offset is below it), members and their
 assignments (``--members``), or the group's coordinator, assignor and state (``--state``).
 """
 
@@ -54,11 +55,14 @@ def offset_rows(admin: Admin, group: Group) -> list[dict[str, Any]]:
             owner[tp] = m
     partitions = sorted(set(committed) | set(owner))
     ends = admin.log_end_offsets(partitions)
+    starts = admin.log_start_offsets(partitions) if committed else {}
     rows = []
     for tp in partitions:
         current = committed.get(tp)
         end = ends.get(tp)
         o = owner.get(tp)
+        # records below the log start (DeleteRecords, retention) are gone: they are no lag
+        behind = max(current, starts.get(tp, -1)) if current is not None else None
         rows.append(
             {
                 "group": group.group_id,
@@ -66,7 +70,7 @@ def offset_rows(admin: Admin, group: Group) -> list[dict[str, Any]]:
                 "partition": tp[1],
                 "current_offset": current,
                 "log_end_offset": end,
-                "lag": end - current if current is not None and end is not None and end >= 0 else None,
+                "lag": end - behind if behind is not None and end is not None and end >= 0 else None,
                 "consumer_id": o.member_id if o else None,
                 "host": o.host if o else None,
                 "client_id": o.client_id if o else None,

@@ -22,15 +22,18 @@ from storage.files import FilePool
 from .admission import RequestMemory
 from .cluster_api import ClusterApi
 from .config import Config
+from .config_api import ConfigApi
 from .connection import Connection, ConnectionServices, DirectHandler, Handler
 from .consumer_group_api import ConsumerGroupApi
 from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
 from .group_runtime import GroupRuntime
+from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
 from .services import MetricsHooks
+from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
 
 log = logging.getLogger("kcoord.broker")
@@ -80,6 +83,11 @@ class Broker:
             LogSettings(config["log.segment.bytes"], config["log.index.interval.bytes"], fsync),
             PartitionLimits(config["max.broker.partitions"], config["max.partitions.per.request"]),
             pool=self.file_pool,
+            configs=TopicConfigs(
+                config.data_dir,
+                lambda name: (config[name], config.source(name) == "default"),
+                fsync=fsync,
+            ),
         )
         self.flusher = Flusher(
             enabled=fsync,
@@ -87,6 +95,8 @@ class Broker:
             observe=hooks.log_flush,
         )
         self.cluster = ClusterApi(config, self.topics, self.cluster_id)
+        self.config_api = ConfigApi(config, self.topics)
+        self.retention = LogRetention(config, self.topics)
         self.data = DataApi(config, self.topics, self.flusher, hooks)
         self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
         self.group_api = GroupApi(config, self.groups)
@@ -118,6 +128,10 @@ class Broker:
             ApiKey.OFFSET_COMMIT: o.offset_commit,
             ApiKey.OFFSET_FETCH: o.offset_fetch,
             ApiKey.OFFSET_DELETE: o.offset_delete,
+            ApiKey.DELETE_RECORDS: self.retention.delete_records,
+            ApiKey.DESCRIBE_CONFIGS: self.config_api.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.config_api.alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self.config_api.incremental_alter_configs,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
         }
@@ -157,6 +171,7 @@ class Broker:
             await self._metrics_server.start()
         self.topics.load(skip=INTERNAL_TOPICS)
         self.data.start()
+        self.retention.start()
         await self.groups.start()
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         loop = asyncio.get_running_loop()
@@ -221,6 +236,7 @@ class Broker:
                 conn.transport.close()
         await self.groups.stop()
         self.data.stop()
+        self.retention.stop()
         if self._server is not None:
             await self._server.wait_closed()
         self.topics.close()

@@ -85,9 +85,9 @@ class _Pending:
         self.done = done
 
 
-def _check(header: BatchHeader, records: bytes, limit: int) -> Refused | None:
+def _check(header: BatchHeader, records: bytes, limit: int, keyed: bool) -> Refused | None:
     try:
-        check_records(header, records, limit)
+        check_records(header, records, limit, keyed)
     except Refused as r:
         return r
     return None
@@ -110,18 +110,23 @@ class Appender:
         self._chains: dict[PartitionLog, deque[_Pending]] = {}
 
     def submit(
-        self, plog: PartitionLog, where: Where, header: BatchHeader, records: bytes
+        self,
+        plog: PartitionLog,
+        where: Where,
+        header: BatchHeader,
+        records: bytes,
+        keyed: bool = False,
     ) -> Outcome | asyncio.Future[Outcome]:
-        """Check and append one partition's batch (``header`` from ``check_batch``): the
-        outcome now, or a future of it when the batch must wait for a check or for batches
-        ahead of it."""
+        """Check and append one partition's batch (``header`` from ``check_batch``; ``keyed``:
+        of a compacted topic, every record needs a key): the outcome now, or a future of it
+        when the batch must wait for a check or for batches ahead of it."""
         chain = self._chains.get(plog)
         check: asyncio.Future[Refused | None] | None = None
         loop = asyncio.get_running_loop()
         if needs_worker(header, self._inline_bytes):
-            check = loop.run_in_executor(self._pool(), _check, header, records, self._limit)
+            check = loop.run_in_executor(self._pool(), _check, header, records, self._limit, keyed)
         else:
-            problem = _check(header, records, self._limit)
+            problem = _check(header, records, self._limit, keyed)
             if problem is not None:
                 log.info("refused produce to %s-%d: %s", *where, problem.message)
                 return refused(problem)

@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "config":
         return _show_config(args)
-    if args.command in ("groups", "offsets"):
+    if args.command in ("groups", "offsets", "topics"):
         from admin.cli import run as run_admin
 
         return run_admin(args)

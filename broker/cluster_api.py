@@ -25,6 +25,7 @@ from protocol.responses import build, to_millis
 
 from .connection import RequestContext
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
+from .topic_configs import ConfigProblem, check_overrides
 from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_problem
 
 if TYPE_CHECKING:
@@ -269,15 +270,20 @@ class ClusterApi:
             )
             out.append(entry)
             try:
-                count, rf, segment_bytes = self._creatable(t)
+                count, rf, overrides = self._creatable(t)
+                segment_bytes = overrides.get("segment.bytes")
                 res = topics.reserve_topic(
-                    t.name, count, segment_bytes=segment_bytes, in_request=in_request
+                    t.name,
+                    count,
+                    segment_bytes=int(segment_bytes) if segment_bytes is not None else None,
+                    in_request=in_request,
+                    configs=overrides,
                 )
             except TopicError as e:
                 entry.update(error_code=e.code, error_message=str(e))
                 continue
             in_request += count
-            entry.update(num_partitions=count, replication_factor=rf)
+            entry.update(num_partitions=count, replication_factor=rf, configs=self._configs_of(res))
             reserved.append((entry, res))
         if req.validate_only:
             for _, res in reserved:
@@ -295,8 +301,21 @@ class ClusterApi:
                 )
         return ctx.respond(throttle_time=0, topics=out)
 
-    def _creatable(self, t: Any) -> tuple[int, int, int | None]:
-        """(partitions, replication factor, segment.bytes) of a CreateTopics entry, checked."""
+    def _configs_of(self, res: Reservation) -> list[dict[str, Any]]:
+        """The new topic's configs as CreateTopics v5+ reports them."""
+        return [
+            dict(
+                name=v.name,
+                value=v.value,
+                read_only=False,
+                config_source=v.source,
+                is_sensitive=False,
+            )
+            for v in self.topics.configs.describe(res.topic_id, res.name, res.configs)
+        ]
+
+    def _creatable(self, t: Any) -> tuple[int, int, dict[str, str]]:
+        """(partitions, replication factor, config overrides) of a CreateTopics entry, checked."""
         config = self.config
         count = t.num_partitions
         if t.assignments:
@@ -333,24 +352,15 @@ class ClusterApi:
             )
         if count < 1:
             raise TopicError(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
-        segment_bytes = None
-        for c in t.configs:
-            if c.name == "segment.bytes" and c.value is not None:
-                try:
-                    segment_bytes = int(c.value)
-                except ValueError:
-                    raise TopicError(
-                        ErrorCode.invalid_config, f"segment.bytes {c.value[:40]!r} is not a number"
-                    ) from None
-                if not 1024 <= segment_bytes <= 2**31 - 1:
-                    raise TopicError(
-                        ErrorCode.invalid_config, f"segment.bytes {segment_bytes} is out of range"
-                    )
+        try:
+            overrides = check_overrides((c.name, c.value) for c in t.configs)
+        except ConfigProblem as e:
+            raise TopicError(ErrorCode.invalid_config, str(e)) from None
         if t.name == OFFSETS_TOPIC:
             raise TopicError(
                 ErrorCode.invalid_request, f"{OFFSETS_TOPIC} is created by the coordinator"
             )
-        return count, rf, segment_bytes
+        return count, rf, overrides
 
     async def _run_all(
         self, reserved: list[tuple[dict[str, Any], Reservation]], timeout: Any

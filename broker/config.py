@@ -30,9 +30,13 @@ class Setting:
     default: Any
     doc: str
     minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+    """For a string setting: a comma-separated list of these (e.g. ``log.cleanup.policy``)."""
 
     def allowed(self) -> str:
         """The values this setting accepts, in words (for error messages and ``kcoord config``)."""
+        if self.choices is not None:
+            return f"a comma-separated list of {', '.join(self.choices)}"
         if self.type is bool:
             return "true or false"
         if self.type is int:
@@ -232,6 +236,45 @@ SETTINGS: dict[str, Setting] = {
             "How long tombstones survive compaction.",
             0,
         ),
+        # Retention of topics (the defaults of their topic configs, broker/topic_configs.py).
+        Setting(
+            "log.cleanup.policy",
+            str,
+            "delete",
+            "Default cleanup.policy of topics: delete (retention), compact, or compact,delete.",
+            choices=("compact", "delete"),
+        ),
+        Setting(
+            "log.retention.ms",
+            int,
+            604800000,
+            "Default retention.ms of topics: segments with only older records are deleted;"
+            " -1: no time limit.",
+            -1,
+        ),
+        Setting(
+            "log.retention.bytes",
+            int,
+            -1,
+            "Default retention.bytes of topics: oldest segments go while a partition stays at"
+            " least this big; -1: no size limit.",
+            -1,
+        ),
+        Setting(
+            "log.roll.ms",
+            int,
+            604800000,
+            "Default segment.ms of topics (__consumer_offsets too): roll the active segment once"
+            " its first record is this old.",
+            1,
+        ),
+        Setting(
+            "log.retention.check.interval.ms",
+            int,
+            300000,
+            "How often segments are rolled by time and deleted by retention.",
+            1,
+        ),
     ]
 }
 
@@ -252,6 +295,10 @@ def _parse(setting: Setting, raw: Any) -> Any:
             value = int(raw)
         else:
             value = str(raw)
+            if setting.choices is not None:
+                items = [v.strip() for v in value.split(",") if v.strip()]
+                if not items or any(v not in setting.choices for v in items):
+                    raise ValueError
     except (TypeError, ValueError):
         raise ConfigError(
             f"setting {setting.name!r}: {raw!r} is not valid; allowed values: {setting.allowed()}"

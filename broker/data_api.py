@@ -284,7 +284,8 @@ class DataApi:
         except Refused as r:
             log.info("refused produce to %s-%d: %s", name, index, r.message)
             return plog, refused(r)
-        return plog, self.appender.submit(plog, (name, index), header, records)
+        keyed = topics.settings_of(topic).compact  # Kafka refuses keyless records there
+        return plog, self.appender.submit(plog, (name, index), header, records, keyed)
 
     def _append_checked(
         self, plog: PartitionLog, where: tuple[str, int], h: BatchHeader, records: bytes
@@ -469,8 +470,10 @@ class DataApi:
                         else:
                             found = plog.offset_for_timestamp(p.timestamp)
                         if found is not None and found[0] < high_watermark(plog):
-                            entry["offset"], entry["timestamp"] = found  # batch granularity
-                            lookups.append((entry, plog, found[0], p.timestamp))
+                            # batch granularity; never below the log start (DeleteRecords)
+                            entry["offset"] = max(found[0], plog.log_start_offset)
+                            entry["timestamp"] = found[1]
+                            lookups.append((entry, plog, entry["offset"], p.timestamp))
                 except OSError as e:  # an unreadable segment, a log gone offline
                     log.error("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
                     entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)

@@ -132,7 +132,8 @@ async def _read_groups(runtime: GroupRuntime, topics: TopicStore, max_groups: in
                 plog = topics.partition(topic, partition)
                 if plog is None or value.offset < 0:
                     continue
-                behind = plog.flushed_offset - value.offset
+                # records below the log start (DeleteRecords, retention) are no lag
+                behind = plog.flushed_offset - max(value.offset, plog.log_start_offset)
                 parts.append((topic, partition, value.offset, behind))
                 lag += behind
             series = GroupSeries(gid, len(group.members), lag, parts)

@@ -13,7 +13,9 @@ Two kinds of metrics:
   groups by state, committed offsets, and kafka_exporter's consumer-group series
   (``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag``,
   ``kafka_consumergroup_members``, with its labels ``consumergroup``, ``topic``, ``partition``).
-  Lag is the partition's high watermark (what Fetch reports) minus the committed offset. Only
+  Lag is the partition's high watermark (what Fetch reports) minus the committed offset, or
+  minus the log start offset when that is later (records deleted by DeleteRecords or retention
+  are not waiting to be consumed). Only
   ``metrics.max.groups`` groups get series of their own, the others are summed into
   ``consumergroup="__other__"`` (see broker/group_metrics.py for the rule).
 """

@@ -60,6 +60,13 @@ class OffsetCheckpoints:
             except (OSError, CheckpointError) as e:
                 log.warning("%s could not be read, not used: %s", file, short_error(e))
 
+    def restore_start(self, name: str, partition: int, plog: PartitionLog) -> None:
+        """Give the just-opened log its checkpointed log start offset (DeleteRecords and
+        retention move it inside a segment; it is written before segments below it go)."""
+        start = self._starts.get((name, partition))
+        if start is not None and plog.offline is None:
+            plog.restore_log_start(start)
+
     def check_lost(self, name: str, partition: int, plog: PartitionLog) -> None:
         """Log, at ERROR, the offsets partition ``name``-``partition`` held at the last
         checkpoint and no longer has (nothing for an offline log: its offsets are unknown)."""

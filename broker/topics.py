@@ -44,6 +44,7 @@ from storage.log import PartitionLog, open_or_offline
 from storage.partition_metadata import read_partition_metadata, write_partition_metadata
 
 from .topic_checkpoints import CheckpointSnapshot, OffsetCheckpoints, short_error
+from .topic_configs import TopicConfigs, TopicSettings, builtin_defaults
 from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
 
 __all__ = [
@@ -107,6 +108,8 @@ class Reservation:
     count: int
     segment_bytes: int | None = None
     done: asyncio.Future[Topic] | None = None  # set by TopicStore.start
+    configs: dict[str, str] = field(default_factory=dict)
+    """A new topic's config overrides (broker/topic_configs.py), stored before its partitions."""
 
     @property
     def new_topic(self) -> bool:
@@ -120,9 +123,12 @@ class TopicStore:
         settings: LogSettings,
         limits: PartitionLimits | None = None,
         pool: FilePool | None = None,
+        configs: TopicConfigs | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.settings = settings
+        self.configs = configs or TopicConfigs(data_dir, builtin_defaults, fsync=settings.fsync)
+        """Each topic's config overrides and the broker's defaults for them."""
         self.limits = limits or PartitionLimits()
         self.pool = pool
         self.topics: dict[str, Topic] = {}
@@ -146,6 +152,7 @@ class TopicStore:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         recover_staged(self.data_dir, fsync=self.settings.fsync)
         self._checkpoints.read()
+        self.configs.read()
         found: dict[str, dict[int, Path]] = {}
         present: set[str] = set()  # topics with a directory, skipped ones included
         for entry in sorted(self.data_dir.iterdir()):
@@ -184,6 +191,7 @@ class TopicStore:
                 f", {offline} offline" if offline else "",
             )
         self._checkpoints.report_missing(present)
+        self.configs.prune(self.by_id, keep_names=skip)
 
     def _topic_id_of(self, name: str, dirs: list[Path]) -> uuid.UUID | None:
         for path in dirs:
@@ -196,10 +204,9 @@ class TopicStore:
                 return topic_id
         return None
 
-    def _open(
-        self, name: str, partition: int, topic_id: uuid.UUID, segment_bytes: int | None = None
-    ) -> PartitionLog:
-        """Open an existing partition directory (offline if it cannot be opened)."""
+    def _open(self, name: str, partition: int, topic_id: uuid.UUID) -> PartitionLog:
+        """Open an existing partition directory (offline if it cannot be opened), with its
+        topic's settings and its checkpointed log start offset."""
         path = self.data_dir / f"{name}-{partition}"
         try:
             if read_partition_metadata(path) is None:
@@ -209,14 +216,16 @@ class TopicStore:
                 "%s: could not check or write partition.metadata: %s", path.name, short_error(e)
             )
         s = self.settings
+        topic = self.configs.settings(topic_id, name)
         plog = open_or_offline(
             path,
-            segment_bytes=segment_bytes or s.segment_bytes,
+            segment_bytes=topic.segment_bytes,
             index_interval_bytes=s.index_interval_bytes,
             fsync=s.fsync,
-            compacted=name in INTERNAL_TOPICS,
+            compacted=topic.compact,
             pool=self.pool,
         )
+        self._checkpoints.restore_start(name, partition, plog)
         self._checkpoints.check_lost(name, partition, plog)
         return plog
 
@@ -224,6 +233,7 @@ class TopicStore:
         self, name: str, partition: int, topic_id: uuid.UUID, segment_bytes: int | None = None
     ) -> PartitionLog:
         """Create a missing partition of a loaded topic (offline if that fails)."""
+        segment_bytes = segment_bytes or self.configs.settings(topic_id, name).segment_bytes
         try:
             logs = self._build(name, topic_id, range(partition, partition + 1), segment_bytes)
             plog = logs[0]
@@ -248,6 +258,10 @@ class TopicStore:
     # lookups ------------------------------------------------------------------------------------
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
+
+    def settings_of(self, topic: Topic) -> TopicSettings:
+        """The topic's effective topic configs."""
+        return self.configs.settings(topic.topic_id, topic.name)
 
     def partition(self, name: str, index: int) -> PartitionLog | None:
         topic = self.topics.get(name)
@@ -291,8 +305,10 @@ class TopicStore:
         segment_bytes: int | None = None,
         in_request: int = 0,
         internal: bool = False,
+        configs: dict[str, str] | None = None,
     ) -> Reservation:
-        """Validate and reserve a new topic (name and partitions). Raises TopicError."""
+        """Validate and reserve a new topic (name, partitions, checked config overrides).
+        Raises TopicError."""
         problem = topic_name_problem(name)
         if problem:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
@@ -302,7 +318,8 @@ class TopicStore:
             raise TopicError(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
         if not internal:
             self.check_limits(partitions, in_request)
-        return self._reserve(Reservation(name, uuid.uuid4(), 0, partitions, segment_bytes))
+        res = Reservation(name, uuid.uuid4(), 0, partitions, segment_bytes, configs=configs or {})
+        return self._reserve(res)
 
     def reserve_partitions(self, name: str, total: int, *, in_request: int = 0) -> Reservation:
         """Validate and reserve growing topic ``name`` to ``total`` partitions. Raises
@@ -321,7 +338,8 @@ class TopicStore:
                 f"topic {quoted(name)} has {current} partitions; {total} is not more",
             )
         self.check_limits(total - current, in_request)
-        return self._reserve(Reservation(name, topic.topic_id, current, total - current))
+        segment_bytes = self.settings_of(topic).segment_bytes  # the topic's own, if it has one
+        return self._reserve(Reservation(name, topic.topic_id, current, total - current, segment_bytes))
 
     def _reserve(self, res: Reservation) -> Reservation:
         self._pending[res.name] = res
@@ -344,6 +362,8 @@ class TopicStore:
         offline (the next start completes them).
         """
         try:
+            if res.configs:
+                self.configs.set(res.topic_id, res.name, res.configs)
             return self._build(
                 res.name, res.topic_id, range(res.first, res.first + res.count), res.segment_bytes
             )
@@ -462,6 +482,7 @@ class TopicStore:
         created all-or-nothing (TopicError(KAFKA_STORAGE_ERROR) if that fails, nothing left
         behind); missing ones of an existing topic are created (offline if that fails).
         """
+        self.configs.set_internal(name, {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})
         dirs = [self.data_dir / f"{name}-{p}" for p in range(partitions)]
         existing = [d for d in dirs if d.is_dir()]
         if not existing:
@@ -475,7 +496,7 @@ class TopicStore:
         topic = Topic(name, self._topic_id_of(name, existing) or uuid.uuid4())
         for p, d in enumerate(dirs):
             if d.is_dir():
-                topic.partitions.append(self._open(name, p, topic.topic_id, segment_bytes))
+                topic.partitions.append(self._open(name, p, topic.topic_id))
             else:
                 log.error("%s: partition directory %s is missing; creating it empty", name, d.name)
                 topic.partitions.append(self._recreate(name, p, topic.topic_id, segment_bytes))
@@ -511,6 +532,7 @@ class TopicStore:
                 fsync_dir(self.data_dir)
             except OSError as e:
                 log.warning("fsync of %s failed: %s", self.data_dir, describe_error(e))
+        self.configs.forget(topic.topic_id)
         self.notify_appended()  # wake long-polling fetches so they see the topic is gone
         log.info("deleted topic %s", name)
         return topic

@@ -40,5 +40,6 @@ group of the other type is refused, or an Empty group of the other type converte
 
 Other modules: ``config`` (GroupConfig, Kafka's setting names), ``messages`` (requests and
 responses independent of the wire version), ``subscription`` (topics of a consumer-protocol
-subscription), ``write_size`` (how big a write will be before its records exist), ``loading``.
+subscription), ``write_size`` (how big a write will be before its records exist), ``loading``,
+``deletion`` (DeleteGroups' undo when its tombstones cannot be appended).
 """

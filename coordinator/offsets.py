@@ -441,6 +441,11 @@ class OffsetManager:
         for topic, partition in self._offsets.pop(group_id, {}):
             emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
 
+    def restore_deleted(self, group_id: str, offsets: Offsets) -> None:
+        """Undo :meth:`delete_all` after its tombstones failed (none committed since)."""
+        if offsets and group_id not in self._offsets:
+            self._offsets[group_id] = offsets
+
     # ---- retention (J2-J4, I6) -----------------------------------------------------------
 
     def arm_retention(self, deadline_ms: int) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.classic.group import ClassicGroup
@@ -53,6 +52,7 @@ from coordinator.consumer.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from coordinator.consumer.topics import NO_TOPICS, TopicsView
+from coordinator.deletion import DeleteWriteFailed, deleted_state, undo_delete
 from coordinator.messages import (
     DeleteGroupResult,
     DeleteGroupsRequest,
@@ -101,19 +101,6 @@ class ShardMode(Enum):
 
 
 _ACTIVE = ShardMode.ACTIVE
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteWriteFailed:
-    """The tombstones of a DeleteGroups failed: report the error for the deleted groups."""
-
-    handle: Hashable
-    results: tuple[DeleteGroupResult, ...]
-    deleted: frozenset[str]
-
-    @property
-    def handles(self) -> tuple[Hashable, ...]:
-        return (self.handle,)
 
 
 class GroupShard:
@@ -448,6 +435,7 @@ class GroupShard:
             )
             results = dict.fromkeys(results, ErrorCode.unknown_server_error)
             deleted = []
+        restore = tuple(deleted_state(classic, self.consumer, offsets, g) for g in deleted)
         for group_id in deleted:
             offsets.delete_all(group_id)
             if group_id in self.consumer.groups:
@@ -463,7 +451,9 @@ class GroupShard:
         )
         op.reply(handle, response)
         if deleted:
-            op.on_failure(DeleteWriteFailed(handle, response.results, frozenset(deleted)))
+            op.on_failure(
+                DeleteWriteFailed(handle, response.results, frozenset(deleted), restore)
+            )
         return op.end()
 
     # ---- offset requests (J, I6) -------------------------------------------------------------
@@ -571,15 +561,8 @@ class GroupShard:
             elif isinstance(action, ConsumerWriteFailed):
                 self.consumer.write_failed(action, mapped)
             elif isinstance(action, DeleteWriteFailed):
-                op.reply(
-                    action.handle,
-                    DeleteGroupsResponse(
-                        tuple(
-                            DeleteGroupResult(gid, mapped if gid in action.deleted else err)
-                            for gid, err in action.results
-                        )
-                    ),
-                )
+                response = undo_delete(action, mapped, self.classic, self.consumer, self.offsets)
+                op.reply(action.handle, response)
             else:
                 raise TypeError(f"unknown failure action {action!r}")
         if output.records and not output.on_failure:

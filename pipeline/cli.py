@@ -48,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError as e:
-        print(f"kcoord pipeline: {e.name} is missing; install the pipeline extra "
-              "(scripts/bootstrap pipeline, or pip install 'kcoord[pipeline]')", file=sys.stderr)
+        print(f"kcoord pipeline: {e.name} is missing; install the pipeline extra (./kcoord"
+              " pipeline run does on first use; or pip install 'kcoord[pipeline]')", file=sys.stderr)
         return 2
     from . import fs
     from .logs import OFFSETS_TOPIC, partition_dirs

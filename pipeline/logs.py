@@ -9,6 +9,7 @@ record decoding ``protocol.records``'s.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from bisect import bisect_right
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
 from protocol.record_scan import batch_first_at_or_after
+from storage.checkpoint import LOG_START_CHECKPOINT, CheckpointError, parse_checkpoint
 from storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     parse_partition_metadata,
@@ -271,9 +273,21 @@ def _walk_headers(f: fs.RandomAccess, start: int, end: int) -> Iterator[tuple[in
         pos += off
 
 
+@functools.lru_cache(maxsize=8)
+def checkpointed_starts(data_dir: str) -> dict[tuple[str, int], int]:
+    """The log start offsets of Kafka's ``log-start-offset-checkpoint`` (DeleteRecords and
+    retention move them, possibly inside a segment); empty if it cannot be read."""
+    try:
+        text = fs.read_all(fs.join(data_dir, LOG_START_CHECKPOINT)).decode("utf-8")
+        return parse_checkpoint(text, LOG_START_CHECKPOINT)
+    except (OSError, UnicodeDecodeError, CheckpointError):
+        return {}
+
+
 def topic_log(data_dir: str, topic: str, partition: int, dirname: str) -> TopicLog:
-    """Log start offset (first segment's base) and log end offset (after the last complete
-    batch) of one topic partition, read from its segment headers."""
+    """Log start offset (the first segment's base, or the checkpointed log start when later)
+    and log end offset (after the last complete batch) of one topic partition, read from its
+    segment headers."""
     out = TopicLog(topic, partition, dirname)
     try:
         refs, _ = list_segments(data_dir, dirname, partition)
@@ -303,6 +317,9 @@ def topic_log(data_dir: str, topic: str, partition: int, dirname: str) -> TopicL
     finally:
         f.close()
     out.log_end_offset = end_offset
+    checkpointed = checkpointed_starts(data_dir).get((topic, partition))
+    if checkpointed is not None:
+        out.log_start_offset = max(refs[0].base_offset, min(checkpointed, end_offset))
     return out
 
 

@@ -3,7 +3,10 @@
 Charts: lag per group (messages, with the age of the oldest unconsumed record), rebalances per
 group over time (cumulative classic group records and KIP-848 group epochs, the groups with the
 most), and the commit rate. Below them: problems (skipped segments), the most lagging
-partitions, each classic group's latest generation and each consumer group's latest epoch. Only small aggregates are collected to the driver; matplotlib draws them with its
+partitions, each classic group's latest generation and each consumer group's latest epoch.
+Charts read with little data too: time axes tick in clock time (UTC) over at least a minute,
+counts on whole numbers from zero, and a chart with nothing to show says so. Only small
+aggregates are collected to the driver; matplotlib draws them with its
 Agg backend (no display needed).
 """
 
@@ -46,12 +49,33 @@ def _age(ms: int) -> str:
     return f"{s:.1f} s"
 
 
-def _time_axis(ax: Any) -> None:
+MIN_TIME_SPAN_S = 60
+"""A time axis spans at least this much, so that its ticks land on whole seconds."""
+
+
+def _time_axis(ax: Any, times: list[dt.datetime]) -> None:
+    """Clock-time ticks (UTC): ``HH:MM:SS`` within a day, with the date in the axis label;
+    ``MM-DD HH:MM`` beyond. A short span (one point, or a few seconds of data) is widened to
+    MIN_TIME_SPAN_S around its middle instead of ticking in fractions of a second."""
     import matplotlib.dates as mdates
 
-    locator = mdates.AutoDateLocator()
+    lo, hi = min(times), max(times)
+    span = (hi - lo).total_seconds()
+    if span < MIN_TIME_SPAN_S:
+        middle = lo + (hi - lo) / 2
+        half = dt.timedelta(seconds=MIN_TIME_SPAN_S / 2)
+        ax.set_xlim(middle - half, middle + half)
+        span = MIN_TIME_SPAN_S
+    locator = mdates.AutoDateLocator(tz=dt.UTC, minticks=3, maxticks=8)
+    locator.intervald[mdates.SECONDLY] = [1, 5, 10, 15, 30]
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    if span < 86400:
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S", tz=dt.UTC))
+        days = sorted({t.astimezone(dt.UTC).date().isoformat() for t in (lo, hi)})
+        ax.set_xlabel(f"time (UTC, {' to '.join(days)})")
+    else:
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M", tz=dt.UTC))
+        ax.set_xlabel("time (UTC)")
 
 
 def _empty(ax: Any, text: str) -> None:
@@ -60,7 +84,14 @@ def _empty(ax: Any, text: str) -> None:
     ax.set_yticks([])
 
 
-def lag_chart(rows: list[dict[str, Any]]) -> bytes:
+def _note(ax: Any, text: str) -> None:
+    """A remark over a chart whose data says little (everything at zero)."""
+    ax.text(0.98, 0.95, text, ha="right", va="top", transform=ax.transAxes, color="gray")
+
+
+def lag_figure(rows: list[dict[str, Any]]) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = _figure(9.0, max(2.5, 0.35 * len(rows) + 1.2))
     if not rows:
         _empty(ax, "no committed offsets with a topic log in this data directory")
@@ -74,31 +105,47 @@ def lag_chart(rows: list[dict[str, Any]]) -> bytes:
             label = f" {r['lag']:,}" + (f"  (oldest unconsumed: {_age(age)} old)" if age else "")
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=8)
         ax.set_xlabel("lag (messages), summed over the group's partitions")
-        ax.margins(x=0.6)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        top = max(lags)
+        if top <= 0:
+            ax.set_xlim(0, 10)  # not -0.1..0.1: a lag is a count of messages
+            _note(ax, "every group is caught up: no lag")
+        else:
+            ax.set_xlim(0, top * 1.6)  # room for the labels
     ax.set_title("Consumer lag per group")
-    return _png(fig)
+    return fig
+
+
+def lag_chart(rows: list[dict[str, Any]]) -> bytes:
+    return _png(lag_figure(rows))
+
+
+def rebalance_figure(series: dict[str, list[tuple[dt.datetime, int]]]) -> Any:
+    fig, ax = _figure()
+    points = [t for values in series.values() for t, _ in values]
+    if not points:
+        _empty(ax, "no group metadata or group epoch records")
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        for group, values in series.items():
+            times = [t for t, _ in values]
+            counts = list(range(1, len(values) + 1))
+            ax.step(times, counts, where="post", marker="o", label=group)
+        ax.set_ylabel("generations / group epochs, cumulative")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(0, max(len(v) for v in series.values()) + 1)
+        ax.legend(fontsize=8, loc="upper left")
+        _time_axis(ax, points)
+    ax.set_title("Rebalances per group over time")
+    return fig
 
 
 def rebalance_chart(series: dict[str, list[tuple[dt.datetime, int]]]) -> bytes:
-    fig, ax = _figure()
-    if not series:
-        _empty(ax, "no group metadata or group epoch records")
-    else:
-        for group, points in series.items():
-            times = [t for t, _ in points]
-            counts = list(range(1, len(points) + 1))
-            ax.step(times, counts, where="post", marker=".", label=group)
-        from matplotlib.ticker import MaxNLocator
-
-        ax.set_ylabel("generations / group epochs, cumulative")
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=8, loc="upper left")
-        _time_axis(ax)
-    ax.set_title("Rebalances per group over time")
-    return _png(fig)
+    return _png(rebalance_figure(series))
 
 
-def commit_rate_chart(points: list[tuple[dt.datetime, float]], bucket_s: int) -> bytes:
+def commit_rate_figure(points: list[tuple[dt.datetime, float]], bucket_s: int) -> Any:
     fig, ax = _figure()
     if not points:
         _empty(ax, "no offset commits")
@@ -106,10 +153,14 @@ def commit_rate_chart(points: list[tuple[dt.datetime, float]], bucket_s: int) ->
         ax.plot([t for t, _ in points], [r for _, r in points], drawstyle="steps-post", color="#337ab7")
         ax.fill_between([t for t, _ in points], [r for _, r in points], step="post", alpha=0.2)
         ax.set_ylabel(f"commits per second ({bucket_s} s buckets)")
-        ax.set_ylim(bottom=0)
-        _time_axis(ax)
+        ax.set_ylim(0, max(r for _, r in points) * 1.2 or 1)
+        _time_axis(ax, [t for t, _ in points])
     ax.set_title("Offset commit rate")
-    return _png(fig)
+    return fig
+
+
+def commit_rate_chart(points: list[tuple[dt.datetime, float]], bucket_s: int) -> bytes:
+    return _png(commit_rate_figure(points, bucket_s))
 
 
 def _bucket_seconds(span_ms: int, buckets: int = 60) -> int:
@@ -165,7 +216,8 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
         history.where(F.col("group").isin(busiest)).select("group", "time", "generation")
         .orderBy("group", "log_offset").collect()
     ):
-        series[r["group"]].append((r["time"], r["generation"]))
+        # (a naive datetime from collect() is the driver's local time)
+        series[r["group"]].append((r["time"].astimezone(dt.UTC), r["generation"]))
 
     commits = tables["offset_commits"]
     bounds = commits.agg(F.min("commit_timestamp").alias("lo"), F.max("commit_timestamp").alias("hi")).first()

@@ -36,6 +36,10 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DELETE_RECORDS = 21
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    INCREMENTAL_ALTER_CONFIGS = 44
 
 
 # api key -> (min version, max version) advertised in ApiVersions.
@@ -62,6 +66,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
 }
 
 # Versions we advertise but cannot decode with kio; the broker answers them by hand.

@@ -24,6 +24,7 @@ from .framing import Frame
 from .guard import DEFAULT_MAX_ELEMENTS, Guard, GuardError, guard
 from .headers import HeaderError, parse_request_header
 from .legacy import LegacyDecodeError, decode_legacy_produce, decode_offset_commit_v0_v1
+from .tags import strip_unknown_tags
 
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
 
@@ -116,8 +117,28 @@ def decode_request(
     try:
         value, _size = read(data, offset)
     except Exception as e:  # kio raises several kinds of error on garbage
-        raise DecodeError(f"cannot decode api {api_key} v{version}: {e!r}") from e
+        # Perhaps tagged fields kio does not know (a newer client's): skip them, as Kafka does.
+        value = _without_unknown_tags(api_key, version, read, data, offset)
+        if value is None:
+            raise DecodeError(f"cannot decode api {api_key} v{version}: {e!r}") from e
     return value
+
+
+def _without_unknown_tags(
+    api_key: int, version: int, read: fastcodec.Decoder, data: bytes | memoryview, offset: int
+) -> Any:
+    """The request read again without its unknown tagged fields (protocol/tags.py); None if it
+    has none, or if it still does not parse."""
+    cls = request_type(api_key, version)
+    if not getattr(cls, "__flexible__", False):
+        return None
+    try:
+        stripped = strip_unknown_tags(cls, data, offset)
+        if stripped is None:
+            return None
+        return read(stripped, 0)[0]
+    except Exception:
+        return None
 
 
 class RawBody(bytes):

@@ -44,7 +44,7 @@ class GuardError(ValueError):
 
 
 # Wire size of the fixed-width kafka types.
-_FIXED_SIZE = {
+FIXED_SIZE = {
     "int8": 1,
     "int16": 2,
     "int32": 4,
@@ -103,8 +103,8 @@ def _flexible(cls: type) -> bool:
 
 
 def _primitive_min(kafka_type: str, flexible: bool) -> int:
-    if kafka_type in _FIXED_SIZE:
-        return _FIXED_SIZE[kafka_type]
+    if kafka_type in FIXED_SIZE:
+        return FIXED_SIZE[kafka_type]
     if kafka_type not in _VARIABLE:
         raise NotImplementedError(f"kafka type {kafka_type!r}")
     if flexible:
@@ -140,7 +140,7 @@ def _fixed_size(f: dataclasses.Field[Any]) -> int | None:
         return None
     if kind.entity is not None:
         return None if kind.optional else _entity_fixed_size(kind.entity)
-    return _FIXED_SIZE.get(kind.kafka_type or "")
+    return FIXED_SIZE.get(kind.kafka_type or "")
 
 
 @cache
@@ -279,7 +279,7 @@ def _emit_field(
             _emit_entity(src, indent, kind.entity)
             return
         assert kind.kafka_type is not None
-        size = _FIXED_SIZE.get(kind.kafka_type)
+        size = FIXED_SIZE.get(kind.kafka_type)
         if size is not None:
             src.pending += size
         else:
@@ -314,7 +314,7 @@ def _emit_field(
     else:
         assert kind.kafka_type is not None
         item_min = _primitive_min(kind.kafka_type, flexible)
-        item_fixed = _FIXED_SIZE.get(kind.kafka_type)
+        item_fixed = FIXED_SIZE.get(kind.kafka_type)
     src.line(body, f"if {count} * {item_min} > n - p:")
     src.line(body + 1, f"raise _many({count}, {where!r})")
     src.line(body, f"e += {count}")

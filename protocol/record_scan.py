@@ -62,9 +62,10 @@ def _varint(data: Buffer, pos: int, limit_bytes: int) -> tuple[int, int]:
     return (raw >> 1) ^ -(raw & 1), pos
 
 
-def check_layout(data: Buffer, start: int, end: int, count: int) -> None:
+def check_layout(data: Buffer, start: int, end: int, count: int, keyed: bool = False) -> None:
     """Check that ``data[start:end]`` holds exactly ``count`` well-formed records whose offset
-    deltas are 0, 1, ..., count - 1. Raises LayoutError."""
+    deltas are 0, 1, ..., count - 1 (and, if ``keyed``, each with a key: a compacted topic's).
+    Raises LayoutError."""
     if count > (end - start) // MIN_RECORD_SIZE:
         raise LayoutError(-1, f"{count} records cannot fit in {end - start} bytes")
     if end > len(data):
@@ -111,6 +112,8 @@ def check_layout(data: Buffer, start: int, end: int, count: int) -> None:
                 raise LayoutError(i, f"offset delta {n} where {i} was expected")
             b = data[pos]  # key length
             if b == 1:  # null
+                if keyed:
+                    raise LayoutError(i, "a record without a key in a compacted topic")
                 pos += 1
             else:
                 if b < 0x80:

@@ -137,9 +137,12 @@ def _old_magic(magic: int) -> Refused:
     return Refused(ErrorCode.invalid_record, f"magic {magic}: only record batches v2 are accepted")
 
 
-def check_records(header: BatchHeader, records: Buffer, limit: int) -> None:
+def check_records(
+    header: BatchHeader, records: Buffer, limit: int, keys_required: bool = False
+) -> None:
     """Decompress (at most ``limit`` bytes) and check every record of the batch that
-    :func:`check_batch` accepted. Raises Refused."""
+    :func:`check_batch` accepted; ``keys_required``: a compacted topic's batch, whose records
+    must all have a key (Kafka's LogValidator: INVALID_RECORD). Raises Refused."""
     if header.compression == Compression.NONE:
         data: Buffer = records
         start, end = HEADER_SIZE, header.size
@@ -157,7 +160,7 @@ def check_records(header: BatchHeader, records: Buffer, limit: int) -> None:
             raise Refused(ErrorCode.corrupt_message, str(exc)) from None
         start, end = 0, len(data)
     try:
-        check_layout(data, start, end, header.records_count)
+        check_layout(data, start, end, header.records_count, keys_required)
     except LayoutError as exc:
         # Kafka's record reader throws InvalidRecordException (INVALID_RECORD) for every such
         # fault. Offset deltas other than 0..n-1 are accepted (uncompressed) or rewritten

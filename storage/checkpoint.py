@@ -15,8 +15,10 @@ log that now ends before its recovery point, or starts after its checkpointed st
 offsets in between (a segment file deleted or truncated by someone else). The checkpoints
 lag behind the logs (they are written periodically), so they can miss a loss but never invent
 one, as long as the broker itself never moves a log's end back or its start forward behind
-their back: DeleteTopics rewrites them without the topic before deleting it, and the logs have
-no retention yet.
+their back: DeleteTopics rewrites them without the topic before deleting it, and DeleteRecords
+and retention (``broker/log_retention.py``) write the new log start before deleting segments.
+The log start checkpoint is also where a log start inside a segment is kept (read back at
+open: ``storage.retention``).
 """
 
 from __future__ import annotations
@@ -56,25 +58,31 @@ def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    return parse_checkpoint(text, path.name)
+
+
+def parse_checkpoint(text: str, name: str) -> dict[TopicPartition, int]:
+    """The entries of a checkpoint file's text (``name`` for messages); CheckpointError if it
+    is not a version 0 checkpoint with as many entries as it says."""
     lines = text.splitlines()
     if len(lines) < 2 or lines[0].strip() != str(VERSION):
-        raise CheckpointError(f"{path.name}: not a version {VERSION} checkpoint")
+        raise CheckpointError(f"{name}: not a version {VERSION} checkpoint")
     try:
         count = int(lines[1])
     except ValueError:
-        raise CheckpointError(f"{path.name}: bad entry count {lines[1][:40]!r}") from None
+        raise CheckpointError(f"{name}: bad entry count {lines[1][:40]!r}") from None
     entries = [line for line in lines[2:] if line.strip()]
     if len(entries) != count:
-        raise CheckpointError(f"{path.name}: {len(entries)} entries, expected {count}")
+        raise CheckpointError(f"{name}: {len(entries)} entries, expected {count}")
     out: dict[TopicPartition, int] = {}
     for line in entries:
         fields = line.split()
         if len(fields) != 3:
-            raise CheckpointError(f"{path.name}: malformed line {line[:80]!r}")
+            raise CheckpointError(f"{name}: malformed line {line[:80]!r}")
         try:
             out[(fields[0], int(fields[1]))] = int(fields[2])
         except ValueError:
-            raise CheckpointError(f"{path.name}: malformed line {line[:80]!r}") from None
+            raise CheckpointError(f"{name}: malformed line {line[:80]!r}") from None
     return out
 
 

@@ -23,7 +23,8 @@ and so may ``begin_cleaning`` and reading through the private handles it returns
 does plain blocking file I/O and never touches asyncio or sockets.
 
 Compaction: ``storage.compaction`` decides what to keep and ``storage.cleaning`` (mixed into
-``PartitionLog``) hands the cleaner a snapshot and swaps the cleaned files in. Crash leftovers
+``PartitionLog``) hands the cleaner a snapshot and swaps the cleaned files in. The log start
+offset, rolls by time and deleting old segments are ``storage.retention``'s (mixed in too). Crash leftovers
 of compaction and what recovery reports are handled by ``storage.recovery``.
 """
 
@@ -46,6 +47,7 @@ from storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
 from storage.index import INT32_MAX
 from storage.offline import LogOffline, report_unopenable, report_went_offline
 from storage.recovery import recover_segments
+from storage.retention import RetentionMixin
 from storage.segment import Segment
 
 
@@ -63,7 +65,7 @@ class LogClosed(RuntimeError):
     """The log was closed or deleted."""
 
 
-class PartitionLog(CleaningMixin):
+class PartitionLog(CleaningMixin, RetentionMixin):
     """The segments of one partition. Create with :meth:`open` (or :meth:`fresh` for a
     directory :meth:`initialize` just made, or :meth:`offline_log`)."""
 
@@ -95,6 +97,7 @@ class PartitionLog(CleaningMixin):
         self._truncations = 0  # bumped by truncate_to: invalidates a cleaning in progress
         self._swaps = 0  # bumped by replace_sealed: tells suspended iterators to re-resolve
         self._cleaning = False
+        self._start_offset = segments[0].base_offset if segments else -1
 
     # -- opening and recovery --------------------------------------------------------------
 
@@ -192,9 +195,10 @@ class PartitionLog(CleaningMixin):
 
     @property
     def log_start_offset(self) -> int:
-        """The first offset the log can hold (the first segment's base offset); -1 if the log
-        was never opened (offline at start-up)."""
-        return self._segments[0].base_offset if self._segments else -1
+        """The first offset the log can hold: the first segment's base offset, or later
+        (DeleteRecords, ``storage.retention``); -1 if the log was never opened (offline at
+        start-up)."""
+        return self._start_offset
 
     @property
     def log_end_offset(self) -> int:

@@ -294,9 +294,11 @@ class ClassicGroup:
     ) -> Member:
         """L3: move the instance's member to a new id (the member moves to the end of the
         insertion order). Leadership follows. The caller answers the old id's parked
-        requests with FENCED_INSTANCE_ID *before* calling this."""
+        requests with FENCED_INSTANCE_ID *before* calling this, and arms the member's session
+        timer *after*: the armed one was queued under the old id, so it is forgotten here."""
         member = self.members.pop(old_member_id)
         member.member_id = new_member_id
+        member.heartbeat_token = 0
         self.members[new_member_id] = member
         if self.leader_id == old_member_id:
             self.leader_id = new_member_id

@@ -342,6 +342,20 @@ class ClassicGroupManager:
         self._op.emit(encode_key(GroupMetadataKey(group_id)), None)
         self.state.discard(group, ErrorCode.coordinator_not_available)
 
+    def restore_deleted(self, group: ClassicGroup, state_timestamp_ms: int | None) -> bool:
+        """Undo :meth:`delete` after its tombstone failed: the group is Empty again, unless a
+        group of that id was created since (its records are newer). Pending member ids handed
+        out before are dropped (their timers went with the deletion). True if restored."""
+        if group.group_id in self.groups:
+            return False
+        group.state = GroupState.EMPTY
+        group.state_timestamp_ms = state_timestamp_ms
+        for member_id in list(group.pending_members):
+            group.drop_pending(member_id)
+        self.groups[group.group_id] = group
+        log.warning("group %s: its deletion could not be stored; it is back", group.group_id)
+        return True
+
     # ---- the groups as the offsets see them (coordinator.offsets.OffsetGroups) --------------
 
     def offset_group(self, group_id: str) -> ClassicGroup | None:

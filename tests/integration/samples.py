@@ -4,7 +4,8 @@ Each field gets a small value of its type (numbers 1, strings "ab", two entries 
 nullable fields filled in, tagged fields left at their defaults), so the body exercises every
 field the version has. Used as the seed corpus of the request fuzzers and by the decoder tests. Versions kio does not
 model (Produce v0-v2, OffsetCommit v0-v1, decoded by protocol/legacy.py) come from
-:func:`legacy_bodies`, written out by hand.
+:func:`legacy_bodies`, written out by hand. :func:`tagged_body` is a flexible sample with a
+tagged field no schema declares in every struct (a newer client's request).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import datetime
 import struct
 import uuid
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
-from protocol.apis import SUPPORTED
+from protocol.apis import SUPPORTED, is_flexible
 from protocol.codec import encode_body, request_type
-from protocol.fastcodec import field_kind
+from protocol.fastcodec import encoder, field_kind
 
 ARRAY_ENTRIES = 2
 
@@ -106,3 +108,65 @@ def legacy_bodies() -> Iterator[tuple[int, int, bytes]]:
             head + struct.pack(">i", 1) + _legacy_string("ab")
             + struct.pack(">i", 1) + partition + _legacy_string("ab")
         )  # fmt: skip
+
+
+# ---- unknown tagged fields ------------------------------------------------------------------
+
+UNKNOWN_TAG = 4242  # no schema declares it
+UNKNOWN_VALUE = 0x5EC12E7
+
+
+@cache
+def twin(cls: type) -> type:
+    """``cls`` with one more tagged int32 (tag ``UNKNOWN_TAG``) in each flexible struct."""
+    flexible = bool(getattr(cls, "__flexible__", False))
+    fields: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(cls):
+        kind = field_kind(f)
+        tp: Any = f.type
+        if kind.entity is not None:
+            tp = twin(kind.entity)
+            if kind.is_array:
+                tp = tuple[tp, ...]
+            if kind.optional:
+                tp = tp | None
+        default = f.default if f.default is not dataclasses.MISSING else dataclasses.MISSING
+        fields.append((f.name, tp, dataclasses.field(default=default, metadata=f.metadata)))
+    if flexible:
+        meta = {"kafka_type": "int32", "tag": UNKNOWN_TAG}
+        fields.append(("unknown_extra", int, dataclasses.field(default=0, metadata=meta)))
+    return dataclasses.make_dataclass(
+        cls.__name__ + "Twin",
+        fields,
+        frozen=True,
+        kw_only=True,
+        namespace={"__flexible__": flexible},
+    )
+
+
+def to_twin(value: Any) -> Any:
+    cls = type(value)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        v = getattr(value, f.name)
+        if field_kind(f).entity is not None and v is not None:
+            v = tuple(to_twin(x) for x in v) if isinstance(v, tuple) else to_twin(v)
+        values[f.name] = v
+    if getattr(cls, "__flexible__", False):
+        values["unknown_extra"] = UNKNOWN_VALUE
+    return twin(cls)(**values)
+
+
+def flexible_versions() -> list[tuple[int, int]]:
+    return [
+        (api_key, version)
+        for api_key, (low, high) in sorted(SUPPORTED.items())
+        for version in range(low, high + 1)
+        if is_flexible(api_key, version)
+    ]
+
+
+def tagged_body(api_key: int, version: int) -> tuple[bytes, bytes]:
+    """(the sample request's body, the same with an unknown tag in every struct)."""
+    entity = sample(request_type(api_key, version))
+    return encode_body(entity), encoder(twin(type(entity)))(to_twin(entity))

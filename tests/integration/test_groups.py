@@ -111,6 +111,35 @@ def test_static_member_restart_within_session_timeout_causes_no_rebalance(
         _stop_all(members)
 
 
+def test_restarted_static_member_that_dies_is_removed_after_session_timeout(
+    fast_broker: BrokerProcess,
+) -> None:
+    """Issue 19 (aiokafka's test_kip_345_enabled): a static member replaced by its restart
+    (L3) still expires when it dies, and its partitions go to the survivor."""
+    create_topic(fast_broker.bootstrap, "t12", PARTITIONS)
+    b = fast_broker.bootstrap
+
+    def member(i: int) -> ConfluentMember:
+        return ConfluentMember(b, "static-dies", "t12", f"s{i}", instance_id=f"inst-{i}", session_timeout_ms=3000)
+
+    members: list[ConfluentMember] = [member(1), member(2)]
+    try:
+        wait_balanced(members, PARTITIONS)
+        old = members[0].assignment
+        members[0].stop()  # a static member's close sends no LeaveGroup (L5)
+        members[0] = member(1)  # swapped in under a new member id, no rebalance (L3)
+        wait_for(lambda: members[0].assignment == old, 30, what="s1 back with its partitions")
+        members[0].stop()  # and now it is gone for good: only its session timeout removes it
+        survivor = members[1]
+        wait_for(
+            lambda: survivor.assignment == frozenset(range(PARTITIONS)),
+            30,
+            what="the survivor takes over the dead static member's partitions",
+        )
+    finally:
+        _stop_all(members)
+
+
 _KILLED_MEMBER = textwrap.dedent(
     """
     import sys

@@ -52,10 +52,10 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     event = threading.Event()
     real = appender_mod._check
 
-    def held(header: Any, records: bytes, limit: int) -> Any:
+    def held(header: Any, records: bytes, limit: int, keyed: bool) -> Any:
         if header.compression:
             assert event.wait(10)
-        return real(header, records, limit)
+        return real(header, records, limit, keyed)
 
     monkeypatch.setattr(appender_mod, "_check", held)
     return event
@@ -135,7 +135,7 @@ async def test_a_refused_big_batch_does_not_block_the_ones_after_it() -> None:
 
 
 async def test_a_failing_check_fails_its_batch_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(header: Any, records: bytes, limit: int) -> Any:
+    def broken(header: Any, records: bytes, limit: int, keyed: bool) -> Any:
         raise RuntimeError("bug")
 
     rec = Recorder()

@@ -101,6 +101,7 @@ VALID_SAMPLES = {
     "group.consumer.max.heartbeat.interval.ms": "20000",
     "group.consumer.session.timeout.ms": "50000",
     "group.consumer.max.session.timeout.ms": "70000",
+    "log.cleanup.policy": "compact,delete",
 }
 
 
@@ -115,6 +116,14 @@ def test_every_setting_has_an_environment_name_that_round_trips() -> None:
         raw = VALID_SAMPLES.get(name, raw)
         cfg = Config.load(environ={env: raw})
         assert cfg.source(name) == f"env {env}"
+
+
+def test_a_list_setting_accepts_only_its_choices() -> None:
+    assert Config.load(overrides=["log.cleanup.policy=compact,delete"])["log.cleanup.policy"] == (
+        "compact,delete"
+    )
+    with pytest.raises(ConfigError, match="a comma-separated list of compact, delete"):
+        Config.load(overrides=["log.cleanup.policy=forever"])
 
 
 def test_describe_lists_value_source_and_allowed_values() -> None:

@@ -338,6 +338,21 @@ def test_static_member_away_past_its_session_is_removed() -> None:
     assert g.group().members == {}
 
 
+def test_a_replaced_static_member_that_dies_is_removed_after_its_session() -> None:
+    """Issue 19's path for KIP-848 groups: the member that took over an instance (a new member
+    id) has a session timer of its own, so it expires when it stops heartbeating."""
+    g = Group()
+    g.hb("a", 0, instance_id="ia")
+    g.hb("b", 0, instance_id="ib")
+    g.hb("a", -2, instance_id="ia")  # a restarts ...
+    assert g.hb("a2", 0, instance_id="ia").error == E.none  # ... as a2, and then dies
+    for _ in range(4):  # b lives on
+        g.advance(SESSION // 4)
+        g.hb("b", g.group().members["b"].member_epoch, topic_partitions=_owned(g, "b"))
+    g.advance(SESSION // 4)
+    assert set(g.group().members) == {"b"}
+
+
 # ---- topics and regular expressions -------------------------------------------------------
 
 
@@ -431,6 +446,23 @@ def test_list_describe_and_delete() -> None:
     out = g.shard.delete_groups("x", DeleteGroupsRequest(("g",)), 0)
     assert out.reply_for("x").results[0].error == E.none  # type: ignore[union-attr]
     assert g.shard.consumer_group("g") is None and out.records[-1][1] is None
+
+
+def test_a_deletion_that_cannot_be_stored_leaves_the_consumer_group() -> None:
+    """Issue 19: DeleteGroups whose tombstones fail puts the Empty consumer group back."""
+    g = Group()
+    g.hb("a", 0)
+    g.hb("a", -1)  # Empty now
+    before = g.shard.consumer_group("g")
+    out = g.shard.delete_groups("x", DeleteGroupsRequest(("g",)), 0)
+    assert g.shard.consumer_group("g") is None
+    failed = g.shard.append_failed(out, E.kafka_storage_error, 0).reply_for("x")
+    assert failed.results[0].error == E.not_coordinator  # type: ignore[union-attr]
+    assert g.shard.consumer_group("g") is before and not before.dead
+    listed = g.shard.list_groups("l", ListGroupsRequest(), 0).reply_for("l")
+    assert [(x.group_id, x.state) for x in listed.groups] == [("g", "Empty")]  # type: ignore[union-attr]
+    out = g.shard.delete_groups("y", DeleteGroupsRequest(("g",)), 0)  # and it can go for good
+    assert out.reply_for("y").results[0].error == E.none  # type: ignore[union-attr]
 
 
 # ---- offsets ---------------------------------------------------------------------------------

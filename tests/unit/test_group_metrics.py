@@ -18,11 +18,15 @@ END = 10  # every existing partition's log end offset
 
 
 class Topics:
-    """A TopicStore with topics ``t`` and ``u`` of 4 partitions, each ending at END."""
+    """A TopicStore with topics ``t`` and ``u`` of 4 partitions, each ending at END (and
+    starting at ``start``)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self.start = start
 
     def partition(self, topic: str, index: int) -> Any:
         if topic in ("t", "u") and 0 <= index < 4:
-            return SimpleNamespace(flushed_offset=END)
+            return SimpleNamespace(flushed_offset=END, log_start_offset=self.start)
         return None
 
 
@@ -47,6 +51,14 @@ async def test_groups_with_the_most_lag_get_series_the_others_are_summed() -> No
         OTHER, 0, 5, [("t", 0, 5, 5), ("t", 3, 10, 0), ("u", 0, 10, 0)]
     )
     assert snap.states[GroupState.EMPTY] == 4 and snap.offsets == 6
+
+
+async def test_lag_counts_from_the_log_start_when_the_commit_is_below_it() -> None:
+    """Issue 19: records deleted by DeleteRecords or retention are not lag."""
+    h = Harness()
+    h.commit({("t", 0): 2, ("t", 1): 8}, group="a")
+    snap = await read_groups(runtime(h), Topics(start=6), 10)  # type: ignore[arg-type]
+    assert snap.groups == [GroupSeries("a", 0, 4 + 2, [("t", 0, 2, 4), ("t", 1, 8, 2)])]
 
 
 async def test_ties_go_to_the_smaller_group_id_whatever_the_order_seen() -> None:

@@ -288,6 +288,45 @@ def test_delete_group_write_failure_reports_error() -> None:
     assert dict(resp.results) == {"g": E.not_coordinator, "x": E.group_id_not_found}
 
 
+def test_delete_group_write_failure_restores_the_group_and_its_offsets() -> None:
+    """Issue 19: a DeleteGroups whose tombstones are not written leaves the group as it was,
+    not half-gone (as Kafka's coordinator reverts its in-memory state on a failed write)."""
+    h = Harness()
+    (a,) = h.stable_group(1)
+    assert h.commit({("t", 0): 5, ("t", 1): 7}, generation=1, member=a) == {
+        ("t", 0): E.none,
+        ("t", 1): E.none,
+    }
+    h.leave(a)
+    g = h.group()
+    generation, since = g.generation, g.state_timestamp_ms
+    h.now += 100
+    out = h.shard.delete_groups("d", DeleteGroupsRequest(("g",)), h.now)
+    assert h.shard.group("g") is None
+    h.absorb(h.shard.append_failed(out, E.kafka_storage_error, h.now))
+    resp = h.reply("d")
+    assert isinstance(resp, DeleteGroupsResponse)
+    assert dict(resp.results) == {"g": E.not_coordinator}  # the mapped storage error
+    g = h.group()
+    assert g is not None and g.state is S.EMPTY
+    assert (g.generation, g.state_timestamp_ms) == (generation, since)
+    assert h.offsets() == {("t", 0): 5, ("t", 1): 7}
+    assert h.describe("g")[0].state == "Empty"
+    assert [lg.group_id for lg in h.list_groups().groups] == ["g"]
+    # it can be deleted again, and this time it goes
+    assert h.delete("g") == {"g": E.none}
+    assert h.shard.group("g") is None and h.offsets() == {}
+
+
+def test_delete_group_write_failure_keeps_a_group_created_since() -> None:
+    h = Harness()
+    h.commit({("t", 0): 5})  # a standalone consumer's group
+    out = h.shard.delete_groups("d", DeleteGroupsRequest(("g",)), h.now)
+    h.commit({("u", 0): 9})  # the id is used again before the failure is known
+    h.absorb(h.shard.append_failed(out, E.kafka_storage_error, h.now))
+    assert h.offsets() == {("u", 0): 9}  # the newer state wins; its records are later
+
+
 # ---- I1/I2/I6 and the replay property ------------------------------------------------------------
 
 

@@ -147,3 +147,124 @@ def test_L7_fenced_and_unknown_instance() -> None:
     assert h.join_response(h.join("someone", instance="ia")).error == E.fenced_instance_id
     assert h.join_response(h.join(a, instance="other")).error == E.unknown_member_id
     assert h.sync_response(h.sync("someone", 1, instance="ia")).error == E.fenced_instance_id
+
+
+# ---- a replaced static member still expires (issue 19) -------------------------------------
+#
+# L3 moves a static member to a new id. Its session timer was queued under the old id, so each
+# path that renames a member must queue a fresh timer under the new one: otherwise the member,
+# once it stops heartbeating, is never removed and its partitions are never reassigned.
+
+
+def _live_while(h: Harness, ms: int, alive: dict[str, tuple[str, int]], step: int = 1_000) -> None:
+    """Advance ``ms`` in steps, heartbeating the members of ``alive`` (member id -> (instance,
+    generation)) before each step; a heartbeat telling of a rebalance is fine."""
+    left = ms
+    while left > 0:
+        for member_id, (instance, generation) in alive.items():
+            assert h.heartbeat(member_id, generation, instance=instance) in (
+                E.none,
+                E.rebalance_in_progress,
+            )
+        h.tick(min(step, left))
+        left -= step
+
+
+def test_L3_replaced_member_in_stable_expires_after_its_session_timeout() -> None:
+    h = Harness()
+    a, b = h.stable_group(2, instances=["ia", "ib"], session=10_000)
+    r = h.join_response(h.join(instance="ib", session=10_000))  # ib restarts: no rebalance
+    assert r.error == E.none and h.group().state is S.STABLE
+    new_b = r.member_id
+    # the new ib dies without leaving (static members send no LeaveGroup); ia lives on
+    _live_while(h, 9_000, {a: ("ia", 1)})
+    assert h.group().has(new_b) and h.group().state is S.STABLE
+    _live_while(h, 2_000, {a: ("ia", 1)})
+    g = h.group()
+    assert not g.has(new_b) and g.static_members == {"ia": a}
+    assert g.state is S.PREPARING_REBALANCE  # ia gets ib's partitions at the next generation
+
+
+def test_L3_replaced_member_in_stable_expires_after_a_later_generation() -> None:
+    h = Harness()
+    a, b = h.stable_group(2, instances=["ia", "ib"], session=10_000, rebalance=5_000)
+    new_b = h.join_response(h.join(instance="ib", session=10_000, rebalance=5_000)).member_id
+    # a rebalance after the replacement: the session timer is re-armed at its completion
+    ja = h.join(a, instance="ia", session=10_000, rebalance=5_000)
+    jb = h.join(new_b, instance="ib", session=10_000, rebalance=5_000)
+    ra, rb = h.join_response(ja), h.join_response(jb)
+    assert ra.generation_id == rb.generation_id == 2
+    h.sync(a, 2, [(a, b"A"), (new_b, b"B")], instance="ia")
+    h.sync(new_b, 2, instance="ib")
+    assert h.group().state is S.STABLE
+    _live_while(h, 11_000, {a: ("ia", 2)})
+    assert not h.group().has(new_b) and h.group().state is S.PREPARING_REBALANCE
+
+
+def test_L3_replaced_member_with_a_protocol_change_expires() -> None:
+    h = Harness()
+    protos = [("range", b""), ("rr", b"")]
+    a, b = h.stable_group(2, instances=["ia", "ib"], protocols=protos, session=10_000, rebalance=5_000)
+    # ib comes back supporting only rr: replaced, and the group rebalances
+    jb = h.join(instance="ib", protocols=[("rr", b"")], session=10_000, rebalance=5_000)
+    assert h.group().state is S.PREPARING_REBALANCE
+    ja = h.join(a, instance="ia", protocols=protos, session=10_000, rebalance=5_000)
+    ra, rb = h.join_response(ja), h.join_response(jb)
+    assert ra.generation_id == rb.generation_id == 2 and ra.protocol_name == "rr"
+    new_b = rb.member_id
+    h.sync(a, 2, [(a, b"A"), (new_b, b"B")], instance="ia")
+    h.sync(new_b, 2, instance="ib")
+    assert h.group().state is S.STABLE
+    _live_while(h, 11_000, {a: ("ia", 2)})
+    assert not h.group().has(new_b) and h.group().state is S.PREPARING_REBALANCE
+
+
+def test_L3_replaced_member_in_preparing_rebalance_expires() -> None:
+    h = Harness()
+    a, b = h.stable_group(2, instances=["ia", "ib"], session=10_000, rebalance=5_000)
+    ja = h.join(a, instance="ia", session=10_000, rebalance=5_000)  # the leader rejoins
+    assert h.group().state is S.PREPARING_REBALANCE
+    jb = h.join(instance="ib", session=10_000, rebalance=5_000)  # ib restarts meanwhile
+    ra, rb = h.join_response(ja), h.join_response(jb)
+    assert ra.generation_id == rb.generation_id == 2
+    new_b = rb.member_id
+    h.sync(a, 2, [(a, b"A"), (new_b, b"B")], instance="ia")
+    h.sync(new_b, 2, instance="ib")
+    assert h.group().state is S.STABLE
+    _live_while(h, 11_000, {a: ("ia", 2)})
+    assert not h.group().has(new_b) and h.group().state is S.PREPARING_REBALANCE
+
+
+def test_L3_replaced_member_in_completing_rebalance_expires() -> None:
+    h = Harness()
+    ja = h.join(instance="ia", session=10_000, rebalance=5_000)
+    jb = h.join(instance="ib", session=10_000, rebalance=5_000)
+    h.run_until(lambda: h.answered(ja))
+    a = h.join_response(ja).member_id
+    assert h.join_response(jb).error == E.none
+    assert h.group().state is S.COMPLETING_REBALANCE
+    jnew = h.join(instance="ib", session=10_000, rebalance=5_000)  # ib restarts: start over
+    assert h.group().state is S.PREPARING_REBALANCE
+    ja2 = h.join(a, instance="ia", session=10_000, rebalance=5_000)
+    ra, rb = h.join_response(ja2), h.join_response(jnew)
+    assert ra.generation_id == rb.generation_id == 2 and ra.leader == a
+    new_b = rb.member_id
+    h.sync(a, 2, [(a, b"A"), (new_b, b"B")], instance="ia")
+    h.sync(new_b, 2, instance="ib")
+    assert h.group().state is S.STABLE
+    _live_while(h, 11_000, {a: ("ia", 2)})
+    assert not h.group().has(new_b) and h.group().state is S.PREPARING_REBALANCE
+
+
+def test_L3_member_restored_after_a_failed_replacement_still_expires() -> None:
+    h = Harness()
+    a, b = h.stable_group(2, instances=["ia", "ib"], session=10_000)
+    req = JoinGroupRequest(
+        "g", "", "ib", 45_000, 10_000, "consumer", (("range", b"sub"),), "c", "/h", False
+    )
+    out = h.shard.join_group("jx", req, h.now)
+    h.absorb(h.shard.append_failed(out, E.not_enough_replicas, h.now))
+    assert h.group().static_members == {"ia": a, "ib": b}
+    # the restored b never heartbeats again
+    _live_while(h, 11_000, {a: ("ia", 1)})
+    assert not h.group().has(b) and h.group().state is S.PREPARING_REBALANCE

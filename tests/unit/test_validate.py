@@ -196,6 +196,22 @@ def test_a_key_length_running_past_its_record() -> None:
     assert r.error_code == ErrorCode.invalid_record and r.record_errors[0][0] == 0
 
 
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP])
+def test_a_compacted_topic_refuses_records_without_a_key(codec: Compression) -> None:
+    """Kafka's LogValidator: a compacted topic cannot accept a record without a key."""
+    entries = _entries(3)
+    entries[1] = (None, b"v", [], T0)
+    batch = build_batch(entries, compression=codec)
+    header = check_batch(batch, 9)
+    check_records(header, batch, LIMIT)  # any other topic takes it
+    with pytest.raises(Refused) as info:
+        check_records(header, batch, LIMIT, keys_required=True)
+    assert info.value.error_code == ErrorCode.invalid_record
+    assert info.value.record_errors == ((1, "a record without a key in a compacted topic"),)
+    good = build_batch(_entries(3), compression=codec)
+    check_records(check_batch(good, 9), good, LIMIT, keys_required=True)
+
+
 def test_header_keys_need_not_be_utf8() -> None:
     raw = bytearray()
     encode_record(raw, Record(0, 0, None, b"v", (RecordHeader("h", b"x"),)))

@@ -1,0 +1,89 @@
+"""``kcoord topics describe|alter-config``: a topic's configs, as DescribeConfigs reports them,
+and changing them with IncrementalAlterConfigs (like ``kafka-configs.sh --entity-type topics``).
+
+``describe`` prints each config's value and where it comes from (``topic``: the topic's own
+override; ``broker``: a broker setting; ``default``: the built-in default) plus the partitions'
+log start and end offsets. ``alter-config`` takes ``--set NAME=VALUE``, ``--delete NAME`` (back
+to the broker's default), ``--append NAME=V`` and ``--subtract NAME=V`` (list configs such as
+``cleanup.policy``), each repeatable, all sent in one request.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .client import Admin, AdminError
+from .output import print_json, print_table
+
+_SOURCES = {
+    "DYNAMIC_TOPIC_CONFIG": "topic",
+    "STATIC_BROKER_CONFIG": "broker",
+    "DYNAMIC_BROKER_CONFIG": "broker",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": "broker",
+    "DEFAULT_CONFIG": "default",
+}
+
+
+def add_topic_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    topics = sub.add_parser("topics", help="describe topics' configs and change them")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    p = tsub.add_parser(
+        "describe", parents=[common], help="a topic's configs and partitions' offsets"
+    )
+    p.add_argument("topic", metavar="TOPIC")
+    p = tsub.add_parser("alter-config", parents=[common], help="change a topic's configs")
+    p.add_argument("topic", metavar="TOPIC")
+    for flag, meta, text in (
+        ("--set", "NAME=VALUE", "set a config"),
+        ("--delete", "NAME", "remove the topic's own value (the broker's default applies)"),
+        ("--append", "NAME=VALUE", "add to a list config (cleanup.policy)"),
+        ("--subtract", "NAME=VALUE", "remove from a list config"),
+    ):
+        p.add_argument(flag, action="append", default=[], metavar=meta, help=text)
+
+
+def topics_describe(admin: Admin, args: argparse.Namespace) -> int:
+    configs = admin.topic_configs(args.topic)
+    partitions = [(args.topic, p) for p in admin.topic_partitions(args.topic)]
+    starts = admin.log_start_offsets(partitions)
+    ends = admin.log_end_offsets(partitions)
+    config_rows = [
+        {"name": name, "value": value, "source": _SOURCES.get(source, source.lower())}
+        for name, value, source in configs
+    ]
+    partition_rows = [
+        {"partition": p, "log_start_offset": starts.get((t, p)), "log_end_offset": ends.get((t, p))}
+        for t, p in partitions
+    ]
+    if args.json:
+        print_json({"topic": args.topic, "configs": config_rows, "partitions": partition_rows})
+        return 0
+    print_table(["CONFIG", "VALUE", "SOURCE"], [list(r.values()) for r in config_rows])
+    print()
+    print_table(
+        ["PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET"], [list(r.values()) for r in partition_rows]
+    )
+    return 0
+
+
+def topics_alter_config(admin: Admin, args: argparse.Namespace) -> int:
+    changes: list[tuple[str, str, str | None]] = []
+    for op in ("set", "append", "subtract"):
+        for item in getattr(args, op):
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise ValueError(f"--{op} expects NAME=VALUE, got {item!r}")
+            changes.append((op, name.strip(), value))
+    changes += [("delete", name.strip(), None) for name in args.delete]
+    if not changes:
+        raise ValueError("nothing to change: give --set, --delete, --append or --subtract")
+    admin.alter_topic_configs(args.topic, changes)
+    if args.json:
+        print_json({"topic": args.topic, "changed": [c[1] for c in changes]})
+    else:
+        print(f"Completed updating config for topic {args.topic}.")
+    return 0
+
+
+__all__ = ["AdminError", "add_topic_parsers", "topics_alter_config", "topics_describe"]
