@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -29,6 +30,7 @@ from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
 from .group_runtime import GroupRuntime
+from .listeners import parse_listeners, server_ssl_context
 from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
@@ -141,14 +143,27 @@ class Broker:
             ApiKey.HEARTBEAT: g.heartbeat_direct,
             ApiKey.OFFSET_FETCH: o.offset_fetch_direct,
         }
-        self._connection_services = ConnectionServices(
-            config=config,
-            handlers=self.handlers,
-            direct_handlers=self.direct_handlers,
-            open_connections=self.connections,
-            request_memory=self.request_memory,
-            metrics=hooks,
+        self.listeners = parse_listeners(config)
+        ssl_context = (
+            server_ssl_context(config) if any(lst.tls for lst in self.listeners) else None
         )
+        self._servers_to_open = [
+            (
+                listener,
+                ConnectionServices(
+                    config=config,
+                    handlers=self.handlers,
+                    direct_handlers=self.direct_handlers,
+                    open_connections=self.connections,
+                    request_memory=self.request_memory,
+                    metrics=hooks,
+                    listener=listener,
+                ),
+                ssl_context if listener.tls else None,
+            )
+            for listener in self.listeners
+        ]
+        self._servers: list[asyncio.Server] = []
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
@@ -176,21 +191,27 @@ class Broker:
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         loop = asyncio.get_running_loop()
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
-        services = self._connection_services
-        self._server = await loop.create_server(
-            lambda: Connection(services),
-            self.config.host,
-            self.config.port,
-            reuse_address=True,
-            backlog=1024,
-        )
-        host, port = self.config.advertised
+        # A TLS handshake gets as long as a request to arrive (a client stopping mid-way).
+        handshake_s = self.config["socket.request.receive.timeout.ms"] / 1000.0
+        for listener, services, ssl_context in self._servers_to_open:
+            server = await loop.create_server(
+                functools.partial(Connection, services),
+                listener.host,
+                listener.port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=ssl_context,
+                ssl_handshake_timeout=handshake_s if ssl_context is not None else None,
+            )
+            self._servers.append(server)
+        self._server = self._servers[0]
         log.info(
-            "kcoord serving on %s:%d (advertised %s:%d), data in %s, cluster %s",
-            self.config.host,
-            self.config.port,
-            host,
-            port,
+            "kcoord serving on %s, data in %s, cluster %s",
+            ", ".join(
+                f"{lst.name}://{lst.host}:{lst.port} (advertised {lst.advertised_host}:"
+                f"{lst.advertised_port})"
+                for lst in self.listeners
+            ),
             self.config.data_dir,
             self.cluster_id,
         )
@@ -229,16 +250,16 @@ class Broker:
         for task in (self._sweeper, self._checkpoint_task):
             if task is not None:
                 task.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
         await self.groups.stop()
         self.data.stop()
         self.retention.stop()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         self.topics.close()
         self.topics.write_checkpoints(self.topics.checkpoint_snapshot())
         if self._metrics_server is not None:

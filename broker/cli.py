@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from .config import Config, ConfigError
+from .listeners import parse_listeners, server_ssl_context
 
 
 def _settings_parent() -> argparse.ArgumentParser:
@@ -140,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 overrides=args.set,
                 metrics_port=args.metrics_port,
             )
+            if any(listener.tls for listener in parse_listeners(config)):
+                server_ssl_context(config)  # a bad keystore stops start-up here, by name
         except ConfigError as e:
             print(f"kcoord: {e}", file=sys.stderr)
             return 2

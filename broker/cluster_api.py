@@ -24,6 +24,7 @@ from protocol.framing import Frame
 from protocol.responses import build, to_millis
 
 from .connection import RequestContext
+from .listeners import Listener
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from .topic_configs import ConfigProblem, check_overrides
 from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_problem
@@ -49,9 +50,16 @@ class ClusterApi:
     def node_id(self) -> int:
         return int(self.config["node.id"])
 
-    def brokers(self) -> list[dict[str, Any]]:
-        host, port = self.config.advertised
-        return [dict(node_id=self.node_id, host=host, port=port, rack=None)]
+    def brokers(self, listener: Listener) -> list[dict[str, Any]]:
+        """This node, at the address of the listener the client came in on."""
+        return [
+            dict(
+                node_id=self.node_id,
+                host=listener.advertised_host,
+                port=listener.advertised_port,
+                rack=None,
+            )
+        ]
 
     # ApiVersions ----------------------------------------------------------------------------------
     def api_versions(self, ctx: RequestContext, req: Any) -> Any:
@@ -140,7 +148,7 @@ class ClusterApi:
     def _metadata_answer(self, ctx: RequestContext, topics_out: list[dict[str, Any]]) -> Any:
         return ctx.respond(
             throttle_time=0,
-            brokers=self.brokers(),
+            brokers=self.brokers(ctx.connection.listener),
             cluster_id=self.cluster_id,
             controller_id=self.node_id,
             topics=topics_out,

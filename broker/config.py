@@ -52,12 +52,33 @@ SETTINGS: dict[str, Setting] = {
     for s in [
         Setting("node.id", int, 0, "This broker's node id (also the controller id).", 0),
         Setting(
+            "listeners",
+            str,
+            "",
+            "NAME://host:port,... to listen on (e.g. PLAINTEXT://127.0.0.1:9092,SSL://0.0.0.0:9093);"
+            " empty means one PLAINTEXT listener on --host/--port.",
+        ),
+        Setting(
             "advertised.listeners",
             str,
             "",
-            "host:port (or PLAINTEXT://host:port) clients are told to connect to; empty means the"
-            " serve address.",
+            "NAME://host:port per listener clients are told to connect to (host:port alone: the"
+            " first listener's); empty means each listener's own address.",
         ),
+        Setting(
+            "listener.security.protocol.map",
+            str,
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "NAME:PROTOCOL per listener name.",
+        ),
+        Setting("ssl.keystore.type", str, "PEM", "Only PEM (KIP-651)."),
+        Setting(
+            "ssl.keystore.location", str, "", "PEM file with the private key and certificate chain."
+        ),
+        Setting("ssl.key.password", str, "", "Password of an encrypted private key."),
+        Setting("ssl.truststore.type", str, "PEM", "Only PEM (KIP-651)."),
+        Setting("ssl.truststore.location", str, "", "PEM file of the CAs trusted for client certificates."),
+        Setting("ssl.client.auth", str, "none", "none, requested or required: client certificates."),
         Setting("auto.create.topics.enable", bool, True, "Create unknown topics on Metadata/Produce."),
         Setting("num.partitions", int, 1, "Partitions of an auto-created topic.", 1),
         Setting("default.replication.factor", int, 1, "Replication factor (a single node: 1).", 1),

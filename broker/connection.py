@@ -45,6 +45,7 @@ from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
 from .admission import SMALL_REQUEST
+from .listeners import ANONYMOUS, Listener, principal_of
 from .offload import gc_paused
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ _HEAD = struct.Struct(">hhi")
 
 @dataclass(frozen=True, slots=True)
 class ConnectionServices:
-    """What every connection of the listener is handed; built once by broker/app.py."""
+    """What every connection of a listener is handed; built by broker/app.py."""
 
     config: Config
     handlers: Mapping[int, Handler]
@@ -109,6 +110,8 @@ class ConnectionServices:
     """The broker-wide ``queued.max.request.bytes`` budget (broker/admission.py)."""
     metrics: MetricsHooks
     """Requests by API and their latency (broker/services.py)."""
+    listener: Listener
+    """The listener the connections came in on (its advertised address, its security)."""
 
 
 class _Slot:
@@ -126,6 +129,9 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.client_host = ""
+        self.listener = services.listener
+        self.principal = ANONYMOUS
+        """Who the client is: its TLS certificate's subject, else User:ANONYMOUS."""
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
@@ -161,6 +167,8 @@ class Connection(asyncio.Protocol):
         if peer:
             self.client_host = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
+        if self.listener.tls:  # the handshake is done by now
+            self.principal = principal_of(transport.get_extra_info("peercert"))
         self._open_connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

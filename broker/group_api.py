@@ -96,7 +96,8 @@ class GroupApi:
         key_type = getattr(req, "key_type", GROUP_KEY)
         keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
         node_id = int(self.config["node.id"])
-        host, port = self.config.advertised
+        listener = ctx.connection.listener  # the address of the listener it came in on
+        host, port = listener.advertised_host, listener.advertised_port
         results = []
         for key in keys:
             if key_type == GROUP_KEY:
