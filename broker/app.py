@@ -34,6 +34,8 @@ from .listeners import parse_listeners, server_ssl_context
 from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
+from .sasl.api import SaslApi
+from .sasl.credentials import CredentialStore
 from .services import MetricsHooks
 from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
@@ -105,6 +107,7 @@ class Broker:
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
+        sasl = SaslApi(config, CredentialStore(Path(config.data_dir)))
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(self.groups, self.topics, self.data.producers, config)
@@ -134,6 +137,8 @@ class Broker:
             ApiKey.DESCRIBE_CONFIGS: self.config_api.describe_configs,
             ApiKey.ALTER_CONFIGS: self.config_api.alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.config_api.incremental_alter_configs,
+            ApiKey.SASL_HANDSHAKE: sasl.handshake,
+            ApiKey.SASL_AUTHENTICATE: sasl.authenticate,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
         }

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 from .config import Config, ConfigError
 from .listeners import parse_listeners, server_ssl_context
+from .sasl.users import add_parser as add_users_parser
+from .sasl.users import run as run_users
 
 
 def _settings_parent() -> argparse.ArgumentParser:
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--verbose", "-v", action="store_true", help="also show allowed values and descriptions"
     )
+    add_users_parser(sub)
     # The admin commands are Kafka clients of their own package (admin/); only their
     # arguments are added here: confluent-kafka is imported when one of them runs.
     from admin.cli import add_parsers as add_admin_parsers
@@ -157,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "config":
         return _show_config(args)
+    if args.command == "users":
+        return run_users(args)
     if args.command in ("groups", "offsets", "topics"):
         from admin.cli import run as run_admin
 

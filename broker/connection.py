@@ -92,6 +92,9 @@ DirectHandler = Callable[[Frame, int, int], "bytes | None"]
 the generic path. For the hottest requests: decodes the frame itself, answers at once."""
 
 _HEAD = struct.Struct(">hhi")
+_BEFORE_AUTHENTICATION = frozenset(
+    (ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +134,11 @@ class Connection(asyncio.Protocol):
         self.client_host = ""
         self.listener = services.listener
         self.principal = ANONYMOUS
-        """Who the client is: its TLS certificate's subject, else User:ANONYMOUS."""
+        """Who the client is: its SASL user, its TLS certificate's subject, or anonymous."""
+        self.authenticated = not services.listener.sasl
+        """False on a SASL listener until SaslAuthenticate succeeds (broker/sasl/api.py)."""
+        self.sasl_mechanism: str | None = None
+        self.sasl_exchange: Any = None
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
@@ -307,6 +314,16 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._pass)
 
     # request handling ---------------------------------------------------------------------------
+    def close_later(self, delay_s: float) -> None:
+        """Close once ``delay_s`` has passed (the answers written by then go out first)."""
+        self._set_reading(False)
+        self._loop.call_later(delay_s, self._close_gently)
+
+    def _close_gently(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
     def abort(self, reason: str) -> None:
         if self.closed:
             return
@@ -330,6 +347,9 @@ class Connection(asyncio.Protocol):
                 self._enqueue_ready(self._api_versions_fallback(correlation_id))
                 return False
             self.abort(f"unsupported api {api_key} version {version}")
+            return False
+        if not self.authenticated and api_key not in _BEFORE_AUTHENTICATION:
+            self.abort(f"api {api_key} before SASL authentication")
             return False
         flexible = is_flexible(api_key, version)
         try:
@@ -406,7 +426,7 @@ class Connection(asyncio.Protocol):
             return False
         api_key, version, correlation_id = _HEAD.unpack_from(frame)
         direct = self._direct_handlers.get(api_key)
-        if direct is None or not is_supported(api_key, version):
+        if direct is None or not is_supported(api_key, version) or not self.authenticated:
             return False
         metered = self._metered
         started = time.perf_counter() if metered else 0.0

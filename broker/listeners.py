@@ -13,7 +13,8 @@ a PEM file with the private key and the certificate chain (``ssl.key.password`` 
 encrypted), ``ssl.truststore.location`` the CAs that sign client certificates, and
 ``ssl.client.auth`` (none, requested, required) whether clients must show one. A client
 certificate's subject becomes the connection's principal (``User:CN=…,O=…``), as Kafka's
-default principal builder makes it; without one the principal is ``User:ANONYMOUS``.
+default principal builder makes it; without one the principal is ``User:ANONYMOUS``. On SASL
+listeners (SASL_PLAINTEXT, SASL_SSL) the client must authenticate first (``broker/sasl``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import Any
 from .config import Config, ConfigError
 
 ANONYMOUS = "User:ANONYMOUS"
-SERVED_PROTOCOLS = ("PLAINTEXT", "SSL")
 KNOWN_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
@@ -41,6 +41,10 @@ class Listener:
     @property
     def tls(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
 
 def _split(entry: str, setting: str) -> tuple[str, str, int]:
@@ -99,11 +103,6 @@ def parse_listeners(config: Config) -> list[Listener]:
             raise ConfigError(
                 f"setting 'listeners': listener {name} has no security protocol; map it in"
                 " listener.security.protocol.map"
-            )
-        if protocol not in SERVED_PROTOCOLS:
-            raise ConfigError(
-                f"setting 'listeners': listener {name} uses {protocol}, which kcoord does not"
-                f" serve yet (it serves {', '.join(SERVED_PROTOCOLS)})"
             )
         ad_host, ad_port = advertised.get(name, (host if host not in ("", "0.0.0.0", "::") else config.host, port))
         out.append(Listener(name, host, port, protocol, ad_host, ad_port))

@@ -27,6 +27,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     INIT_PRODUCER_ID = 22
@@ -34,6 +35,7 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
     OFFSET_DELETE = 47
+    SASL_AUTHENTICATE = 36
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     DELETE_RECORDS = 21
@@ -49,6 +51,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.SASL_HANDSHAKE: (1, 1),  # v0 (unframed tokens) is not served: clients use v1
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),

@@ -25,9 +25,12 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A CA, a broker certificate for 127.0.0.1/localhost and a client certificate, with the
-    openssl commands the README documents."""
-    d = tmp_path_factory.mktemp("certs")
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def make_certs(d: Path) -> Path:
+    """A CA, a broker certificate for 127.0.0.1/localhost and a client certificate in ``d``,
+    with the openssl commands the README documents."""
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kcoord-test-ca",
              "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
     for name, subject, san in (

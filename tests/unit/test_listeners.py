@@ -35,6 +35,8 @@ def test_each_listener_is_advertised_by_name_or_at_its_own_address() -> None:
         ("::1", 9094),
     ]
     assert [x.tls for x in got] == [False, True, False]
+    sasl = listeners("listeners=SASL_SSL://h:1,SASL_PLAINTEXT://h:2")
+    assert [(x.tls, x.sasl) for x in sasl] == [(True, True), (False, True)]
 
 
 @pytest.mark.parametrize(
@@ -44,7 +46,6 @@ def test_each_listener_is_advertised_by_name_or_at_its_own_address() -> None:
         (["listeners=PLAINTEXT://h"], "no valid port"),
         (["listeners=h:9092"], "NAME://host:port"),
         (["listeners=OTHER://h:1"], "no security protocol"),
-        (["listeners=SASL_SSL://h:1"], "does not serve yet"),
         (["listeners=X://h:1", "listener.security.protocol.map=X:KERBEROS"], "NAME:PROTOCOL"),
     ],
 )

@@ -1,0 +1,149 @@
+"""SASL with real clients: users added with ``kcoord users add`` before start-up; a
+confluent-kafka group over SASL_PLAINTEXT with PLAIN and over SASL_SSL with SCRAM-SHA-512; a
+wrong password fails fast; nothing but the SASL exchange is served before authentication."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .clients import create_topic
+from .harness import ROOT, BrokerProcess, free_port
+from .test_tls import make_certs
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def kcoord_users(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli", "users", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+
+
+@pytest.fixture
+def broker(tmp_path: Path, certs: Path) -> Iterator[tuple[BrokerProcess, int, int]]:
+    data = tmp_path / "data"
+    assert kcoord_users("add", "alice", "--password", "alice-secret", "--data-dir", str(data)).returncode == 0
+    listed = kcoord_users("list", "--data-dir", str(data))
+    assert listed.stdout.split() == ["alice", "SCRAM-SHA-256,SCRAM-SHA-512"]
+    assert "alice-secret" not in (data / "scram-credentials.json").read_text()
+    plain, sasl, sasl_ssl = free_port(), free_port(), free_port()
+    b = BrokerProcess(
+        data,
+        {
+            "group.initial.rebalance.delay.ms": 0,
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl},"
+            f"SASL_SSL://127.0.0.1:{sasl_ssl}",
+            "ssl.keystore.location": str(certs / "broker-keystore.pem"),
+        },
+    )
+    b.port = plain
+    b.start()
+    try:
+        yield b, sasl, sasl_ssl
+    finally:
+        b.stop()
+
+
+def _conf(port: int, protocol: str, mechanism: str, password: str, certs: Path, **extra: Any) -> dict[str, Any]:
+    conf = {
+        "bootstrap.servers": f"127.0.0.1:{port}",
+        "security.protocol": protocol,
+        "sasl.mechanism": mechanism,
+        "sasl.username": "alice",
+        "sasl.password": password,
+        **extra,
+    }
+    if protocol == "SASL_SSL":
+        conf["ssl.ca.location"] = str(certs / "ca.pem")
+    return conf
+
+
+@pytest.mark.parametrize(
+    ("protocol", "mechanism"), [("SASL_PLAINTEXT", "PLAIN"), ("SASL_SSL", "SCRAM-SHA-512"), ("SASL_PLAINTEXT", "SCRAM-SHA-256")]
+)
+def test_a_group_produces_consumes_and_commits_over_sasl(
+    broker: tuple[BrokerProcess, int, int], certs: Path, protocol: str, mechanism: str
+) -> None:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    b, sasl, sasl_ssl = broker
+    port = sasl_ssl if protocol == "SASL_SSL" else sasl
+    create_topic(b.bootstrap, "t", 1)
+    producer = Producer(_conf(port, protocol, mechanism, "alice-secret", certs))
+    for i in range(3):
+        producer.produce("t", value=b"%d" % i)
+    assert producer.flush(30) == 0
+    consumer = Consumer(
+        _conf(port, protocol, mechanism, "alice-secret", certs,
+              **{"group.id": "g-" + mechanism, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    )
+    try:
+        consumer.subscribe(["t"])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 3 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                got += 1
+                consumer.commit(message=msg, asynchronous=False)
+        assert got == 3
+        assert consumer.committed([TopicPartition("t", 0)], timeout=10)[0].offset == 3
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_wrong_password_gets_an_authentication_error_not_a_hang(
+    broker: tuple[BrokerProcess, int, int], certs: Path, mechanism: str
+) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    _b, sasl, _ = broker
+    errors: list[Any] = []
+    admin = AdminClient(
+        _conf(sasl, "SASL_PLAINTEXT", mechanism, "wrong", certs, error_cb=errors.append)
+    )
+    started = time.monotonic()
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=10)
+    assert time.monotonic() - started < 11
+    admin.poll(1)  # serves error_cb
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+
+
+def test_nothing_but_the_sasl_exchange_before_authentication(broker: tuple[BrokerProcess, int, int]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    b, sasl, _ = broker
+    # A Metadata v0 request straight away: the connection is closed.
+    with socket.create_connection(("127.0.0.1", sasl), timeout=10) as s:
+        s.sendall(bytes.fromhex("0000000e0003000000000001000000000000"[:28]) + b"\x00\x00\x00\x00")
+        assert s.recv(4096) == b""
+    # Garbage SASL tokens: SaslHandshake v1 PLAIN, then SaslAuthenticate v0 with junk.
+    with socket.create_connection(("127.0.0.1", sasl), timeout=10) as s:
+        mech = b"PLAIN"
+        body = len(mech).to_bytes(2, "big") + mech
+        header = (17).to_bytes(2, "big") + (1).to_bytes(2, "big") + (1).to_bytes(4, "big") + b"\xff\xff"
+        s.sendall((len(header) + len(body)).to_bytes(4, "big") + header + body)
+        assert len(s.recv(4096)) > 8
+        token = b"\x00\xffjunk"
+        body = len(token).to_bytes(4, "big") + token
+        header = (36).to_bytes(2, "big") + (0).to_bytes(2, "big") + (2).to_bytes(4, "big") + b"\xff\xff"
+        s.sendall((len(header) + len(body)).to_bytes(4, "big") + header + body)
+        answer = s.recv(4096)
+        assert int.from_bytes(answer[8:10], "big") == 58  # SASL_AUTHENTICATION_FAILED
+        s.settimeout(5)
+        assert s.recv(4096) == b""  # then closed
+    assert AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=20).brokers
