@@ -147,3 +147,81 @@ def test_nothing_but_the_sasl_exchange_before_authentication(broker: tuple[Broke
         s.settimeout(5)
         assert s.recv(4096) == b""  # then closed
     assert AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=20).brokers
+
+
+def _kafka_python(port: int, mechanism: str, password: str) -> int:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    kw: dict[str, Any] = dict(
+        bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+        sasl_plain_username="alice", sasl_plain_password=password,
+    )
+    producer = KafkaProducer(**kw)
+    producer.send("kp", b"x").get(10)
+    producer.close()
+    consumer = KafkaConsumer("kp", group_id="kp-" + mechanism, auto_offset_reset="earliest", **kw)
+    try:
+        got = sum(len(v) for v in consumer.poll(timeout_ms=10_000).values())
+        consumer.commit()
+        return got
+    finally:
+        consumer.close()
+
+
+def _aiokafka(port: int, mechanism: str, password: str) -> int:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def run() -> int:
+        kw: dict[str, Any] = dict(
+            bootstrap_servers=f"127.0.0.1:{port}", security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
+            sasl_plain_username="alice", sasl_plain_password=password,
+        )
+        producer = AIOKafkaProducer(**kw)
+        await producer.start()
+        try:
+            await producer.send_and_wait("ak", b"x")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer("ak", group_id="ak-" + mechanism, auto_offset_reset="earliest", **kw)
+        await consumer.start()
+        try:
+            got = sum(len(v) for v in (await consumer.getmany(timeout_ms=10_000)).values())
+            await consumer.commit()
+            return got
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka", "kafkajs"])
+def test_every_client_logs_in_and_a_wrong_password_fails(
+    broker: tuple[BrokerProcess, int, int], client: str, mechanism: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _b, sasl, _ = broker
+    if client == "kafkajs":
+        def run(password: str) -> dict[str, Any]:
+            import json
+
+            r = subprocess.run(
+                ["node", "sasl_probe.js", str(sasl), mechanism.lower(), password],
+                capture_output=True, text=True, cwd=ROOT / "tests" / "js", timeout=60,
+            )
+            return json.loads(r.stdout.strip().splitlines()[-1])
+
+        assert run("alice-secret") == {"ok": True, "got": 1}
+        failed = run("wrong")
+        assert failed["ok"] is False and failed["error"] == "KafkaJSSASLAuthenticationError", failed
+        return
+    login = _kafka_python if client == "kafka-python" else _aiokafka
+    assert login(sasl, mechanism, "alice-secret") >= 1
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - each client has its own error
+        login(sasl, mechanism, "wrong")
+    assert time.monotonic() - started < 60
+    # aiokafka raises the authentication error; kafka-python logs it on every attempt and
+    # gives up bootstrapping after its own timeout.
+    assert "auth" in str(failed.value).lower() or "SaslAuthenticationFailed" in caplog.text
