@@ -12,12 +12,14 @@ keeps the base image and the build cache between runs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,6 +89,11 @@ class Podman:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        # Podman's run-time state belongs on /run (a tmpfs: gone after a reboot, which podman
+        # then notices); one directory per storage, as podman refuses a changed run root.
+        digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
+        run_base = Path("/run") if os.geteuid() == 0 else Path(tempfile.gettempdir())
+        self.run_dir = run_base / f"kcoord-podman-{digest}"
         nofile = min(_hard_limit(resource.RLIMIT_NOFILE, 1 << 20), 1 << 20)
         nproc = min(_hard_limit(resource.RLIMIT_NPROC, 32768), 32768)
         conf = root / "containers.conf"
@@ -100,7 +107,7 @@ class Podman:
             'runtime = "runc"\n'
             'cgroup_manager = "cgroupfs"\n'
             'events_logger = "file"\n'
-            f'tmp_dir = "{root / "tmp"}"\n'
+            f'tmp_dir = "{self.run_dir / "tmp"}"\n'
             "[network]\n"
             'network_backend = "netavark"\n'
             f'network_config_dir = "{root / "networks"}"\n'
@@ -110,7 +117,7 @@ class Podman:
             "[storage]\n"
             'driver = "overlay"\n'
             f'graphroot = "{root / "storage"}"\n'
-            f'runroot = "{root / "run"}"\n'
+            f'runroot = "{self.run_dir / "storage"}"\n'
         )
         self.env = dict(os.environ, CONTAINERS_CONF=str(conf), CONTAINERS_STORAGE_CONF=str(storage))
         # Compose must not pick up a docker host or a registries config of the machine's.
@@ -149,8 +156,11 @@ class Podman:
         if self.image_exists(BASE_IMAGE):
             return 0.0
         start = time.monotonic()
-        pulled = self.run("pull", "--quiet", BASE_IMAGE, timeout=120, check=False)
-        if pulled.returncode != 0:
+        try:
+            pulled = self.run("pull", "--quiet", BASE_IMAGE, timeout=120, check=False).returncode == 0
+        except subprocess.TimeoutExpired:  # a registry that does not answer
+            pulled = False
+        if not pulled:
             self._make_base_image()
         return time.monotonic() - start
 
