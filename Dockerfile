@@ -17,14 +17,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /build
-COPY pyproject.toml README.md ./
+# The dependencies in a layer of their own, before the sources: a change to the code rebuilds
+# only the small layer below.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+    && pip install -r requirements.txt \
+    && rm requirements.txt
+COPY README.md ./
 COPY protocol ./protocol
 COPY storage ./storage
 COPY coordinator ./coordinator
 COPY broker ./broker
 COPY pipeline ./pipeline
 COPY admin ./admin
-RUN pip install . && rm -rf /build
+RUN pip install --no-deps . && rm -rf /build
 
 RUN useradd --system --uid 10001 --create-home --home-dir /var/lib/kcoord kcoord \
     && mkdir -p /var/lib/kcoord/data \
