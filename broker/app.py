@@ -30,6 +30,7 @@ from .data_api import DataApi
 from .flusher import Flusher
 from .group_api import GroupApi
 from .group_runtime import GroupRuntime
+from .limits import ConnectionLimits
 from .listeners import parse_listeners, server_ssl_context
 from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
@@ -107,7 +108,7 @@ class Broker:
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
-        sasl = SaslApi(config, CredentialStore(Path(config.data_dir)))
+        sasl = SaslApi(config, CredentialStore(Path(config.data_dir)), hooks.refused)
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(self.groups, self.topics, self.data.producers, config)
@@ -149,6 +150,8 @@ class Broker:
             ApiKey.OFFSET_FETCH: o.offset_fetch_direct,
         }
         self.listeners = parse_listeners(config)
+        limits = ConnectionLimits(config)
+        self._on_refused = hooks.refused
         ssl_context = (
             server_ssl_context(config) if any(lst.tls for lst in self.listeners) else None
         )
@@ -163,6 +166,7 @@ class Broker:
                     request_memory=self.request_memory,
                     metrics=hooks,
                     listener=listener,
+                    limits=limits,
                 ),
                 ssl_context if listener.tls else None,
             )
@@ -231,11 +235,17 @@ class Broker:
         """Close connections whose request has been arriving for longer than
         ``socket.request.receive.timeout.ms`` (Connection.partial_since)."""
         timeout = self.config["socket.request.receive.timeout.ms"] / 1000.0
-        period = min(1.0, timeout / 4)
+        idle = self.config["connections.max.idle.ms"] / 1000.0
+        period = min(1.0, timeout / 4, idle / 4)
         while True:
             await asyncio.sleep(period)
-            cutoff = time.monotonic() - timeout
+            now = time.monotonic()
+            cutoff = now - timeout
             for conn in list(self.connections):
+                if now - conn.last_active > idle and not conn.closed:
+                    self._on_refused("idle")
+                    conn.abort(f"no request for {idle * 1000:.0f} ms (connections.max.idle.ms)")
+                    continue
                 since = conn.partial_since
                 if since is not None and since < cutoff:
                     conn.abort(

@@ -79,6 +79,21 @@ SETTINGS: dict[str, Setting] = {
         Setting("ssl.truststore.type", str, "PEM", "Only PEM (KIP-651)."),
         Setting("ssl.truststore.location", str, "", "PEM file of the CAs trusted for client certificates."),
         Setting("ssl.client.auth", str, "none", "none, requested or required: client certificates."),
+        Setting("max.connections", int, _INT_MAX, "Most connections over all listeners.", 1),
+        Setting("max.connections.per.ip", int, _INT_MAX, "Most connections from one address.", 1),
+        Setting(
+            "max.connections.per.ip.overrides",
+            str,
+            "",
+            "host:count,... exceptions to max.connections.per.ip.",
+        ),
+        Setting(
+            "connections.max.idle.ms",
+            int,
+            600000,
+            "A connection that sends nothing for this long is closed.",
+            1,
+        ),
         Setting(
             "sasl.enabled.mechanisms",
             str,

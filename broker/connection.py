@@ -45,6 +45,7 @@ from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
 from .admission import SMALL_REQUEST
+from .limits import ConnectionLimits
 from .listeners import ANONYMOUS, Listener, principal_of
 from .offload import gc_paused
 
@@ -115,6 +116,8 @@ class ConnectionServices:
     """Requests by API and their latency (broker/services.py)."""
     listener: Listener
     """The listener the connections came in on (its advertised address, its security)."""
+    limits: ConnectionLimits
+    """The broker-wide connection counts and limits (broker/limits.py)."""
 
 
 class _Slot:
@@ -139,6 +142,11 @@ class Connection(asyncio.Protocol):
         """False on a SASL listener until SaslAuthenticate succeeds (broker/sasl/api.py)."""
         self.sasl_mechanism: str | None = None
         self.sasl_exchange: Any = None
+        self._limits = services.limits
+        self._refused = services.metrics.refused
+        self._admitted = False
+        self.last_active = time.monotonic()
+        """When the client last sent something (connections.max.idle.ms)."""
         self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
@@ -174,11 +182,22 @@ class Connection(asyncio.Protocol):
         if peer:
             self.client_host = str(peer[0])
             self.peer = f"{peer[0]}:{peer[1]}"
+        refused = self._limits.admit(self.client_host)
+        if refused is not None:
+            log.warning("refusing connection %s: %s", self.peer, refused[1])
+            self._refused(refused[0])
+            self.closed = True
+            self.transport.abort()
+            return
+        self._admitted = True
         if self.listener.tls:  # the handshake is done by now
             self.principal = principal_of(transport.get_extra_info("peercert"))
         self._open_connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted:
+            self._admitted = False
+            self._limits.release(self.client_host)
         self.closed = True
         self.partial_since = None
         self._open_connections.discard(self)
@@ -193,6 +212,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self.last_active = time.monotonic()
         try:
             self.decoder.append(data)
         except FrameError as e:

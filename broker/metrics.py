@@ -106,6 +106,12 @@ class BrokerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.connections_refused = Counter(
+            "kcoord_connections_refused",
+            "Connections closed by a limit, for being idle, or after a failed login.",
+            ["reason"],
+            registry=r,
+        )
         self.rebalances = Counter(
             "kcoord_group_rebalances", "Completed rebalances (classic and consumer groups).", registry=r
         )
@@ -149,6 +155,7 @@ class BrokerMetrics:
             log_flush=self.log_flush.observe,
             partition_load=self.partition_load.observe,
             rebalance=self.rebalance,
+            refused=self.refused,
         )
 
     def observe(self, state: CoordinatorState) -> None:
@@ -156,6 +163,9 @@ class BrokerMetrics:
         self._coordinator.source = state
 
     # hooks ------------------------------------------------------------------------------------
+    def refused(self, reason: str) -> None:
+        self.connections_refused.labels(reason).inc()
+
     def request(self, api_key: int) -> None:
         child = self._requests_by_key.get(api_key)
         if child is None:

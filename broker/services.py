@@ -29,6 +29,10 @@ def _ignore_seconds(seconds: float) -> None:
     return None
 
 
+def _ignore_reason(reason: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsHooks:
     """Where the broker's parts report what they measure (``broker/metrics.py`` builds the
@@ -55,3 +59,6 @@ class MetricsHooks:
     """Seconds to load one ``__consumer_offsets`` partition at start-up."""
     rebalance: Callable[[RebalanceCompleted], None] | None = None
     """A group completed a rebalance (the shards' observer; None: no observer)."""
+    refused: Callable[[str], None] = _ignore_reason
+    """A connection was closed by a limit or a failed login (the reason's kind: max_connections,
+    max_connections_per_ip, idle, authentication)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
@@ -30,8 +31,12 @@ PLAIN = "PLAIN"
 
 
 class SaslApi:
-    def __init__(self, config: Config, store: CredentialStore) -> None:
+    def __init__(
+        self, config: Config, store: CredentialStore, on_failure: Callable[[str], None]
+    ) -> None:
         self.store = store
+        self._on_failure = on_failure
+        """Counts a failed login (the metrics' refused-connections hook)."""
         self.mechanisms = tuple(
             m.strip().upper() for m in config["sasl.enabled.mechanisms"].split(",") if m.strip()
         )
@@ -112,5 +117,6 @@ class SaslApi:
     def _failed(self, ctx: RequestContext, code: int, message: str) -> Any:
         conn = ctx.connection
         log.info("closing %s: SASL authentication failed (%s)", conn.peer, message)
+        self._on_failure("authentication")
         conn.close_later(self.failure_delay_s)
         return ctx.respond(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0)
