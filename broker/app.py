@@ -37,6 +37,7 @@ from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
 from .sasl.api import SaslApi
 from .sasl.credentials import CredentialStore
+from .sasl.users_api import UsersApi
 from .services import MetricsHooks
 from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
@@ -108,7 +109,9 @@ class Broker:
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
-        sasl = SaslApi(config, CredentialStore(Path(config.data_dir)), hooks.refused)
+        credentials = CredentialStore(Path(config.data_dir))
+        sasl = SaslApi(config, credentials, hooks.refused)
+        users = UsersApi(credentials)
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(self.groups, self.topics, self.data.producers, config)
@@ -140,6 +143,8 @@ class Broker:
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self.config_api.incremental_alter_configs,
             ApiKey.SASL_HANDSHAKE: sasl.handshake,
             ApiKey.SASL_AUTHENTICATE: sasl.authenticate,
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: users.describe,
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS: users.alter,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
         }

@@ -36,6 +36,8 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     OFFSET_DELETE = 47
     SASL_AUTHENTICATE = 36
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
     DELETE_RECORDS = 21
@@ -53,6 +55,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.SASL_HANDSHAKE: (1, 1),  # v0 (unframed tokens) is not served: clients use v1
     ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 
 MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 DEFAULT_ITERATIONS = 4096
-MIN_ITERATIONS = 4096  # Kafka's minimum
+MIN_ITERATIONS = 4096  # Kafka's bounds
+MAX_ITERATIONS = 16384
+MECHANISM_IDS = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+"""The mechanisms' numbers in DescribeUserScramCredentials and AlterUserScramCredentials."""
 
 
 class ScramError(ValueError):
@@ -40,9 +43,16 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
 def make_credential(
     mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None
 ) -> ScramCredential:
-    algorithm = MECHANISMS[mechanism]
     salt = salt if salt is not None else os.urandom(32)
     salted = salted_password(mechanism, password, salt, iterations)
+    return credential_from_salted(mechanism, salted, salt, iterations)
+
+
+def credential_from_salted(
+    mechanism: str, salted: bytes, salt: bytes, iterations: int
+) -> ScramCredential:
+    """The credential of a salted password a client computed (AlterUserScramCredentials)."""
+    algorithm = MECHANISMS[mechanism]
     client_key = hmac.digest(salted, b"Client Key", algorithm)
     return ScramCredential(
         salt,

@@ -225,3 +225,36 @@ def test_every_client_logs_in_and_a_wrong_password_fails(
     # aiokafka raises the authentication error; kafka-python logs it on every attempt and
     # gives up bootstrapping after its own timeout.
     assert "auth" in str(failed.value).lower() or "SaslAuthenticationFailed" in caplog.text
+
+
+def test_admin_client_manages_scram_users_online(broker: tuple[BrokerProcess, int, int], certs: Path) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    b, sasl, _ = broker
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    described = admin.describe_user_scram_credentials(["alice"])["alice"].result(20)
+    assert sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 4096),
+        (ScramMechanism.SCRAM_SHA_512, 4096),
+    ]
+    upsert = UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"bob-pw")
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(20)
+    # bob logs in over SASL at once, and the credential survives a kill -9.
+    b.kill()
+    b.start()
+    conf = _conf(sasl, "SASL_PLAINTEXT", "SCRAM-SHA-512", "bob-pw", certs)
+    conf["sasl.username"] = "bob"
+    assert AdminClient(conf).list_topics(timeout=20).brokers
+    delete = UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_512)
+    for f in admin.alter_user_scram_credentials([delete]).values():
+        f.result(20)
+    missing = admin.describe_user_scram_credentials(["bob"])["bob"]
+    with pytest.raises(Exception, match="(?i)not exist|resource"):
+        missing.result(20)
