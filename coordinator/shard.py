@@ -36,6 +36,7 @@ from coordinator.classic.groups import default_member_id, join_error, sync_error
 from coordinator.classic.join import StaticReplaceWriteFailed
 from coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
 from coordinator.config import GroupConfig
+from coordinator.consumer.change import ConsumerWriteFailed
 from coordinator.consumer.classic_members import ClassicMembers
 from coordinator.consumer.describe import (
     describe_group,
@@ -44,7 +45,7 @@ from coordinator.consumer.describe import (
     not_a_consumer_group,
 )
 from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.manager import ConsumerGroupManager, ConsumerWriteFailed
+from coordinator.consumer.manager import ConsumerGroupManager
 from coordinator.consumer.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 
 from coordinator.classic.groups import join_error, sync_error
+from coordinator.consumer.change import Change
 from coordinator.consumer.embedded import (
     SubscriptionError,
     decode_subscription,
@@ -26,7 +27,7 @@ from coordinator.consumer.embedded import (
     version_of,
 )
 from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.manager import Change, ConsumerGroupManager
+from coordinator.consumer.manager import ConsumerGroupManager
 from coordinator.consumer.member import ConsumerMember, MemberState
 from coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
 from coordinator.messages import (

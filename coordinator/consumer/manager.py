@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from coordinator.config import GroupConfig
 from coordinator.consumer import persistence as records
 from coordinator.consumer.assignors import ASSIGNORS
+from coordinator.consumer.change import Change, ConsumerWriteFailed
 from coordinator.consumer.group import STABLE, ConsumerGroup, MemberTimers
 from coordinator.consumer.member import (
     JOIN_EPOCH,
@@ -53,41 +54,8 @@ SESSION_TIMER = 4
 REBALANCE_TIMER = 5
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerWriteFailed:
-    """The records of a consumer-group operation failed: put the group back as ``before``
-    (None: it did not exist) if its change count is still ``changes``, and answer the
-    heartbeat (if any) with the mapped error."""
-
-    handle: Hashable | None
-    group_id: str
-    before: ConsumerGroup | None
-    changes: int
-
-    @property
-    def handles(self) -> tuple[Hashable, ...]:
-        return () if self.handle is None else (self.handle,)
-
-
 def _error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatResponse:
     return ConsumerGroupHeartbeatResponse(code, message)
-
-
-class Change:
-    """The group an operation changes, and its state before the first change."""
-
-    __slots__ = ("before", "created", "group", "touched")
-
-    def __init__(self, group: ConsumerGroup, created: bool) -> None:
-        self.group = group
-        self.created = created
-        self.touched = False
-        self.before: ConsumerGroup | None = None
-
-    def touch(self) -> None:
-        if not self.touched:
-            self.touched = True
-            self.before = None if self.created else self.group.copy()
 
 
 class ConsumerGroupManager:
