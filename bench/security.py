@@ -1,0 +1,230 @@
+"""What TLS and SASL cost: the same work over PLAINTEXT, SSL and SASL_SSL (SCRAM-SHA-512) in one
+run, against one kcoord broker with the three listeners.
+
+* ``connections``: connections set up one after another (TCP, then the TLS handshake, then the
+  SASL exchange: SaslHandshake and two SaslAuthenticate rounds), each followed by one
+  ApiVersions; connections per second and the broker's CPU per connection.
+* ``heartbeat`` and ``commit``: one client connection sending a request and waiting for its
+  answer, for ``--seconds``: a member's Heartbeat (one-member group) and a one-partition
+  OffsetCommit; requests per second, latency p50/p99 and the broker's CPU per request.
+
+The client is plain Python (sockets, ``ssl``, a SCRAM client written from RFC 5802), so the
+throughput figures are the client's as much as the broker's; compare the listeners with each
+other and read the broker CPU columns for the broker's own cost.
+
+    .venv/bin/python bench/security.py [--seconds 3] [--connections 200]
+
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import socket
+import ssl
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kio.serial import entity_reader  # noqa: E402
+
+from bench._peers import cpu_seconds  # noqa: E402
+from protocol.apis import ApiKey, is_flexible  # noqa: E402
+from protocol.codec import encode_body, request_type, response_type  # noqa: E402
+from protocol.responses import build  # noqa: E402
+from tests.integration.harness import BrokerProcess, free_port  # noqa: E402
+from tests.integration.test_tls import make_certs  # noqa: E402
+
+PASSWORD = "bench-secret"
+
+
+class Client:
+    """One blocking connection: optional TLS, optional SCRAM-SHA-512 login."""
+
+    def __init__(self, port: int, tls: ssl.SSLContext | None, sasl: bool) -> None:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls is not None else sock
+        self.correlation = 0
+        if sasl:
+            self._login()
+
+    def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        self.correlation += 1
+        header = struct.pack(">hhih", api_key, version, self.correlation, 5) + b"bench"
+        flexible = is_flexible(api_key, version)
+        if flexible:
+            header += b"\x00"
+        payload = header + encode_body(build(request_type(api_key, version), **fields))
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        frame = self._exact(struct.unpack(">i", self._exact(4))[0])
+        pos = 5 if flexible and api_key != ApiKey.API_VERSIONS else 4
+        return entity_reader(response_type(api_key, version))(frame, pos)[0]
+
+    def _exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return bytes(out)
+
+    def _login(self) -> None:
+        assert self.request(ApiKey.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512").error_code == 0
+        nonce = base64.b64encode(os.urandom(18)).decode()
+        bare = f"n=bench,r={nonce}"
+        first = self.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=("n,," + bare).encode())
+        server_first = bytes(first.auth_bytes).decode()
+        attrs = dict(part.split("=", 1) for part in server_first.split(","))
+        salted = _salted(base64.b64decode(attrs["s"]), int(attrs["i"]))
+        client_key = hmac.digest(salted, b"Client Key", "sha512")
+        without_proof = f"c=biws,r={attrs['r']}"
+        auth = f"{bare},{server_first},{without_proof}".encode()
+        signature = hmac.digest(hashlib.sha512(client_key).digest(), auth, "sha512")
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        final = self.request(
+            ApiKey.SASL_AUTHENTICATE, 2,
+            auth_bytes=f"{without_proof},p={base64.b64encode(proof).decode()}".encode(),
+        )
+        assert final.error_code == 0, final.error_message
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+_SALTED: dict[tuple[bytes, int], bytes] = {}
+
+
+def _salted(salt: bytes, iterations: int) -> bytes:
+    """The client's PBKDF2, computed once (a real client caches it too, per connection)."""
+    key = (salt, iterations)
+    if key not in _SALTED:
+        _SALTED[key] = hashlib.pbkdf2_hmac("sha512", PASSWORD.encode(), salt, iterations)
+    return _SALTED[key]
+
+
+def connections(port: int, tls: ssl.SSLContext | None, sasl: bool, n: int, pid: int) -> dict[str, Any]:
+    cpu0 = cpu_seconds(pid)
+    started = time.perf_counter()
+    for _ in range(n):
+        c = Client(port, tls, sasl)
+        assert c.request(ApiKey.API_VERSIONS, 3, client_software_name="b", client_software_version="1").error_code == 0
+        c.close()
+    wall = time.perf_counter() - started
+    return {
+        "connections_per_s": round(n / wall, 1),
+        "broker_cpu_ms_per_connection": round((cpu_seconds(pid) - cpu0) / n * 1000, 3),
+    }
+
+
+def timed(client: Client, seconds: float, pid: int, send: Any) -> dict[str, Any]:
+    latencies = []
+    cpu0 = cpu_seconds(pid)
+    end = time.perf_counter() + seconds
+    while (now := time.perf_counter()) < end:
+        send()
+        latencies.append(time.perf_counter() - now)
+    cpu = cpu_seconds(pid) - cpu0
+    latencies.sort()
+    return {
+        "requests_per_s": round(len(latencies) / seconds),
+        "p50_ms": round(statistics.median(latencies) * 1000, 3),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 3),
+        "broker_cpu_us_per_request": round(cpu / len(latencies) * 1e6, 1),
+    }
+
+
+def workloads(port: int, tls: ssl.SSLContext | None, sasl: bool, seconds: float, pid: int, tag: str) -> dict[str, Any]:
+    c = Client(port, tls, sasl)
+    try:
+        group = f"bench-{tag}"
+        join = c.request(
+            ApiKey.JOIN_GROUP, 5, group_id=group, session_timeout=30000, rebalance_timeout=30000,
+            member_id="", group_instance_id=None, protocol_type="consumer",
+            protocols=[dict(name="range", metadata=b"")],
+        )
+        if join.error_code == 79:  # MEMBER_ID_REQUIRED
+            join = c.request(
+                ApiKey.JOIN_GROUP, 5, group_id=group, session_timeout=30000, rebalance_timeout=30000,
+                member_id=join.member_id, group_instance_id=None, protocol_type="consumer",
+                protocols=[dict(name="range", metadata=b"")],
+            )
+        assert join.error_code == 0, join
+        sync = c.request(
+            ApiKey.SYNC_GROUP, 3, group_id=group, generation_id=join.generation_id, member_id=join.member_id,
+            group_instance_id=None, assignments=[dict(member_id=join.member_id, assignment=b"")],
+        )
+        assert sync.error_code == 0, sync
+
+        def heartbeat() -> None:
+            r = c.request(ApiKey.HEARTBEAT, 3, group_id=group, generation_id=join.generation_id,
+                          member_id=join.member_id, group_instance_id=None)
+            assert r.error_code == 0, r
+
+        def commit() -> None:
+            c.request(
+                ApiKey.OFFSET_COMMIT, 7, group_id=f"{group}-commit", generation_id_or_member_epoch=-1,
+                member_id="", group_instance_id=None,
+                topics=[dict(name="bench", partitions=[dict(partition_index=0, committed_offset=1,
+                                                            committed_leader_epoch=-1, committed_metadata=None)])],
+            )
+
+        return {"heartbeat": timed(c, seconds, pid, heartbeat), "commit": timed(c, seconds, pid, commit)}
+    finally:
+        c.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--connections", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        certs = make_certs(Path(tmp))
+        data = Path(tmp) / "data"
+        subprocess.run([sys.executable, "-m", "broker.cli", "users", "add", "bench", "--password", PASSWORD,
+                        "--mechanism", "SCRAM-SHA-512", "--data-dir", str(data)], check=True)
+        plain, tls_port, sasl_port = free_port(), free_port(), free_port()
+        broker = BrokerProcess(data, {
+            "group.initial.rebalance.delay.ms": 0,
+            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port},SASL_SSL://127.0.0.1:{sasl_port}",
+            "ssl.keystore.location": str(certs / "broker-keystore.pem"),
+        })
+        broker.port = plain
+        broker.start()
+        try:
+            assert broker.proc is not None
+            pid = broker.proc.pid
+            context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            results = {}
+            for name, port, tls, sasl in (
+                ("PLAINTEXT", plain, None, False),
+                ("SSL", tls_port, context, False),
+                ("SASL_SSL/SCRAM-SHA-512", sasl_port, context, True),
+            ):
+                results[name] = {
+                    "connections": connections(port, tls, sasl, args.connections, pid),
+                    **workloads(port, tls, sasl, args.seconds, pid, name.split("/")[0].lower()),
+                }
+                print(name, json.dumps(results[name]), file=sys.stderr)
+        finally:
+            broker.stop()
+    print(json.dumps({"benchmark": "security", "date": datetime.date.today().isoformat(),
+                      "seconds": args.seconds, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
