@@ -115,6 +115,14 @@ class BrokerMetrics:
             buckets=_REBALANCE_BUCKETS,
             registry=r,
         )
+        self.rebalance_by_trigger = Histogram(
+            "kcoord_group_rebalance_trigger_seconds",
+            "Rebalance duration by what started it (member_joined, member_left, member_expired,"
+            " subscription_changed, metadata_changed, other) and group type.",
+            ["trigger", "type"],
+            buckets=_REBALANCE_BUCKETS,
+            registry=r,
+        )
         self.log_append = Histogram(
             "kcoord_log_append_seconds",
             "Time to append a batch of records to a partition log (without fsync).",
@@ -175,6 +183,9 @@ class BrokerMetrics:
     def rebalance(self, done: RebalanceCompleted) -> None:
         self.rebalances.inc()
         self.rebalance_duration.observe(done.duration_ms / 1000.0)
+        self.rebalance_by_trigger.labels(done.trigger, done.group_type).observe(
+            done.duration_ms / 1000.0
+        )
 
     async def exposition(self) -> bytes:
         """The whole ``/metrics`` response: the coordinator's state is read first (in slices),

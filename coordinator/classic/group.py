@@ -144,6 +144,8 @@ class ClassicGroup:
     """Protocol name -> number of members supporting it (B4-B6)."""
     num_awaiting_join: int = 0
     new_member_added: bool = False
+    settled_members: int = 0
+    """Members when the last rebalance completed (or the group was loaded)."""
     join_timer: JoinTimer | None = None
     subscribed_topics: frozenset[str] | None = None
     """B1: topics the members subscribe to, computed at each new generation (and on load)

@@ -292,7 +292,7 @@ class ClassicGroupManager:
 
     def _leave_member(self, group: ClassicGroup, member_id: str, now_ms: int) -> None:
         log.info("member %s left group %s", member_id, group.group_id)
-        self.state.remove_member_and_update_group(group, group.get(member_id), now_ms)
+        self.state.remove_member_and_update_group(group, group.get(member_id), now_ms, "left")
 
     # ---- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------
 
@@ -479,4 +479,5 @@ def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup
         )
     group.protocol_type = value.protocol_type or None
     group.compute_subscribed_topics()
+    group.settled_members = len(group.members)
     return group
