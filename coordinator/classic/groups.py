@@ -330,6 +330,9 @@ class ClassicGroups:
             self.schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
         return answered
 
+    def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
+        return self._rebalance_started.get(group_id)
+
     def rebalance_completed(self, group: ClassicGroup, now_ms: int) -> None:
         done = finish(
             self._rebalance_started.pop(group.group_id, None),
