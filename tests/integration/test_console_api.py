@@ -50,14 +50,23 @@ def test_groups_group_and_topics_json(tmp_path: Path) -> None:
     try:
         create_topic(broker.bootstrap, "orders", 4)
         before = time.time()
-        produce_confluent(broker.bootstrap, "orders", [(p, b"k", b"v") for p in range(4) for _ in range(10)], "none")
+        produce_confluent(
+            broker.bootstrap,
+            "orders",
+            [(p, b"k", b"v") for p in range(4) for _ in range(10)],
+            "none",
+        )
         commit(broker.bootstrap, "billing", {("orders", 0): 3, ("orders", 1): 10, ("orders", 2): 0})
-        members = [ConfluentMember(broker.bootstrap, "billing", "orders", f"m{i}") for i in range(2)]
+        members = [
+            ConfluentMember(broker.bootstrap, "billing", "orders", f"m{i}") for i in range(2)
+        ]
         wait_balanced(members, 4)
         settle(members)
         wait_for(lambda: state_of(broker, "billing") == ("Stable", 2), 30, what="Stable with 2")
         kip848 = [
-            ConfluentMember(broker.bootstrap, "kip", "orders", f"k{i}", assignor="uniform", protocol="consumer")
+            ConfluentMember(
+                broker.bootstrap, "kip", "orders", f"k{i}", assignor="uniform", protocol="consumer"
+            )
             for i in range(2)
         ]
         members += kip848
@@ -72,7 +81,9 @@ def test_groups_group_and_topics_json(tmp_path: Path) -> None:
         assert billing["protocol"] == "range" and billing["lag"] == 7 + 0 + 10
         assert billing["rebalances_last_hour"] >= 1 and billing["stuck"] is False
         wait_for(
-            lambda: api(broker, "/api/groups")[1]["groups"][1]["state"] == "Stable", 30, what="kip Stable"
+            lambda: api(broker, "/api/groups")[1]["groups"][1]["state"] == "Stable",
+            30,
+            what="kip Stable",
         )
         kip = {g["group"]: g for g in api(broker, "/api/groups")[1]["groups"]}["kip"]
         assert (kip["type"], kip["protocol"], kip["members"]) == ("consumer", "uniform", 2)
@@ -80,7 +91,9 @@ def test_groups_group_and_topics_json(tmp_path: Path) -> None:
         # the group page: lag per partition as `kcoord groups describe` shows it
         status, g = api(broker, "/api/groups/billing")
         assert status == 200 and g["group"] == "billing" and g["generation"] >= 1
-        described = {r["partition"]: r for r in kcoord_json(broker, "groups", "describe", "billing")}
+        described = {
+            r["partition"]: r for r in kcoord_json(broker, "groups", "describe", "billing")
+        }
         parts = {p["partition"]: p for p in g["partitions"] if p["topic"] == "orders"}
         assert set(parts) == set(described) == {0, 1, 2, 3}
         for p, row in described.items():
@@ -92,12 +105,23 @@ def test_groups_group_and_topics_json(tmp_path: Path) -> None:
         assert 0 <= parts[0]["lag_seconds"] <= time.time() - before + 1
         assert {m["client_id"] for m in g["members_detail"]} == {"m0", "m1"}
         last = g["rebalances"][-1]
-        assert last["type"] == "classic" and last["members_after"] == 2 and last["end_ms"] >= last["start_ms"]
+        assert (
+            last["type"] == "classic"
+            and last["members_after"] == 2
+            and last["end_ms"] >= last["start_ms"]
+        )
 
         status, k = api(broker, "/api/groups/kip")
         assert status == 200 and k["type"] == "consumer" and k["epoch"] >= 2
-        assert sorted(p for m in k["members_detail"] for p in m["assignment"]["orders"]) == [0, 1, 2, 3]
-        assert any(e["type"] == "consumer" and e["trigger"] == "member_joined" for e in k["rebalances"])
+        assert sorted(p for m in k["members_detail"] for p in m["assignment"]["orders"]) == [
+            0,
+            1,
+            2,
+            3,
+        ]
+        assert any(
+            e["type"] == "consumer" and e["trigger"] == "member_joined" for e in k["rebalances"]
+        )
 
         status, topics = api(broker, "/api/topics")
         assert status == 200
@@ -109,10 +133,16 @@ def test_groups_group_and_topics_json(tmp_path: Path) -> None:
         assert status == 200 and [g["group"] for g in filtered["groups"]] == ["kip"]
 
         # the structured line and the histogram by trigger
-        assert "kcoord.rebalance rebalance group=billing type=classic trigger=member_joined" in broker.log()
-        assert get(broker.metrics_port, "/metrics")[1].count(  # type: ignore[arg-type]
-            'kcoord_group_rebalance_trigger_seconds_count{trigger="member_joined",type="consumer"}'
-        ) == 1
+        assert (
+            "kcoord.rebalance rebalance group=billing type=classic trigger=member_joined"
+            in broker.log()
+        )
+        assert (
+            get(broker.metrics_port, "/metrics")[1].count(  # type: ignore[arg-type]
+                'kcoord_group_rebalance_trigger_seconds_count{trigger="member_joined",type="consumer"}'
+            )
+            == 1
+        )
     finally:
         for m in members:
             m.stop()
@@ -157,7 +187,9 @@ def test_bad_input_answers_404_or_400_and_the_broker_keeps_serving(tmp_path: Pat
         assert raw(port, b"GET /api/groups?q=" + b"x" * 100_000 + b" HTTP/1.1\r\n\r\n").startswith(
             b"HTTP/1.1 400"
         )
-        assert raw(port, b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n").startswith(b"HTTP/1.1 400")
+        assert raw(port, b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n").startswith(
+            b"HTTP/1.1 400"
+        )
         assert raw(port, b"POST /api/groups HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
         assert raw(port, b"garbage\r\n\r\n") == b""
         # still serving: the console, the API, /healthz and Kafka clients

@@ -106,6 +106,10 @@ function groupsPage(data) {
 }
 
 // ---- one group --------------------------------------------------------------------------------
+function short(id) {
+  return id.length > 22 ? id.slice(0, 21) + "…" : id;
+}
+
 function timeline(g) {
   const events = g.rebalances.slice();
   if (g.rebalance_under_way) {
@@ -113,7 +117,7 @@ function timeline(g) {
       duration_ms: g.now_ms - g.rebalance_under_way.start_ms, reason: g.rebalance_under_way.reason, trigger: "under-way" });
   }
   if (!events.length) return el("p", { class: "muted" }, "No rebalance seen since the broker started.");
-  const width = 1000, labelW = 430, rowH = 22, top = 18;
+  const width = 1000, labelW = 470, rowH = 22, top = 18;
   const t0 = Math.min(...events.map((e) => e.start_ms)), t1 = Math.max(...events.map((e) => e.end_ms));
   const span = Math.max(t1 - t0, 1);
   const x = (t) => labelW + ((t - t0) / span) * (width - labelW - 10);
@@ -125,7 +129,7 @@ function timeline(g) {
     const y = top + i * rowH;
     const label = e.under_way
       ? `rebalancing now: ${e.reason}`
-      : `gen ${e.generation} · ${e.trigger}${e.member ? " " + e.member : ""} · ${e.members_before}→${e.members_after} members · ${e.partitions_moved} moved · ${e.duration_ms} ms`;
+      : `gen ${e.generation} · ${e.trigger}${e.member ? " " + short(e.member) : ""} · ${e.members_before}→${e.members_after} members · ${e.partitions_moved} moved · ${e.duration_ms} ms`;
     const bx = x(e.start_ms), bw = Math.max(x(e.end_ms) - bx, 3);
     const title = svg("title", {}, `${e.reason}\n${time(e.start_ms)} → ${time(e.end_ms)}`);
     root.append(svg("g", { class: "event " + e.trigger, "data-trigger": e.trigger, "data-member": e.member || "",

@@ -1,0 +1,205 @@
+"""The web console in headless Chromium against a real broker and real confluent-kafka
+consumers: the groups page lists a Stable group with its members; a killed consumer (SIGKILL,
+its own process) shows up on the open group page as a rebalance triggered by that member's
+expiry, with no reload; the group page's lag in messages and seconds matches
+``kcoord groups describe``; a screenshot of a timeline with several rebalances is saved to
+``docs/console-group.png`` (linked from the README).
+
+Every wait is on a condition, with a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from .browser import browser  # noqa: F401 - the fixture
+from .clients import create_topic, produce_confluent
+from .groups import ConfluentMember, settle, wait_balanced
+from .harness import ROOT, BrokerProcess, free_port, wait_for
+from .test_admin_cli import commit, kcoord_json, state_of
+from .test_console_api import FAST, api
+
+SCREENSHOT = ROOT / "docs" / "console-group.png"
+MATRIX = ROOT / "tests" / "integration" / "scripts" / "matrix_consumer.py"
+
+
+def texts(driver: Any, css: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+
+
+def until(driver: Any, what: str, cond: Any, timeout: float = 20) -> Any:
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(
+        lambda d: cond(d), message=f"waited {timeout} s for {what}"
+    )
+
+
+def kill_me_consumer(
+    broker: BrokerProcess, group: str, topic: str, out: Path
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(MATRIX), "--client", "confluent", "--bootstrap", broker.bootstrap,
+         "--group", group, "--topic", topic, "--assignor", "range", "--out", str(out),
+         "--session-ms", "3000"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    broker = BrokerProcess(tmp_path / "data", FAST, metrics_port=free_port()).start()
+    members: list[ConfluentMember] = []
+    victim: subprocess.Popen[str] | None = None
+    url = f"http://127.0.0.1:{broker.metrics_port}/"
+    try:
+        create_topic(broker.bootstrap, "orders", 4)
+        members = [ConfluentMember(broker.bootstrap, "shop", "orders", "m0")]
+        wait_balanced(members, 4)
+        victim = kill_me_consumer(broker, "shop", "orders", tmp_path / "victim.out")
+        assert victim.stdout is not None
+        wait_for(lambda: len(members[0].assignment) == 2, 60, what="the group split in two")
+        wait_for(lambda: state_of(broker, "shop") == ("Stable", 2), 30, what="Stable with 2")
+
+        # the groups page lists the Stable group with its members
+        browser.get(url)
+        row = '#groups-table tr[data-group="shop"]'
+        until(browser, "shop Stable on the groups page",
+              lambda d: texts(d, row + " .state") == ["Stable"] and texts(d, row + " .members") == ["2"])  # fmt: skip
+        assert "classic" in texts(browser, row)[0]
+
+        # the group page, open while the consumer is killed
+        browser.find_element(By.CSS_SELECTOR, row + " a").click()
+        until(browser, "the group page", lambda d: texts(d, "#group-name") == ["shop"])
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#members tbody tr")) == 2
+        [victim_id] = [
+            m["member_id"]
+            for m in api(broker, "/api/groups/shop")[1]["members_detail"]
+            if m["client_id"] == "rdkafka"
+        ]
+        browser.execute_script("window.notReloaded = true;")
+        expired = f'#timeline g.event[data-trigger="member_expired"][data-member="{victim_id}"]'
+        assert browser.find_elements(By.CSS_SELECTOR, expired) == []
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        killed = time.monotonic()
+        until(
+            browser,
+            "the expiry on the timeline",
+            lambda d: d.find_elements(By.CSS_SELECTOR, expired),
+            timeout=30,
+        )
+        seen_after = time.monotonic() - killed
+        assert browser.execute_script("return window.notReloaded === true;")
+        until(
+            browser,
+            "one member left",
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#members tbody tr")) == 1,
+        )
+        event = browser.find_element(By.CSS_SELECTOR, expired)
+        assert "member_expired" in event.text and "2→1 members" in event.text
+        # session 3 s, poll 2 s: the expiry is on screen a few seconds after the kill
+        print(f"expiry on the timeline {seen_after:.1f} s after SIGKILL")
+
+        # more rebalances for the screenshot: a member joins, then leaves cleanly
+        joiner = ConfluentMember(broker.bootstrap, "shop", "orders", "m2")
+        members.append(joiner)
+        wait_for(lambda: len(joiner.assignment) == 2, 60, what="m2 gets its share")
+        until(
+            browser,
+            "m2's join",
+            lambda d: d.find_elements(
+                By.CSS_SELECTOR, '#timeline g.event[data-trigger="member_joined"]'
+            ),
+        )
+        joiner.stop()
+        members.remove(joiner)
+        until(
+            browser,
+            "m2's leave",
+            lambda d: d.find_elements(
+                By.CSS_SELECTOR, '#timeline g.event[data-trigger="member_left"]'
+            ),
+        )
+        triggers = [
+            e.get_attribute("data-trigger")
+            for e in browser.find_elements(By.CSS_SELECTOR, "#timeline g.event")
+        ]
+        assert len(triggers) >= 4 and {"member_joined", "member_expired", "member_left"} <= set(
+            triggers
+        )
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(SCREENSHOT))
+    finally:
+        if victim is not None and victim.poll() is None:
+            victim.kill()
+            victim.wait(10)
+        for m in members:
+            m.stop()
+        broker.stop()
+
+
+def test_group_page_lag_matches_kcoord_groups_describe(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    broker = BrokerProcess(tmp_path / "data", FAST, metrics_port=free_port()).start()
+    members: list[ConfluentMember] = []
+    try:
+        create_topic(broker.bootstrap, "orders", 3)
+        before = time.time()
+        produce_confluent(
+            broker.bootstrap,
+            "orders",
+            [(p, b"k", b"v") for p in range(3) for _ in range(10)],
+            "none",
+        )
+        commit(broker.bootstrap, "billing", {("orders", 0): 4, ("orders", 1): 10, ("orders", 2): 7})
+        members = [
+            ConfluentMember(broker.bootstrap, "billing", "orders", f"m{i}") for i in range(2)
+        ]
+        wait_balanced(members, 3)
+        settle(members)
+        browser.get(f"http://127.0.0.1:{broker.metrics_port}/#/group/billing")
+        until(
+            browser,
+            "three partitions",
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 3,
+        )
+        described = kcoord_json(broker, "groups", "describe", "billing")
+        for row in described:
+            tr = f'#partitions tr[data-topic="orders"][data-partition="{row["partition"]}"]'
+            cell = browser.find_element(By.CSS_SELECTOR, tr + " .lag")
+            assert cell.text == str(row["lag"]), row
+            assert browser.find_element(By.CSS_SELECTOR, tr + " .committed").text == str(
+                row["current_offset"]
+            )
+            assert browser.find_element(By.CSS_SELECTOR, tr + " .log-end").text == str(
+                row["log_end_offset"]
+            )
+            seconds = browser.find_element(By.CSS_SELECTOR, tr + " .lag-seconds").get_attribute(
+                "data-seconds"
+            )
+            age = time.time() - before
+            if row["lag"] == 0:
+                assert float(seconds) == 0.0
+            else:  # the oldest unconsumed record was produced after `before`
+                assert 0 <= float(seconds) <= age + 1, (row, seconds)
+        # the groups page sums the same lag
+        browser.get(f"http://127.0.0.1:{broker.metrics_port}/#/groups")
+        total = sum(r["lag"] for r in described)
+        until(
+            browser,
+            "the group's total lag",
+            lambda d: texts(d, '#groups-table tr[data-group="billing"] .lag') == [str(total)],
+        )
+        assert json.loads(json.dumps(total)) == 6 + 0 + 3
+    finally:
+        for m in members:
+            m.stop()
+        broker.stop()
