@@ -29,6 +29,7 @@ from coordinator.config import GroupConfig
 from coordinator.loading import LatestRecords
 from coordinator.messages import OffsetFetchResponse
 from coordinator.output import RebalanceCompleted
+from coordinator.rebalance_replay import HistoryReplay
 from coordinator.rebalances import RebalanceHistory, log_fields
 from coordinator.shard import GroupShard, Output
 from protocol.batch import HEADER_SIZE, CorruptBatch
@@ -243,6 +244,7 @@ class GroupRuntime:
             # The shard's state is a function of the newest record per key: collect those,
             # then replay them (coordinator/loading.py).
             latest = LatestRecords()
+            history = HistoryReplay(self.rebalances.per_group)
             if sr.log.offline is not None:
                 self._unavailable(sr, "its log is offline")
                 continue
@@ -250,7 +252,9 @@ class GroupRuntime:
                 for i, (base, header, data) in enumerate(sr.log.iter_batches()):
                     if not header.is_control:
                         try:
-                            latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+                            pairs = decode_key_values(header, data[HEADER_SIZE:])
+                            latest.add(pairs)
+                            history.add(pairs, header.max_timestamp)
                         except CorruptBatch as e:  # e.g. expands past the decompression bound
                             log.error(
                                 "%s-%d: batch at offset %d skipped: %s",
@@ -266,6 +270,7 @@ class GroupRuntime:
                 continue
             records += latest.records
             latest.replay_into(sr.shard, now_ms())
+            self.rebalances.restore(history.events())
             self._finish(sr, now_ms())
             self._loaded_progress(sr, records - part_records, time.perf_counter() - part_started)
         self.load_seconds = time.perf_counter() - started

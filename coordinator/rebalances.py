@@ -71,6 +71,19 @@ def classify(reason: str) -> tuple[str, str]:
     return trigger, found.group(1) if found else ""
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A group as its last rebalance left it (or as loaded): the members and who owned what.
+    The next rebalance's "before" (a member removed first is still counted there)."""
+
+    members: int = 0
+    owners: Owners = field(default_factory=dict)
+
+
+NOTHING_SETTLED = Settled()
+"""A new group's (shared; never changed)."""
+
+
 @dataclass(slots=True)
 class RebalanceStart:
     """What a rebalance under way remembers of its start."""
@@ -81,8 +94,8 @@ class RebalanceStart:
     owners_before: Owners
 
 
-def begin(now_ms: int, reason: str, members: int, owners: Owners) -> RebalanceStart:
-    return RebalanceStart(now_ms, reason, members, owners)
+def begin(now_ms: int, reason: str, settled: Settled) -> RebalanceStart:
+    return RebalanceStart(now_ms, reason, settled.members, settled.owners)
 
 
 def moved(before: Mapping[tuple[str, int], str], after: Mapping[tuple[str, int], str]) -> int:
@@ -100,8 +113,9 @@ def finish(
     members: int,
     owners: Owners,
     now_ms: int,
-) -> RebalanceCompleted:
-    """The event of a rebalance that ends now (``start`` None: its start is unknown)."""
+) -> tuple[RebalanceCompleted, Settled]:
+    """The event of a rebalance that ends now (``start`` None: its start is unknown), and the
+    group's new :class:`Settled`."""
     if start is None:
         start = RebalanceStart(now_ms, "unknown", members, owners)
     trigger, member = classify(start.reason)
@@ -117,7 +131,7 @@ def finish(
         started_ms=start.started_ms,
         members_before=start.members_before,
         partitions_moved=moved(start.owners_before, owners),
-    )
+    ), Settled(members, owners)
 
 
 # ---- classic assignments (ConsumerProtocolAssignment) -------------------------------------------
@@ -179,9 +193,11 @@ class RebalanceHistory:
         history.total += 1
 
     def restore(self, events: Iterable[RebalanceCompleted]) -> None:
-        """Events rebuilt at start-up, oldest first, before any live one of their group."""
+        """Events rebuilt at start-up, oldest first within a group: kept for the groups that
+        have no live event yet (those came later than anything rebuilt)."""
+        live = set(self._groups)
         for event in events:
-            if event.group_id not in self._groups:
+            if event.group_id not in live:
                 self.record(event)
 
     def events(self, group_id: str) -> list[RebalanceCompleted]:

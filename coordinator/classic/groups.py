@@ -20,7 +20,7 @@ from coordinator.classic.group import ClassicGroup, GroupState, JoinTimer, Membe
 from coordinator.config import GroupConfig
 from coordinator.messages import JoinGroupResponse, SyncGroupResponse
 from coordinator.output import Operation, RebalanceCompleted
-from coordinator.rebalances import Owners, RebalanceStart, begin, classic_owners, finish
+from coordinator.rebalances import Owners, RebalanceStart, Settled, begin, classic_owners, finish
 from coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -211,9 +211,7 @@ class ClassicGroups:
             self.reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress, now_ms)
         initial = group.state is GroupState.EMPTY
         if group.state is not GroupState.COMPLETING_REBALANCE:
-            self._rebalance_started[group.group_id] = begin(
-                now_ms, reason, group.settled_members, _owners(group)
-            )
+            self._rebalance_started[group.group_id] = begin(now_ms, reason, group.settled)
         group.transition_to(GroupState.PREPARING_REBALANCE, now_ms)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
@@ -334,7 +332,7 @@ class ClassicGroups:
         return self._rebalance_started.get(group_id)
 
     def rebalance_completed(self, group: ClassicGroup, now_ms: int) -> None:
-        done = finish(
+        done, group.settled = finish(
             self._rebalance_started.pop(group.group_id, None),
             group_id=group.group_id,
             group_type="classic",
@@ -343,7 +341,6 @@ class ClassicGroups:
             owners=_owners(group),
             now_ms=now_ms,
         )
-        group.settled_members = done.members
         log.info(
             "rebalance completed: group=%s generation=%d members=%d reason=%r duration_ms=%d",
             done.group_id,
@@ -459,6 +456,11 @@ class ClassicGroups:
             member_id=member_id,
             members=group.current_member_metadata() if is_leader and with_members else (),
         )
+
+
+def settled_now(group: ClassicGroup) -> Settled:
+    """A loaded group's :class:`Settled`."""
+    return Settled(len(group.members), _owners(group))
 
 
 def _owners(group: ClassicGroup) -> Owners:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from coordinator.classic.group import ClassicGroup, GroupState, Member
-from coordinator.classic.groups import ClassicGroups, shared, sync_error
+from coordinator.classic.groups import ClassicGroups, settled_now, shared, sync_error
 from coordinator.classic.join import JoinGroupHandler, StaticReplaceWriteFailed
 from coordinator.config import GroupConfig
 from coordinator.messages import (
@@ -479,5 +479,5 @@ def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup
         )
     group.protocol_type = value.protocol_type or None
     group.compute_subscribed_topics()
-    group.settled_members = len(group.members)
+    group.settled = settled_now(group)
     return group

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from coordinator.consumer.member import Assignment, ConsumerMember
 from coordinator.consumer.topics import TopicId, TopicInfo
 from coordinator.offsets import OffsetExpiry
-from coordinator.rebalances import Owners, RebalanceStart
+from coordinator.rebalances import NOTHING_SETTLED, Owners, RebalanceStart, Settled
 from protocol.errors import ErrorCode
 
 EMPTY = "Empty"
@@ -73,8 +73,8 @@ class ConsumerGroup:
     rebalance: RebalanceStart | None = None
     """The rebalance under way: set when the group epoch first moves ahead of a fully
     reconciled group (coordinator.rebalances)."""
-    settled_members: int = 0
-    """Members when the last rebalance completed (or the group was loaded)."""
+    settled: Settled = NOTHING_SETTLED
+    """The group as its last rebalance left it (or as loaded)."""
     changes: int = 0
     """Counts the operations that changed the group (a failed write undoes only the last)."""
 
@@ -195,7 +195,7 @@ class ConsumerGroup:
             timers=self.timers,  # timers check liveness themselves
             dead=self.dead,
             rebalance=self.rebalance,
-            settled_members=self.settled_members,
+            settled=self.settled,
             changes=self.changes,
         )
 

@@ -44,7 +44,7 @@ from coordinator.consumer.regex import compile_regex, resolve_regex
 from coordinator.consumer.target import update_target
 from coordinator.consumer.topics import TopicsView, metadata_hash, subscribed_topics
 from coordinator.output import Operation, RebalanceCompleted
-from coordinator.rebalances import begin, finish
+from coordinator.rebalances import Settled, begin, finish
 from coordinator.timers import TimerEntry, TimerKind, Timers
 from protocol.errors import ErrorCode
 
@@ -453,7 +453,7 @@ class ConsumerGroupManager:
         group.group_epoch += 1
         self.op.emit(*records.epoch_record(group))
         if group.rebalance is None:
-            group.rebalance = begin(now_ms, reason, group.settled_members, group.owners())
+            group.rebalance = begin(now_ms, reason, group.settled)
 
     def refresh_topics(self, change: Change, now_ms: int) -> bool:
         """Re-read the subscribed topics (and re-resolve regexes); True if they changed."""
@@ -517,7 +517,7 @@ class ConsumerGroupManager:
     def maybe_completed(self, group: ConsumerGroup, now_ms: int) -> None:
         if group.rebalance is None or group.state != STABLE:
             return
-        done = finish(
+        done, group.settled = finish(
             group.rebalance,
             group_id=group.group_id,
             group_type="consumer",
@@ -526,7 +526,7 @@ class ConsumerGroupManager:
             owners=group.owners(),
             now_ms=now_ms,
         )
-        group.rebalance, group.settled_members = None, done.members
+        group.rebalance = None
         log.info(
             "rebalance completed: group %s epoch %d, %d members, %d ms (%s)",
             *(done.group_id, done.generation, done.members, done.duration_ms, done.reason),
@@ -637,7 +637,7 @@ class ConsumerGroupManager:
         timer of members still revoking)."""
         for group in self.loader.groups():
             self.groups[group.group_id] = group
-            group.settled_members = len(group.members)
+            group.settled = Settled(len(group.members), group.owners())
             for member in group.members.values():
                 self.arm_session(group, member, now_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:

@@ -201,3 +201,41 @@ def test_bad_input_answers_404_or_400_and_the_broker_keeps_serving(tmp_path: Pat
         assert broker.alive and "Traceback" not in broker.log()
     finally:
         broker.stop()
+
+
+def test_the_timeline_is_rebuilt_from_consumer_offsets_after_a_restart(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", FAST, metrics_port=free_port()).start()
+    members: list[ConfluentMember] = []
+    try:
+        create_topic(broker.bootstrap, "orders", 4)
+        members = [ConfluentMember(broker.bootstrap, "shop", "orders", "m0")]
+        wait_balanced(members, 4)
+        members.append(ConfluentMember(broker.bootstrap, "shop", "orders", "m1"))
+        wait_balanced(members, 4)
+        settle(members)
+        members.pop().stop()  # LeaveGroup: another rebalance
+        wait_for(lambda: state_of(broker, "shop") == ("Stable", 1), 30, what="Stable with 1")
+        before = api(broker, "/api/groups/shop")[1]["rebalances"]
+        assert [e["members_after"] for e in before] == [1, 2, 1]
+        for m in members:
+            m.stop()
+        members = []
+        wait_for(lambda: state_of(broker, "shop")[0] == "Empty", 30, what="Empty")
+        before = api(broker, "/api/groups/shop")[1]["rebalances"]
+        broker.stop()
+        broker.restart()
+        wait_for(lambda: get(broker.metrics_port, "/readyz")[0] == 200, 30, what="/readyz")  # type: ignore[arg-type]
+        status, g = api(broker, "/api/groups/shop")
+        assert status == 200
+        after = g["rebalances"]
+        assert [e["generation"] for e in after] == [e["generation"] for e in before]
+        assert [(e["members_before"], e["members_after"]) for e in after] == [
+            (e["members_before"], e["members_after"]) for e in before
+        ]
+        assert [e["partitions_moved"] for e in after] == [e["partitions_moved"] for e in before]
+        assert [e["trigger"] for e in after][:2] == ["member_joined", "member_joined"]
+        assert after[2]["trigger"] == "restored" and after[2]["member"] == before[2]["member"]
+    finally:
+        for m in members:
+            m.stop()
+        broker.stop()
