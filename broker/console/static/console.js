@@ -233,8 +233,12 @@ function render(keepFocus) {
   document.getElementById("nav-topics").classList.toggle("active", r.page === "topics");
 }
 
+// Each poll's timings (fetch and parse, then render), newest last, for bench/console.py.
+const timings = (window.consoleTimings = []);
+
 async function poll() {
   const mine = generation;
+  const t0 = performance.now();
   const r = route();
   const path = r.page === "groups" ? "/api/groups" : r.page === "topics" ? "/api/topics"
     : "/api/groups/" + encodeURIComponent(r.id);
@@ -242,8 +246,15 @@ async function poll() {
     const data = await getJSON(path);
     if (mine !== generation) return;
     last = data === null ? { missing: true } : data;
+    const t1 = performance.now();
     const typing = document.activeElement && document.activeElement.id === "filter";
     render(typing);
+    const t2 = performance.now();
+    const entry = { page: r.page, started_ms: t0, fetch_ms: t1 - t0, render_ms: t2 - t1 };
+    timings.push(entry);
+    if (timings.length > 100) timings.shift();
+    // the frame after the render has been laid out and painted
+    requestAnimationFrame(() => setTimeout(() => { entry.painted_ms = performance.now(); }, 0));
     status.textContent = "updated " + new Date().toLocaleTimeString();
     document.body.dataset.updated = String(Date.now());
   } catch (e) {
