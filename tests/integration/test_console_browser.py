@@ -43,13 +43,13 @@ def until(driver: Any, what: str, cond: Any, timeout: float = 20) -> Any:
 
 
 def kill_me_consumer(
-    broker: BrokerProcess, group: str, topic: str, out: Path
+    broker: BrokerProcess, group: str, topic: str, out: Path, session_ms: int = 3000
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(MATRIX), "--client", "confluent", "--bootstrap", broker.bootstrap,
          "--group", group, "--topic", topic, "--assignor", "range", "--out", str(out),
-         "--session-ms", "3000"],
-        stdout=subprocess.PIPE,
+         "--session-ms", str(session_ms)],
+        stdout=subprocess.DEVNULL,
         text=True,
         cwd=ROOT,
     )  # fmt: skip
@@ -65,7 +65,6 @@ def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browse
         members = [ConfluentMember(broker.bootstrap, "shop", "orders", "m0")]
         wait_balanced(members, 4)
         victim = kill_me_consumer(broker, "shop", "orders", tmp_path / "victim.out")
-        assert victim.stdout is not None
         wait_for(lambda: len(members[0].assignment) == 2, 60, what="the group split in two")
         wait_for(lambda: state_of(broker, "shop") == ("Stable", 2), 30, what="Stable with 2")
 
@@ -200,6 +199,109 @@ def test_group_page_lag_matches_kcoord_groups_describe(tmp_path: Path, browser: 
         )
         assert json.loads(json.dumps(total)) == 6 + 0 + 3
     finally:
+        for m in members:
+            m.stop()
+        broker.stop()
+
+
+def readers(broker: BrokerProcess, topic: str) -> list[list[str]]:
+    [found] = [t for t in api(broker, "/api/topics?q=" + topic)[1]["topics"] if t["topic"] == topic]
+    return [p["groups"] for p in found["partitions"]]
+
+
+def test_stuck_flag_kip848_groups_and_the_topics_page(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    broker = BrokerProcess(tmp_path / "data", FAST, metrics_port=free_port()).start()
+    members: list[ConfluentMember] = []
+    sleeper: subprocess.Popen[str] | None = None
+    url = f"http://127.0.0.1:{broker.metrics_port}/"
+    try:
+        create_topic(broker.bootstrap, "orders", 2)
+        produce_confluent(
+            broker.bootstrap,
+            "orders",
+            [(p, b"k", b"v") for p in range(2) for _ in range(5)],
+            "none",
+        )
+        # a member that will stop answering (SIGSTOP) with a 20 s session: the rebalance a
+        # newcomer starts waits for it that long
+        out = tmp_path / "sleeper.out"
+        sleeper = kill_me_consumer(broker, "slow", "orders", out, session_ms=20_000)
+        wait_for(
+            lambda: out.exists() and len(out.read_text().splitlines()) == 10,
+            60,
+            what="sleeper consumed",
+        )
+        wait_for(lambda: state_of(broker, "slow") == ("Stable", 1), 30, what="slow Stable")
+        wait_for(
+            lambda: readers(broker, "orders") == [["slow"], ["slow"]], 30, what="slow's commits"
+        )
+        kip = ConfluentMember(
+            broker.bootstrap, "kip", "orders", "k0", assignor="uniform", protocol="consumer"
+        )
+        members.append(kip)
+        wait_balanced([kip], 2)
+
+        browser.get(url + "?stuck_ms=300")
+        kip_row = '#groups-table tr[data-group="kip"]'
+        until(
+            browser,
+            "the KIP-848 group, Stable",
+            lambda d: texts(d, kip_row + " .state") == ["Stable"],
+        )
+        assert "consumer" in texts(browser, kip_row)[0] and "uniform" in texts(browser, kip_row)[0]
+
+        sleeper.send_signal(signal.SIGSTOP)
+        members.append(ConfluentMember(broker.bootstrap, "slow", "orders", "j0"))
+        slow_row = '#groups-table tr[data-group="slow"]'
+        until(
+            browser,
+            "slow flagged as stuck",
+            lambda d: d.find_elements(By.CSS_SELECTOR, slow_row + ".stuck"),
+        )
+        assert "stuck rebalancing" in texts(browser, slow_row + " .flag")[0]
+        assert texts(browser, slow_row + " .state") == ["PreparingRebalance"]
+        browser.find_element(By.ID, "stuck-filter").click()
+        assert [
+            e.get_attribute("data-group")
+            for e in browser.find_elements(By.CSS_SELECTOR, "#groups-table tbody tr")
+        ] == ["slow"]
+        browser.find_element(By.ID, "stuck-filter").click()
+        # once the sleeper's session expires the rebalance completes and the flag goes
+        until(
+            browser,
+            "slow no longer stuck",
+            lambda d: texts(d, slow_row + " .state") == ["Stable"],
+            timeout=60,
+        )
+        assert browser.find_elements(By.CSS_SELECTOR, slow_row + ".stuck") == []
+
+        # filtering and sorting on the page
+        browser.find_element(By.ID, "filter").send_keys("ki")
+        until(
+            browser,
+            "the filter",
+            lambda d: (
+                [
+                    e.get_attribute("data-group")
+                    for e in d.find_elements(By.CSS_SELECTOR, "#groups-table tbody tr")
+                ]
+                == ["kip"]
+            ),
+        )
+        browser.find_element(By.ID, "filter").clear()
+        browser.find_element(By.ID, "filter").send_keys(" ")
+        browser.find_element(By.ID, "filter").clear()
+
+        # the topics page: partitions with their offsets and the groups reading them
+        browser.find_element(By.ID, "nav-topics").click()
+        row = '#topics-table tr[data-topic="orders"][data-partition="0"]'
+        until(browser, "the topics page", lambda d: d.find_elements(By.CSS_SELECTOR, row))
+        assert "slow" in browser.find_element(By.CSS_SELECTOR, row).text
+        assert "orders" in browser.find_element(By.CSS_SELECTOR, row).text
+    finally:
+        if sleeper is not None and sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait(10)
         for m in members:
             m.stop()
         broker.stop()

@@ -240,8 +240,11 @@ async function poll() {
   const mine = generation;
   const t0 = performance.now();
   const r = route();
-  const path = r.page === "groups" ? "/api/groups" : r.page === "topics" ? "/api/topics"
-    : "/api/groups/" + encodeURIComponent(r.id);
+  // the page's own ?stuck_ms= (the stuck threshold) goes to the API
+  const stuck = new URLSearchParams(location.search).get("stuck_ms");
+  const query = stuck !== null && r.page !== "topics" ? "?stuck_ms=" + encodeURIComponent(stuck) : "";
+  const path = (r.page === "groups" ? "/api/groups" : r.page === "topics" ? "/api/topics"
+    : "/api/groups/" + encodeURIComponent(r.id)) + query;
   try {
     const data = await getJSON(path);
     if (mine !== generation) return;
