@@ -71,7 +71,7 @@ def _reason(joined: list[str], gone: list[str]) -> tuple[str, str, str]:
 class HistoryReplay:
     """Feed every record of a partition in log order (:meth:`add`); then :meth:`events`."""
 
-    def __init__(self, per_group: int = 50) -> None:
+    def __init__(self, per_group: int = 20) -> None:
         self.per_group = per_group
         self._classic: dict[str, _Classic] = {}
         self._consumer: dict[str, _Consumer] = {}

@@ -176,8 +176,8 @@ class _GroupHistory:
 class RebalanceHistory:
     """The last ``per_group`` rebalances of each group (at most ``max_groups`` groups)."""
 
-    per_group: int = 50
-    max_groups: int = 100_000
+    per_group: int = 20
+    max_groups: int = 10_000
     _groups: OrderedDict[str, _GroupHistory] = field(default_factory=OrderedDict)
 
     def record(self, event: RebalanceCompleted) -> None:

@@ -183,6 +183,8 @@ async def list_groups(
             if match in group.group_id:
                 total += 1
                 found.append((shard, group))
+        if len(groups) >= SLICE:
+            await pause()
     found.sort(key=lambda pair: pair[1].group_id)
     rows = []
     work = 0
