@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -32,14 +33,43 @@ SCREENSHOT = ROOT / "docs" / "console-group.png"
 MATRIX = ROOT / "tests" / "integration" / "scripts" / "matrix_consumer.py"
 
 
+# The page redraws on every poll, so elements are read in one script call (never held across a
+# redraw) and clicks are retried on a stale element.
 def texts(driver: Any, css: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    script = "return Array.from(document.querySelectorAll(arguments[0]), e => e.textContent);"
+    return list(driver.execute_script(script, css))
+
+
+def attrs(driver: Any, css: str, name: str) -> list[str | None]:
+    script = "return Array.from(document.querySelectorAll(arguments[0]), e => e.getAttribute(arguments[1]));"
+    return list(driver.execute_script(script, css, name))
+
+
+def count(driver: Any, css: str) -> int:
+    return int(driver.execute_script("return document.querySelectorAll(arguments[0]).length;", css))
+
+
+def click(driver: Any, css: str) -> None:
+    def once(d: Any) -> bool:
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+
+    until(driver, f"a click on {css}", once)
+
+
+def set_filter(driver: Any, text: str) -> None:
+    """What typing into the filter box does: its value changes and an input event fires."""
+    driver.execute_script(
+        "const f = document.getElementById('filter'); f.value = arguments[0];"
+        "f.dispatchEvent(new Event('input', {bubbles: true}));",
+        text,
+    )
 
 
 def until(driver: Any, what: str, cond: Any, timeout: float = 20) -> Any:
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(
-        lambda d: cond(d), message=f"waited {timeout} s for {what}"
-    )
+    return WebDriverWait(
+        driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(lambda d: cond(d), message=f"waited {timeout} s for {what}")
 
 
 def kill_me_consumer(
@@ -76,9 +106,9 @@ def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browse
         assert "classic" in texts(browser, row)[0]
 
         # the group page, open while the consumer is killed
-        browser.find_element(By.CSS_SELECTOR, row + " a").click()
+        click(browser, row + " a")
         until(browser, "the group page", lambda d: texts(d, "#group-name") == ["shop"])
-        assert len(browser.find_elements(By.CSS_SELECTOR, "#members tbody tr")) == 2
+        until(browser, "two members", lambda d: count(d, "#members tbody tr") == 2)
         [victim_id] = [
             m["member_id"]
             for m in api(broker, "/api/groups/shop")[1]["members_detail"]
@@ -86,14 +116,14 @@ def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browse
         ]
         browser.execute_script("window.notReloaded = true;")
         expired = f'#timeline g.event[data-trigger="member_expired"][data-member="{victim_id}"]'
-        assert browser.find_elements(By.CSS_SELECTOR, expired) == []
+        assert count(browser, expired) == 0
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         killed = time.monotonic()
         until(
             browser,
             "the expiry on the timeline",
-            lambda d: d.find_elements(By.CSS_SELECTOR, expired),
+            lambda d: count(d, expired),
             timeout=30,
         )
         seen_after = time.monotonic() - killed
@@ -101,10 +131,10 @@ def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browse
         until(
             browser,
             "one member left",
-            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#members tbody tr")) == 1,
+            lambda d: count(d, "#members tbody tr") == 1,
         )
-        event = browser.find_element(By.CSS_SELECTOR, expired)
-        assert "member_expired" in event.text and "2→1 members" in event.text
+        [event] = texts(browser, expired)
+        assert "member_expired" in event and "2→1 members" in event
         # session 3 s, poll 2 s: the expiry is on screen a few seconds after the kill
         print(f"expiry on the timeline {seen_after:.1f} s after SIGKILL")
 
@@ -112,26 +142,13 @@ def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browse
         joiner = ConfluentMember(broker.bootstrap, "shop", "orders", "m2")
         members.append(joiner)
         wait_for(lambda: len(joiner.assignment) == 2, 60, what="m2 gets its share")
-        until(
-            browser,
-            "m2's join",
-            lambda d: d.find_elements(
-                By.CSS_SELECTOR, '#timeline g.event[data-trigger="member_joined"]'
-            ),
-        )
+        joined = '#timeline g.event[data-trigger="member_joined"]'
+        until(browser, "m2's join", lambda d: count(d, joined) == 3)
         joiner.stop()
         members.remove(joiner)
-        until(
-            browser,
-            "m2's leave",
-            lambda d: d.find_elements(
-                By.CSS_SELECTOR, '#timeline g.event[data-trigger="member_left"]'
-            ),
-        )
-        triggers = [
-            e.get_attribute("data-trigger")
-            for e in browser.find_elements(By.CSS_SELECTOR, "#timeline g.event")
-        ]
+        left = '#timeline g.event[data-trigger="member_left"]'
+        until(browser, "m2's leave", lambda d: count(d, left) == 1)
+        triggers = attrs(browser, "#timeline g.event", "data-trigger")
         assert len(triggers) >= 4 and {"member_joined", "member_expired", "member_left"} <= set(
             triggers
         )
@@ -168,22 +185,18 @@ def test_group_page_lag_matches_kcoord_groups_describe(tmp_path: Path, browser: 
         until(
             browser,
             "three partitions",
-            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#partitions tbody tr")) == 3,
+            lambda d: count(d, "#partitions tbody tr") == 3,
         )
         described = kcoord_json(broker, "groups", "describe", "billing")
         for row in described:
             tr = f'#partitions tr[data-topic="orders"][data-partition="{row["partition"]}"]'
-            cell = browser.find_element(By.CSS_SELECTOR, tr + " .lag")
-            assert cell.text == str(row["lag"]), row
-            assert browser.find_element(By.CSS_SELECTOR, tr + " .committed").text == str(
-                row["current_offset"]
-            )
-            assert browser.find_element(By.CSS_SELECTOR, tr + " .log-end").text == str(
-                row["log_end_offset"]
-            )
-            seconds = browser.find_element(By.CSS_SELECTOR, tr + " .lag-seconds").get_attribute(
-                "data-seconds"
-            )
+            assert texts(browser, tr + " .lag") == [str(row["lag"])], row
+            assert texts(browser, tr + " .committed") == [str(row["current_offset"])]
+            assert texts(browser, tr + " .log-end") == [str(row["log_end_offset"])]
+            [seconds] = attrs(browser, tr + " .lag-seconds", "data-seconds")
+            assert seconds is not None and seconds != ""
+            [shown] = texts(browser, tr + " .lag-seconds")
+            assert shown.endswith(" s") and abs(float(shown[:-2]) - float(seconds)) <= 0.5
             age = time.time() - before
             if row["lag"] == 0:
                 assert float(seconds) == 0.0
@@ -253,19 +266,14 @@ def test_stuck_flag_kip848_groups_and_the_topics_page(tmp_path: Path, browser: A
         sleeper.send_signal(signal.SIGSTOP)
         members.append(ConfluentMember(broker.bootstrap, "slow", "orders", "j0"))
         slow_row = '#groups-table tr[data-group="slow"]'
-        until(
-            browser,
-            "slow flagged as stuck",
-            lambda d: d.find_elements(By.CSS_SELECTOR, slow_row + ".stuck"),
-        )
+        rows = "#groups-table tbody tr"
+        until(browser, "slow flagged as stuck", lambda d: count(d, slow_row + ".stuck") == 1)
         assert "stuck rebalancing" in texts(browser, slow_row + " .flag")[0]
         assert texts(browser, slow_row + " .state") == ["PreparingRebalance"]
-        browser.find_element(By.ID, "stuck-filter").click()
-        assert [
-            e.get_attribute("data-group")
-            for e in browser.find_elements(By.CSS_SELECTOR, "#groups-table tbody tr")
-        ] == ["slow"]
-        browser.find_element(By.ID, "stuck-filter").click()
+        click(browser, "#stuck-filter")
+        until(browser, "stuck only", lambda d: attrs(d, rows, "data-group") == ["slow"])
+        click(browser, "#stuck-filter")
+        until(browser, "all again", lambda d: attrs(d, rows, "data-group") == ["kip", "slow"])
         # once the sleeper's session expires the rebalance completes and the flag goes
         until(
             browser,
@@ -273,31 +281,21 @@ def test_stuck_flag_kip848_groups_and_the_topics_page(tmp_path: Path, browser: A
             lambda d: texts(d, slow_row + " .state") == ["Stable"],
             timeout=60,
         )
-        assert browser.find_elements(By.CSS_SELECTOR, slow_row + ".stuck") == []
+        assert count(browser, slow_row + ".stuck") == 0
 
         # filtering and sorting on the page
-        browser.find_element(By.ID, "filter").send_keys("ki")
-        until(
-            browser,
-            "the filter",
-            lambda d: (
-                [
-                    e.get_attribute("data-group")
-                    for e in d.find_elements(By.CSS_SELECTOR, "#groups-table tbody tr")
-                ]
-                == ["kip"]
-            ),
-        )
-        browser.find_element(By.ID, "filter").clear()
-        browser.find_element(By.ID, "filter").send_keys(" ")
-        browser.find_element(By.ID, "filter").clear()
+        set_filter(browser, "ki")
+        until(browser, "the filter", lambda d: attrs(d, rows, "data-group") == ["kip"])
+        set_filter(browser, "")
+        click(browser, 'th[data-key="group"]')  # sorted by group already: now descending
+        until(browser, "the sort", lambda d: attrs(d, rows, "data-group") == ["slow", "kip"])
 
         # the topics page: partitions with their offsets and the groups reading them
-        browser.find_element(By.ID, "nav-topics").click()
+        click(browser, "#nav-topics")
         row = '#topics-table tr[data-topic="orders"][data-partition="0"]'
-        until(browser, "the topics page", lambda d: d.find_elements(By.CSS_SELECTOR, row))
-        assert "slow" in browser.find_element(By.CSS_SELECTOR, row).text
-        assert "orders" in browser.find_element(By.CSS_SELECTOR, row).text
+        until(browser, "the topics page", lambda d: count(d, row) == 1)
+        [text] = texts(browser, row)
+        assert "orders" in text and "slow" in text
     finally:
         if sleeper is not None and sleeper.poll() is None:
             sleeper.kill()
