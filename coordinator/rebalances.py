@@ -169,7 +169,13 @@ def classic_owners(members: Iterable[tuple[str, bytes]]) -> Owners:
 @dataclass(slots=True)
 class _GroupHistory:
     events: deque[RebalanceCompleted]
+    ends: deque[int]
+    """End times of the rebalances of the last hour (at most MAX_ENDS): counts per hour."""
     total: int = 0
+
+
+MAX_ENDS = 250
+HOUR_MS = 3_600_000
 
 
 @dataclass(slots=True)
@@ -184,12 +190,19 @@ class RebalanceHistory:
         """Keep ``event`` (the oldest of its group goes when it has ``per_group``)."""
         history = self._groups.get(event.group_id)
         if history is None:
-            history = self._groups[event.group_id] = _GroupHistory(deque(maxlen=self.per_group))
+            history = self._groups[event.group_id] = _GroupHistory(
+                deque(maxlen=self.per_group), deque(maxlen=MAX_ENDS)
+            )
             while len(self._groups) > self.max_groups:
                 self._groups.popitem(last=False)
         else:
             self._groups.move_to_end(event.group_id)
         history.events.append(event)
+        end = event.started_ms + event.duration_ms
+        ends = history.ends
+        while ends and ends[0] < end - HOUR_MS:
+            ends.popleft()
+        ends.append(end)
         history.total += 1
 
     def restore(self, events: Iterable[RebalanceCompleted]) -> None:
@@ -209,11 +222,12 @@ class RebalanceHistory:
         return history.events[-1] if history is not None and history.events else None
 
     def count_since(self, group_id: str, since_ms: int) -> int:
-        """Rebalances of the group that ended at or after ``since_ms`` (of those kept)."""
+        """Rebalances of the group that ended at or after ``since_ms`` (of the last
+        :data:`MAX_ENDS`)."""
         history = self._groups.get(group_id)
         if history is None:
             return 0
-        return sum(1 for e in history.events if e.started_ms + e.duration_ms >= since_ms)
+        return sum(1 for end in history.ends if end >= since_ms)
 
     def total(self, group_id: str) -> int:
         history = self._groups.get(group_id)

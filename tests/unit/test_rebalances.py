@@ -74,6 +74,7 @@ def test_history_keeps_the_last_n_per_group_and_bounds_groups() -> None:
     assert [e.started_ms + e.duration_ms for e in h.events("a")] == [200, 300, 400]
     assert h.total("a") == 5
     assert h.count_since("a", 300) == 2
+    assert h.count_since("a", 0) == 5  # counted beyond the events kept
     h.record(event("b", 0))
     h.record(event("c", 0))  # "a" changed least recently: forgotten
     assert list(h) == ["b", "c"] and h.events("a") == [] and h.last("a") is None
