@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 from coordinator.config import GroupConfig
 from coordinator.loading import LatestRecords
 from coordinator.messages import OffsetFetchResponse
+from coordinator.output import RebalanceCompleted
+from coordinator.rebalance_replay import HistoryReplay
+from coordinator.rebalances import RebalanceHistory, log_fields
 from coordinator.shard import GroupShard, Output
 from protocol.batch import HEADER_SIZE, CorruptBatch
 from protocol.errors import ErrorCode
@@ -47,6 +50,8 @@ if TYPE_CHECKING:
     from .topics import TopicStore
 
 log = logging.getLogger("kcoord.coordinator")
+rebalance_log = logging.getLogger("kcoord.rebalance")
+"""One structured line (logfmt) per completed rebalance."""
 
 _LOAD_YIELD_EVERY = 256
 _NO_REPLY = object()  # batches replayed between yields to the event loop
@@ -157,9 +162,11 @@ class GroupRuntime:
             )
             for p in range(self.num_partitions)
         ]
-        if metrics.rebalance is not None:
-            for sr in self.shards:
-                sr.shard.rebalance_observer = metrics.rebalance
+        self.rebalances = RebalanceHistory()
+        """Each group's last rebalances (the web console's timeline)."""
+        self._observe_rebalance = metrics.rebalance
+        for sr in self.shards:
+            sr.shard.rebalance_observer = self._rebalanced
         self._handles = itertools.count(1)
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
@@ -168,6 +175,12 @@ class GroupRuntime:
         self._cleaner_task: asyncio.Task[None] | None = None
         self._cleaned_size: dict[int, int] = {}
         self.load_seconds: float | None = None
+
+    def _rebalanced(self, done: RebalanceCompleted) -> None:
+        self.rebalances.record(done)
+        rebalance_log.info("rebalance %s", log_fields(done))
+        if self._observe_rebalance is not None:
+            self._observe_rebalance(done)
 
     # start-up and the offsets topic -----------------------------------------------------------
     @property
@@ -231,6 +244,7 @@ class GroupRuntime:
             # The shard's state is a function of the newest record per key: collect those,
             # then replay them (coordinator/loading.py).
             latest = LatestRecords()
+            history = HistoryReplay(self.rebalances.per_group)
             if sr.log.offline is not None:
                 self._unavailable(sr, "its log is offline")
                 continue
@@ -238,7 +252,9 @@ class GroupRuntime:
                 for i, (base, header, data) in enumerate(sr.log.iter_batches()):
                     if not header.is_control:
                         try:
-                            latest.add(decode_key_values(header, data[HEADER_SIZE:]))
+                            pairs = decode_key_values(header, data[HEADER_SIZE:])
+                            latest.add(pairs)
+                            history.add(pairs, header.max_timestamp)
                         except CorruptBatch as e:  # e.g. expands past the decompression bound
                             log.error(
                                 "%s-%d: batch at offset %d skipped: %s",
@@ -254,6 +270,7 @@ class GroupRuntime:
                 continue
             records += latest.records
             latest.replay_into(sr.shard, now_ms())
+            self.rebalances.restore(history.events())
             self._finish(sr, now_ms())
             self._loaded_progress(sr, records - part_records, time.perf_counter() - part_started)
         self.load_seconds = time.perf_counter() - started

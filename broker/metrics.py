@@ -1,4 +1,5 @@
-"""Prometheus metrics and the operator's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``.
+"""Prometheus metrics and the operator's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``
+(and the web console's paths, answered by broker/console/).
 
 Served by ``kcoord serve --metrics-port N`` from the broker's own event loop (a tiny HTTP/1.1
 server). A scrape first reads the coordinator's state into a snapshot, in slices between which
@@ -45,6 +46,8 @@ from prometheus_client.registry import Collector
 from coordinator.output import RebalanceCompleted
 from protocol.apis import ApiKey
 
+from .console.routes import Console
+from .console.views import ConsoleState
 from .group_metrics import GroupSeries, GroupsSnapshot, read_groups
 from .offload import off_loop
 from .services import MetricsHooks
@@ -63,6 +66,10 @@ _LATENCY_BUCKETS = (
     2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 _REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def api_name(api_key: int) -> str:
@@ -121,6 +128,14 @@ class BrokerMetrics:
             buckets=_REBALANCE_BUCKETS,
             registry=r,
         )
+        self.rebalance_by_trigger = Histogram(
+            "kcoord_group_rebalance_trigger_seconds",
+            "Rebalance duration by what started it (member_joined, member_left, member_expired,"
+            " subscription_changed, metadata_changed, other) and group type.",
+            ["trigger", "type"],
+            buckets=_REBALANCE_BUCKETS,
+            registry=r,
+        )
         self.log_append = Histogram(
             "kcoord_log_append_seconds",
             "Time to append a batch of records to a partition log (without fsync).",
@@ -162,6 +177,11 @@ class BrokerMetrics:
         """Read the state metrics from ``state`` (before the first scrape)."""
         self._coordinator.source = state
 
+    @property
+    def state(self) -> CoordinatorState | None:
+        """What :meth:`observe` was given (the web console reads it too)."""
+        return self._coordinator.source
+
     # hooks ------------------------------------------------------------------------------------
     def refused(self, reason: str) -> None:
         self.connections_refused.labels(reason).inc()
@@ -185,6 +205,9 @@ class BrokerMetrics:
     def rebalance(self, done: RebalanceCompleted) -> None:
         self.rebalances.inc()
         self.rebalance_duration.observe(done.duration_ms / 1000.0)
+        self.rebalance_by_trigger.labels(done.trigger, done.group_type).observe(
+            done.duration_ms / 1000.0
+        )
 
     async def exposition(self) -> bytes:
         """The whole ``/metrics`` response: the coordinator's state is read first (in slices),
@@ -321,7 +344,14 @@ def _add_group(
 
 
 # HTTP -------------------------------------------------------------------------------------------
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+_MAX_HEADERS = 100
 
 
 class MetricsServer:
@@ -346,6 +376,15 @@ class MetricsServer:
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console | None:
+        """The web console, once the metrics observe the broker's state."""
+        if self._console is None and self.metrics.state is not None:
+            source = self.metrics.state
+            self._console = Console(ConsoleState(source.runtime, source.topics, _now_ms))
+        return self._console
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -368,6 +407,11 @@ class MetricsServer:
         """Status, content type and body for a request."""
         if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
             return 200, CONTENT_TYPE_LATEST, await self.metrics.exposition()
+        console = self.console
+        if method in ("GET", "HEAD") and console is not None:
+            answer = await console.respond(path)
+            if answer is not None:
+                return answer
         return self.answer(method, path)
 
     def answer(self, method: str, path: str) -> tuple[int, str, bytes]:
@@ -387,20 +431,27 @@ class MetricsServer:
                 return 200, "text/plain; charset=utf-8", b"ready\n"
             body = f"loading {done}/{total} offsets partitions\n".encode()
             return 503, "text/plain; charset=utf-8", body
-        return 404, "text/plain; charset=utf-8", b"not found: try /metrics, /healthz, /readyz\n"
+        return 404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /healthz, /readyz\n"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), 10)
-            while True:  # headers: read and ignore
-                header = await asyncio.wait_for(reader.readline(), 10)
-                if header in (b"\r\n", b"\n", b""):
-                    break
-            parts = line.decode("latin-1").split()
-            if len(parts) < 2:
-                return
-            method, path = parts[0].upper(), parts[1]
-            status, ctype, body = await self.respond(method, path)
+            try:
+                line = await asyncio.wait_for(reader.readline(), 10)
+                for _ in range(_MAX_HEADERS + 1):  # headers: read and ignore
+                    header = await asyncio.wait_for(reader.readline(), 10)
+                    if header in (b"\r\n", b"\n", b""):
+                        break
+                else:
+                    raise ValueError("too many headers")
+            except ValueError:  # a line over the reader's limit (64 KiB), too many headers
+                method, path = "GET", ""
+                status, ctype, body = 400, "text/plain; charset=utf-8", b"request too large\n"
+            else:
+                parts = line.decode("latin-1").split()
+                if len(parts) < 2:
+                    return
+                method, path = parts[0].upper(), parts[1]
+                status, ctype, body = await self.respond(method, path)
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

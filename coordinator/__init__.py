@@ -41,5 +41,8 @@ group of the other type is refused, or an Empty group of the other type converte
 Other modules: ``config`` (GroupConfig, Kafka's setting names), ``messages`` (requests and
 responses independent of the wire version), ``subscription`` (topics of a consumer-protocol
 subscription), ``write_size`` (how big a write will be before its records exist), ``loading``,
-``deletion`` (DeleteGroups' undo when its tombstones cannot be appended).
+``deletion`` (DeleteGroups' undo when its tombstones cannot be appended), ``rebalances`` (the
+event of each completed rebalance, both types, and the bounded per-group history the runtime
+keeps of them), ``rebalance_replay`` (that history rebuilt from a partition's records at
+start-up).
 """

@@ -95,13 +95,22 @@ class Operation:
 @dataclass(frozen=True, slots=True)
 class RebalanceCompleted:
     """A rebalance that ended (the group became Stable, or Empty at a new generation), for
-    the runtime's metrics. ``duration_ms`` runs from the first PreparingRebalance."""
+    the runtime's metrics and history (built by ``coordinator.rebalances.finish``).
+    ``duration_ms`` runs from the first PreparingRebalance (or epoch bump); ``generation`` is
+    the classic generation or the consumer group's epoch; ``members`` is the count after."""
 
     group_id: str
     generation: int
     members: int
     reason: str
     duration_ms: int
+    group_type: str = "classic"
+    trigger: str = "other"
+    member: str = ""
+    """The member named by the trigger ("" when none is)."""
+    started_ms: int = 0
+    members_before: int = 0
+    partitions_moved: int = 0
 
 
 def map_store_error(error: int) -> int:

@@ -79,6 +79,7 @@ from coordinator.migration import GroupMigration
 from coordinator.offset_groups import ShardOffsetGroups
 from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
 from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
+from coordinator.rebalances import RebalanceStart
 from coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -182,6 +183,13 @@ class GroupShard:
 
     def consumer_groups(self) -> Iterator[ConsumerGroup]:
         return iter(self.consumer)
+
+    def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
+        """The start of the group's rebalance under way, if one is (either type)."""
+        consumer = self.consumer.get(group_id)
+        if consumer is not None:
+            return consumer.rebalance
+        return self.classic.state.rebalance_under_way(group_id)
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
         """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from coordinator.messages import JoinMember
 from coordinator.offsets import OffsetExpiry
+from coordinator.rebalances import NOTHING_SETTLED, Settled
 from coordinator.subscription import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from protocol.errors import ErrorCode
 
@@ -144,6 +145,8 @@ class ClassicGroup:
     """Protocol name -> number of members supporting it (B4-B6)."""
     num_awaiting_join: int = 0
     new_member_added: bool = False
+    settled: Settled = NOTHING_SETTLED
+    """The group as its last rebalance left it (or as loaded)."""
     join_timer: JoinTimer | None = None
     subscribed_topics: frozenset[str] | None = None
     """B1: topics the members subscribe to, computed at each new generation (and on load)

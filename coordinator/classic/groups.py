@@ -20,6 +20,7 @@ from coordinator.classic.group import ClassicGroup, GroupState, JoinTimer, Membe
 from coordinator.config import GroupConfig
 from coordinator.messages import JoinGroupResponse, SyncGroupResponse
 from coordinator.output import Operation, RebalanceCompleted
+from coordinator.rebalances import Owners, RebalanceStart, Settled, begin, classic_owners, finish
 from coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -87,7 +88,7 @@ class ClassicGroups:
         self._op = op
         self._timers = timers
         self.groups: dict[str, ClassicGroup] = {}
-        self._rebalance_started: dict[str, tuple[int, str]] = {}
+        self._rebalance_started: dict[str, RebalanceStart] = {}
         self.rebalance_observer: Callable[[RebalanceCompleted], None] | None = None
         """Called with each completed rebalance (the runtime's metrics hook)."""
         timers.register(JOIN_TIMER, TimerKind(live=self._join_live, fire=self._on_join_timer))
@@ -176,7 +177,7 @@ class ClassicGroups:
             group.generation,
             "new-member join timeout" if member.is_new else "session timeout",
         )
-        self.remove_member_and_update_group(group, member, now_ms)
+        self.remove_member_and_update_group(group, member, now_ms, "expired (session timeout)")
 
     def _on_join_timer(self, entry: TimerEntry, now_ms: int) -> None:
         """E2/E3: the delayed join expired."""
@@ -210,7 +211,7 @@ class ClassicGroups:
             self.reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress, now_ms)
         initial = group.state is GroupState.EMPTY
         if group.state is not GroupState.COMPLETING_REBALANCE:
-            self._rebalance_started[group.group_id] = (now_ms, reason)
+            self._rebalance_started[group.group_id] = begin(now_ms, reason, group.settled)
         group.transition_to(GroupState.PREPARING_REBALANCE, now_ms)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
@@ -327,10 +328,18 @@ class ClassicGroups:
             self.schedule_heartbeat(group, member, member.session_timeout_ms, now_ms)
         return answered
 
+    def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
+        return self._rebalance_started.get(group_id)
+
     def rebalance_completed(self, group: ClassicGroup, now_ms: int) -> None:
-        started, reason = self._rebalance_started.pop(group.group_id, (now_ms, "unknown"))
-        done = RebalanceCompleted(
-            group.group_id, group.generation, len(group.members), reason, now_ms - started
+        done, group.settled = finish(
+            self._rebalance_started.pop(group.group_id, None),
+            group_id=group.group_id,
+            group_type="classic",
+            generation=group.generation,
+            members=len(group.members),
+            owners=_owners(group),
+            now_ms=now_ms,
         )
         log.info(
             "rebalance completed: group=%s generation=%d members=%d reason=%r duration_ms=%d",
@@ -375,12 +384,12 @@ class ClassicGroups:
         member.heartbeat_token = 0
 
     def remove_member_and_update_group(
-        self, group: ClassicGroup, member: Member, now_ms: int
+        self, group: ClassicGroup, member: Member, now_ms: int, why: str = "removed"
     ) -> None:
         """G7."""
         self.remove_member(group, member.member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self.maybe_prepare_rebalance(group, now_ms, f"member {member.member_id} removed")
+            self.maybe_prepare_rebalance(group, now_ms, f"member {member.member_id} {why}")
         elif group.state is GroupState.PREPARING_REBALANCE:
             self.try_complete_join(group, now_ms)
 
@@ -447,3 +456,12 @@ class ClassicGroups:
             member_id=member_id,
             members=group.current_member_metadata() if is_leader and with_members else (),
         )
+
+
+def settled_now(group: ClassicGroup) -> Settled:
+    """A loaded group's :class:`Settled`."""
+    return Settled(len(group.members), _owners(group))
+
+
+def _owners(group: ClassicGroup) -> Owners:
+    return classic_owners((m.member_id, m.assignment) for m in group.members.values())

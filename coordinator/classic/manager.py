@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from coordinator.classic.group import ClassicGroup, GroupState, Member
-from coordinator.classic.groups import ClassicGroups, shared, sync_error
+from coordinator.classic.groups import ClassicGroups, settled_now, shared, sync_error
 from coordinator.classic.join import JoinGroupHandler, StaticReplaceWriteFailed
 from coordinator.config import GroupConfig
 from coordinator.messages import (
@@ -292,7 +292,7 @@ class ClassicGroupManager:
 
     def _leave_member(self, group: ClassicGroup, member_id: str, now_ms: int) -> None:
         log.info("member %s left group %s", member_id, group.group_id)
-        self.state.remove_member_and_update_group(group, group.get(member_id), now_ms)
+        self.state.remove_member_and_update_group(group, group.get(member_id), now_ms, "left")
 
     # ---- ListGroups, DescribeGroups, DeleteGroups -------------------------------------------
 
@@ -479,4 +479,5 @@ def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup
         )
     group.protocol_type = value.protocol_type or None
     group.compute_subscribed_topics()
+    group.settled = settled_now(group)
     return group

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from coordinator.consumer.member import Assignment, ConsumerMember
 from coordinator.consumer.topics import TopicId, TopicInfo
 from coordinator.offsets import OffsetExpiry
+from coordinator.rebalances import NOTHING_SETTLED, Owners, RebalanceStart, Settled
 from protocol.errors import ErrorCode
 
 EMPTY = "Empty"
@@ -69,9 +70,11 @@ class ConsumerGroup:
     regexes: dict[str, ResolvedRegex] = field(default_factory=dict)
     timers: dict[str, MemberTimers] = field(default_factory=dict)
     dead: bool = False
-    rebalance_started_ms: int | None = None
-    """When the group epoch first moved ahead of a fully reconciled group (for the log)."""
-    rebalance_reason: str = ""
+    rebalance: RebalanceStart | None = None
+    """The rebalance under way: set when the group epoch first moves ahead of a fully
+    reconciled group (coordinator.rebalances)."""
+    settled: Settled = NOTHING_SETTLED
+    """The group as its last rebalance left it (or as loaded)."""
     changes: int = 0
     """Counts the operations that changed the group (a failed write undoes only the last)."""
 
@@ -191,10 +194,19 @@ class ConsumerGroup:
             regexes=dict(self.regexes),
             timers=self.timers,  # timers check liveness themselves
             dead=self.dead,
-            rebalance_started_ms=self.rebalance_started_ms,
-            rebalance_reason=self.rebalance_reason,
+            rebalance=self.rebalance,
+            settled=self.settled,
             changes=self.changes,
         )
+
+    def owners(self) -> Owners:
+        """Which member holds each partition now (topics by id), for rebalance events."""
+        return {
+            (str(topic_id), p): member.member_id
+            for member in self.members.values()
+            for topic_id, partitions in member.assigned.items()
+            for p in partitions
+        }
 
     # ---- the offsets' view (coordinator.offsets.OffsetGroup) -------------------------------
 

@@ -45,6 +45,7 @@ from coordinator.consumer.regex import compile_regex, resolve_regex
 from coordinator.consumer.target import update_target
 from coordinator.consumer.topics import TopicsView, metadata_hash, subscribed_topics
 from coordinator.output import Operation, RebalanceCompleted
+from coordinator.rebalances import Settled, begin, finish
 from coordinator.timers import TimerEntry, TimerKind, Timers
 from protocol.errors import ErrorCode
 
@@ -419,9 +420,8 @@ class ConsumerGroupManager:
         change.touch()
         group.group_epoch += 1
         self.op.emit(*records.epoch_record(group))
-        if group.rebalance_started_ms is None:
-            group.rebalance_started_ms = now_ms
-            group.rebalance_reason = reason
+        if group.rebalance is None:
+            group.rebalance = begin(now_ms, reason, group.settled)
 
     def refresh_topics(self, change: Change, now_ms: int) -> bool:
         """Re-read the subscribed topics (and re-resolve regexes); True if they changed."""
@@ -483,26 +483,24 @@ class ConsumerGroupManager:
             self.op.reply(action.handle, _error(error))
 
     def maybe_completed(self, group: ConsumerGroup, now_ms: int) -> None:
-        started = group.rebalance_started_ms
-        if started is None or group.state != STABLE:
+        if group.rebalance is None or group.state != STABLE:
             return
-        group.rebalance_started_ms = None
-        duration = now_ms - started
+        done, group.settled = finish(
+            group.rebalance,
+            group_id=group.group_id,
+            group_type="consumer",
+            generation=group.group_epoch,
+            members=len(group.members),
+            owners=group.owners(),
+            now_ms=now_ms,
+        )
+        group.rebalance = None
         log.info(
             "rebalance completed: group %s epoch %d, %d members, %d ms (%s)",
-            group.group_id,
-            group.group_epoch,
-            len(group.members),
-            duration,
-            group.rebalance_reason,
+            *(done.group_id, done.generation, done.members, done.duration_ms, done.reason),
         )
-        observer = self.rebalance_observer
-        if observer is not None:
-            observer(
-                RebalanceCompleted(
-                    group.group_id, group.group_epoch, len(group.members), group.rebalance_reason, duration
-                )
-            )
+        if self.rebalance_observer is not None:
+            self.rebalance_observer(done)
 
     # ---- timers --------------------------------------------------------------------------
 
@@ -607,6 +605,7 @@ class ConsumerGroupManager:
         timer of members still revoking)."""
         for group in self.loader.groups():
             self.groups[group.group_id] = group
+            group.settled = Settled(len(group.members), group.owners())
             for member in group.members.values():
                 self.arm_session(group, member, now_ms)
                 if member.state is MemberState.UNREVOKED_PARTITIONS:

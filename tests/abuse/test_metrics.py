@@ -11,6 +11,7 @@ broker holding 400,000 groups.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -170,3 +171,11 @@ def test_metrics_with_100000_groups_is_bounded_and_does_not_stall(
     assert other_on_topic == [probe_total - END * k]
 
     assert_survived(abuse_broker, healthy, f"a /metrics scrape with {GROUPS} groups")
+
+    # The console's groups list is bounded too (at most 10,000 rows, saying it was cut), and
+    # reading every group for it does not stop the healthy group.
+    url = f"http://127.0.0.1:{abuse_broker.metrics_port}/api/groups"
+    with urllib.request.urlopen(url, timeout=120) as r:
+        page = json.loads(r.read())
+    assert page["total"] >= GROUPS and page["truncated"] and len(page["groups"]) == 10_000
+    assert_survived(abuse_broker, healthy, f"the console's groups list with {GROUPS} groups")

@@ -1,0 +1,278 @@
+// kcoord console: plain JavaScript, no build step. Reads /api/* and redraws every POLL_MS.
+"use strict";
+
+const POLL_MS = 2000;
+const view = document.getElementById("view");
+const status = document.getElementById("status");
+const ui = { sort: { key: "group", dir: 1 }, filter: "", type: "", onlyStuck: false };
+let timer = null;
+let generation = 0; // drops answers of a page the user has left
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function ago(ms) {
+  if (ms === null || ms === undefined) return "–";
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + Math.floor(s % 60) + " s";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  return Math.floor(s / 86400) + " d";
+}
+
+function seconds(v) {
+  return v === null || v === undefined ? "–" : v.toFixed(v < 10 ? 1 : 0) + " s";
+}
+
+function time(ms) {
+  return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", "") : "–";
+}
+
+async function getJSON(path) {
+  const r = await fetch(path, { cache: "no-store" });
+  if (r.status === 404) return null;
+  if (!r.ok) throw new Error(path + ": HTTP " + r.status);
+  return r.json();
+}
+
+// ---- groups -----------------------------------------------------------------------------------
+const GROUP_COLUMNS = [
+  ["group", "Group"], ["type", "Type"], ["state", "State"], ["protocol", "Protocol / assignor"],
+  ["members", "Members", true], ["lag", "Lag (messages)", true], ["lag_seconds", "Lag (s)", true],
+  ["since_rebalance_ms", "Since last rebalance", true], ["rebalances_last_hour", "Rebalances (1 h)", true],
+];
+
+function sortRows(rows) {
+  const { key, dir } = ui.sort;
+  return rows.slice().sort((a, b) => {
+    const x = a[key], y = b[key];
+    if (x === y) return a.group < b.group ? -1 : 1;
+    if (x === null || x === undefined) return 1;
+    if (y === null || y === undefined) return -1;
+    return (x < y ? -1 : 1) * dir;
+  });
+}
+
+function groupsPage(data) {
+  const shown = sortRows(data.groups.filter((g) =>
+    g.group.toLowerCase().includes(ui.filter.toLowerCase()) &&
+    (!ui.type || g.type === ui.type) && (!ui.onlyStuck || g.stuck)));
+  const stuck = data.groups.filter((g) => g.stuck).length;
+  const head = el("tr", {}, GROUP_COLUMNS.map(([key, label, num]) => el("th", {
+    class: "sortable" + (num ? " num" : "") + (ui.sort.key === key ? (ui.sort.dir > 0 ? " sorted-asc" : " sorted-desc") : ""),
+    "data-key": key,
+    onclick: () => { ui.sort = { key, dir: ui.sort.key === key ? -ui.sort.dir : 1 }; render(); },
+  }, label)), el("th", {}, "Flag"));
+  const body = el("tbody", {}, shown.map((g) => el("tr", { "data-group": g.group, class: g.stuck ? "stuck" : "" },
+    el("td", {}, el("a", { href: "#/group/" + encodeURIComponent(g.group) }, g.group)),
+    el("td", {}, g.type), el("td", { class: "state" }, g.state), el("td", {}, g.protocol ?? "–"),
+    el("td", { class: "num members" }, g.members), el("td", { class: "num lag" }, g.lag),
+    el("td", { class: "num lag-seconds" }, seconds(g.lag_seconds)),
+    el("td", { class: "num" }, ago(g.since_rebalance_ms)), el("td", { class: "num" }, g.rebalances_last_hour),
+    el("td", { class: "flag" }, g.stuck ? "stuck rebalancing " + ago(data.now_ms - g.rebalancing_since_ms) : ""))));
+  const filter = el("input", { id: "filter", type: "search", placeholder: "filter groups", value: ui.filter,
+    oninput: (e) => { ui.filter = e.target.value; render(true); } });
+  const type = el("select", { id: "type-filter", onchange: (e) => { ui.type = e.target.value; render(); } },
+    ["", "classic", "consumer"].map((t) => el("option", { value: t, selected: ui.type === t }, t || "all types")));
+  const onlyStuck = el("label", {}, el("input", { id: "stuck-filter", type: "checkbox", checked: ui.onlyStuck,
+    onchange: (e) => { ui.onlyStuck = e.target.checked; render(); } }), " stuck only");
+  return [
+    el("h1", {}, "Groups"),
+    el("div", { class: "controls" }, filter, type, onlyStuck,
+      el("span", { class: "muted", id: "groups-count" },
+        `${shown.length} shown of ${data.total}` + (data.truncated ? " (list truncated)" : "") +
+        ` · ${stuck} stuck (rebalancing over ${data.stuck_ms / 1000} s)`)),
+    el("table", { id: "groups-table" }, el("thead", {}, head), body),
+  ];
+}
+
+// ---- one group --------------------------------------------------------------------------------
+function short(id) {
+  return id.length > 22 ? id.slice(0, 21) + "…" : id;
+}
+
+function timeline(g) {
+  const events = g.rebalances.slice();
+  if (g.rebalance_under_way) {
+    events.push({ under_way: true, start_ms: g.rebalance_under_way.start_ms, end_ms: g.now_ms,
+      duration_ms: g.now_ms - g.rebalance_under_way.start_ms, reason: g.rebalance_under_way.reason, trigger: "under-way" });
+  }
+  if (!events.length) return el("p", { class: "muted" }, "No rebalance seen since the broker started.");
+  const width = 1000, labelW = 470, rowH = 22, top = 18;
+  const t0 = Math.min(...events.map((e) => e.start_ms)), t1 = Math.max(...events.map((e) => e.end_ms));
+  const span = Math.max(t1 - t0, 1);
+  const x = (t) => labelW + ((t - t0) / span) * (width - labelW - 10);
+  const root = svg("svg", { viewBox: `0 0 ${width} ${top + rowH * events.length + 6}`, role: "img",
+    "aria-label": "rebalance timeline" });
+  root.append(svg("text", { x: labelW, y: 12 }, time(t0)));
+  root.append(svg("text", { x: width - 10, y: 12, "text-anchor": "end" }, time(t1)));
+  events.forEach((e, i) => {
+    const y = top + i * rowH;
+    const label = e.under_way
+      ? `rebalancing now: ${e.reason}`
+      : `gen ${e.generation} · ${e.trigger}${e.member ? " " + short(e.member) : ""} · ${e.members_before}→${e.members_after} members · ${e.partitions_moved} moved · ${e.duration_ms} ms`;
+    const bx = x(e.start_ms), bw = Math.max(x(e.end_ms) - bx, 3);
+    const title = svg("title", {}, `${e.reason}\n${time(e.start_ms)} → ${time(e.end_ms)}`);
+    root.append(svg("g", { class: "event " + e.trigger, "data-trigger": e.trigger, "data-member": e.member || "",
+      "data-generation": e.generation ?? "" }, title,
+      svg("line", { class: "axis", x1: labelW, x2: width - 10, y1: y + rowH / 2, y2: y + rowH / 2 }),
+      svg("text", { x: 0, y: y + 15 }, label),
+      svg("rect", { class: "bar", x: bx, y: y + 4, width: bw, height: rowH - 8, rx: 2 })));
+  });
+  return root;
+}
+
+function groupPage(g) {
+  const gen = g.type === "consumer" ? ["Group epoch", g.epoch] : ["Generation", g.generation];
+  const cards = el("div", { class: "cards" },
+    [["Type", g.type], ["State", g.state], ["Protocol / assignor", g.protocol ?? "–"], gen, ["Members", g.members],
+      ["Lag (messages)", g.lag], ["Lag (s)", seconds(g.lag_seconds)], ["Since last rebalance", ago(g.since_rebalance_ms)],
+      ["Rebalances (1 h)", g.rebalances_last_hour]].map(([k, v]) =>
+      el("div", { class: "card" }, el("span", { class: "muted" }, k), el("b", { "data-field": k }, v))));
+  const members = el("table", { id: "members" },
+    el("thead", {}, el("tr", {}, ["Member", "Instance", "Client", "Host", g.type === "consumer" ? "Epoch" : "Generation",
+      "Assignment", "Last heartbeat"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, g.members_detail.map((m) => el("tr", { "data-member": m.member_id },
+      el("td", {}, m.member_id + (m.leader ? " (leader)" : "")), el("td", {}, m.instance_id ?? "–"),
+      el("td", {}, m.client_id), el("td", {}, m.host), el("td", { class: "num" }, m.epoch ?? m.generation),
+      el("td", {}, Object.entries(m.assignment).map(([t, ps]) => `${t}(${ps.join(",")})`).join(" ") || "–"),
+      el("td", {}, m.last_heartbeat_ms ? ago(g.now_ms - m.last_heartbeat_ms) + " ago" : "–")))));
+  const partitions = el("table", { id: "partitions" },
+    el("thead", {}, el("tr", {}, ["Topic", "Partition", "Member", "Committed", "Log start", "Log end", "Lag", "Lag (s)"]
+      .map((h, i) => el("th", { class: i >= 3 || i === 1 ? "num" : "" }, h)))),
+    el("tbody", {}, g.partitions.map((p) => el("tr", { "data-topic": p.topic, "data-partition": p.partition },
+      el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", {}, p.member_id ?? "–"),
+      el("td", { class: "num committed" }, p.committed ?? "–"), el("td", { class: "num" }, p.log_start ?? "–"),
+      el("td", { class: "num log-end" }, p.log_end ?? "–"), el("td", { class: "num lag" }, p.lag ?? "–"),
+      el("td", { class: "num lag-seconds", "data-seconds": p.lag_seconds ?? "" }, seconds(p.lag_seconds))))));
+  const events = el("table", { id: "rebalances" },
+    el("thead", {}, el("tr", {}, ["Start", "End", "Duration", "Trigger", "Member", "Generation/epoch", "Members",
+      "Moved", "Reason"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, g.rebalances.slice().reverse().map((e) => el("tr", { "data-trigger": e.trigger },
+      el("td", {}, time(e.start_ms)), el("td", {}, time(e.end_ms)), el("td", { class: "num" }, e.duration_ms + " ms"),
+      el("td", {}, e.trigger), el("td", {}, e.member ?? "–"), el("td", { class: "num" }, e.generation),
+      el("td", { class: "num" }, `${e.members_before} → ${e.members_after}`), el("td", { class: "num" }, e.partitions_moved),
+      el("td", {}, e.reason)))));
+  return [
+    el("h1", {}, "Group ", el("span", { id: "group-name" }, g.group),
+      g.stuck ? el("span", { class: "flag" }, " stuck rebalancing") : null),
+    cards,
+    el("h2", {}, "Rebalance timeline"), el("div", { id: "timeline" }, timeline(g)),
+    el("h2", {}, "Members"), members,
+    el("h2", {}, "Partitions"), partitions,
+    el("h2", {}, "Rebalances (newest first)"), events,
+  ];
+}
+
+// ---- topics -----------------------------------------------------------------------------------
+function topicsPage(data) {
+  const rows = [];
+  for (const t of data.topics) {
+    for (const p of t.partitions) {
+      rows.push(el("tr", { "data-topic": t.topic, "data-partition": p.partition },
+        el("td", {}, t.topic + (t.internal ? " (internal)" : "")), el("td", { class: "num" }, p.partition),
+        el("td", { class: "num" }, p.log_start), el("td", { class: "num" }, p.log_end),
+        el("td", { class: "num" }, p.size_bytes),
+        el("td", {}, p.groups.map((name, i) => [i ? ", " : "", el("a", { href: "#/group/" + encodeURIComponent(name) }, name)]),
+          p.group_count > p.groups.length ? ` … (${p.group_count} in all)` : "")));
+    }
+  }
+  return [
+    el("h1", {}, "Topics"),
+    el("p", { class: "muted" }, `${data.total} topics` + (data.truncated ? " (partitions list truncated)" : "")),
+    el("table", { id: "topics-table" },
+      el("thead", {}, el("tr", {}, ["Topic", "Partition", "Log start", "Log end", "Size (bytes)", "Groups"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows)),
+  ];
+}
+
+// ---- routing and polling ----------------------------------------------------------------------
+let last = null; // the newest data of the current page, to redraw after a sort or filter
+
+function route() {
+  const hash = location.hash || "#/groups";
+  if (hash.startsWith("#/group/")) return { page: "group", id: decodeURIComponent(hash.slice(8)) };
+  if (hash === "#/topics") return { page: "topics" };
+  return { page: "groups" };
+}
+
+function render(keepFocus) {
+  if (!last) return;
+  const r = route();
+  const focused = keepFocus && document.activeElement && document.activeElement.id;
+  const caret = focused ? document.activeElement.selectionStart : null;
+  let nodes;
+  if (r.page === "groups") nodes = groupsPage(last);
+  else if (r.page === "topics") nodes = topicsPage(last);
+  else nodes = last.missing ? [el("h1", {}, "No group ", r.id)] : groupPage(last);
+  view.replaceChildren(...nodes);
+  if (focused) {
+    const again = document.getElementById(focused);
+    if (again) { again.focus(); if (caret !== null && again.setSelectionRange) again.setSelectionRange(caret, caret); }
+  }
+  document.getElementById("nav-groups").classList.toggle("active", r.page !== "topics");
+  document.getElementById("nav-topics").classList.toggle("active", r.page === "topics");
+}
+
+// Each poll's timings (fetch and parse, then render), newest last, for bench/console.py.
+const timings = (window.consoleTimings = []);
+
+async function poll() {
+  const mine = generation;
+  const t0 = performance.now();
+  const r = route();
+  // the page's own ?stuck_ms= (the stuck threshold) goes to the API
+  const stuck = new URLSearchParams(location.search).get("stuck_ms");
+  const query = stuck !== null && r.page !== "topics" ? "?stuck_ms=" + encodeURIComponent(stuck) : "";
+  const path = (r.page === "groups" ? "/api/groups" : r.page === "topics" ? "/api/topics"
+    : "/api/groups/" + encodeURIComponent(r.id)) + query;
+  try {
+    const data = await getJSON(path);
+    if (mine !== generation) return;
+    last = data === null ? { missing: true } : data;
+    const t1 = performance.now();
+    const typing = document.activeElement && document.activeElement.id === "filter";
+    render(typing);
+    const t2 = performance.now();
+    const entry = { page: r.page, started_ms: t0, fetch_ms: t1 - t0, render_ms: t2 - t1 };
+    timings.push(entry);
+    if (timings.length > 100) timings.shift();
+    // the frame after the render has been laid out and painted
+    requestAnimationFrame(() => setTimeout(() => { entry.painted_ms = performance.now(); }, 0));
+    status.textContent = "updated " + new Date().toLocaleTimeString();
+    document.body.dataset.updated = String(Date.now());
+  } catch (e) {
+    status.textContent = "update failed: " + e.message;
+  }
+  if (mine === generation) timer = setTimeout(poll, POLL_MS);
+}
+
+function start() {
+  generation += 1;
+  clearTimeout(timer);
+  last = null;
+  view.replaceChildren(el("p", {}, "Loading…"));
+  poll();
+}
+
+window.addEventListener("hashchange", start);
+start();

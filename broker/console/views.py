@@ -1,0 +1,364 @@
+"""What the console's JSON says: groups, one group, topics, read from the broker's own state.
+
+Everything comes from the running broker, never through the Kafka protocol: the shards' groups
+and committed offsets, the partition logs' offsets and sizes, and the runtime's rebalance
+history. Big reads (every group, every topic) pause for the event loop every
+``offload.SLICE`` items, as a ``/metrics`` scrape does, and every answer is bounded (``limit``).
+
+Lag is the partition's high watermark (what Fetch reports) minus the committed offset, counted
+from the log start offset when the commit is below it (as ``/metrics`` counts it); lag in time
+is the age of the oldest unconsumed record: now minus the timestamp of the record at the
+committed offset (:class:`RecordTimes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from coordinator.classic.group import ClassicGroup, GroupState
+from coordinator.consumer.group import ASSIGNING, RECONCILING, ConsumerGroup
+from coordinator.consumer.target import preferred_assignor
+from coordinator.rebalances import as_json, decode_assignment
+from protocol.records import decode_batch
+from storage.log import PartitionLog
+
+from ..offload import SLICE, pause
+
+if TYPE_CHECKING:
+    from ..group_runtime import GroupRuntime
+    from ..topics import TopicStore
+
+HOUR_MS = 3_600_000
+REBALANCING = frozenset(
+    {
+        GroupState.PREPARING_REBALANCE.value,
+        GroupState.COMPLETING_REBALANCE.value,
+        ASSIGNING,
+        RECONCILING,
+    }
+)
+MAX_GROUPS = 10_000
+"""The most groups (topics' partitions) one answer lists; ``limit`` asks for fewer."""
+GROUPS_PER_PARTITION = 20
+"""Groups named per partition on the topics page (the count is always given)."""
+
+
+class RecordTimes:
+    """The timestamp of the record at an offset, read from the partition's log and kept
+    (at most ``max_entries``, then forgotten all at once). A lookup that would read the log
+    after ``budget`` reads in one answer gives None instead, so that no answer reads much."""
+
+    def __init__(self, max_entries: int = 100_000) -> None:
+        self.max_entries = max_entries
+        self._known: dict[tuple[str, int, int], int | None] = {}
+
+    def timestamp(
+        self, topic: str, partition: int, plog: PartitionLog, offset: int, budget: list[int]
+    ) -> int | None:
+        key = (topic, partition, offset)
+        if key in self._known:
+            return self._known[key]
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
+        found = _read_timestamp(plog, offset)
+        if len(self._known) >= self.max_entries:
+            self._known.clear()
+        self._known[key] = found
+        return found
+
+
+def _read_timestamp(plog: PartitionLog, offset: int) -> int | None:
+    try:
+        data = plog.read(offset, 1)
+        if not data:
+            return None
+        batch = decode_batch(data, verify_crc=False)
+    except Exception:  # an offline log, a batch we cannot read: no lag in time then
+        return None
+    header = batch.header
+    if header.log_append_time:
+        return header.max_timestamp
+    for record in batch.records:
+        if header.base_offset + record.offset_delta >= offset:
+            return header.base_timestamp + record.timestamp_delta
+    return None
+
+
+@dataclass(slots=True)
+class ConsoleState:
+    """What the console reads: the group runtime (shards and rebalance history), the topics,
+    and the clock."""
+
+    runtime: GroupRuntime
+    topics: TopicStore
+    clock: Callable[[], int]
+    """Wall-clock milliseconds (the coordinator's clock)."""
+    times: RecordTimes = field(default_factory=RecordTimes)
+
+
+def _partition_lag(
+    state: ConsoleState, topic: str, partition: int, offset: int, now: int, budget: list[int]
+) -> tuple[PartitionLog | None, int | None, float | None]:
+    """(log, lag in messages, lag in seconds) of a committed offset."""
+    plog = state.topics.partition(topic, partition)
+    if plog is None or offset < 0:
+        return plog, None, None
+    start = plog.log_start_offset
+    behind = max(plog.flushed_offset - max(offset, start), 0)
+    if behind == 0:
+        return plog, 0, 0.0
+    ts = state.times.timestamp(topic, partition, plog, max(offset, start), budget)
+    return plog, behind, None if ts is None else max(now - ts, 0) / 1000.0
+
+
+def _kind(group: ClassicGroup | ConsumerGroup) -> str:
+    return "consumer" if isinstance(group, ConsumerGroup) else "classic"
+
+
+def _state(group: ClassicGroup | ConsumerGroup) -> str:
+    return group.state if isinstance(group, ConsumerGroup) else group.state.value
+
+
+def _protocol(state: ConsoleState, group: ClassicGroup | ConsumerGroup) -> str | None:
+    if isinstance(group, ConsumerGroup):
+        return preferred_assignor(group, state.runtime.group_config.consumer_assignors[0]).name
+    return group.protocol_name
+
+
+def _summary(
+    state: ConsoleState,
+    shard: Any,
+    group: ClassicGroup | ConsumerGroup,
+    now: int,
+    stuck_ms: int,
+    budget: list[int],
+) -> dict[str, Any]:
+    gid = group.group_id
+    history = state.runtime.rebalances
+    lag = 0
+    lag_seconds: float | None = 0.0
+    for (topic, partition), value in shard.committed_offsets(gid).items():
+        _, behind, seconds = _partition_lag(state, topic, partition, value.offset, now, budget)
+        if behind is None:
+            continue
+        lag += behind
+        if lag_seconds is not None:
+            lag_seconds = None if seconds is None else max(lag_seconds, seconds)
+    group_state = _state(group)
+    under_way = shard.rebalance_under_way(gid) if group_state in REBALANCING else None
+    since = under_way.started_ms if under_way is not None else None
+    last = history.last(gid)
+    last_end = last.started_ms + last.duration_ms if last is not None else None
+    return {
+        "group": gid,
+        "type": _kind(group),
+        "state": group_state,
+        "protocol": _protocol(state, group),
+        "members": len(group.members),
+        "lag": lag,
+        "lag_seconds": lag_seconds,
+        "last_rebalance_ms": last_end,
+        "since_rebalance_ms": None if last_end is None else max(now - last_end, 0),
+        "rebalances_last_hour": history.count_since(gid, now - HOUR_MS),
+        "rebalancing_since_ms": since,
+        "stuck": since is not None and now - since > stuck_ms,
+    }
+
+
+async def list_groups(
+    state: ConsoleState, *, limit: int, match: str, stuck_ms: int
+) -> dict[str, Any]:
+    """Every group (up to ``limit``, by group id) whose id contains ``match``."""
+    now = state.clock()
+    budget = [1000]
+    found: list[tuple[Any, ClassicGroup | ConsumerGroup]] = []
+    total = 0
+    for sr in state.runtime.shards:
+        shard = sr.shard
+        groups: list[ClassicGroup | ConsumerGroup] = [*shard.groups(), *shard.consumer_groups()]
+        for group in groups:
+            if match in group.group_id:
+                total += 1
+                found.append((shard, group))
+        if len(groups) >= SLICE:
+            await pause()
+    found.sort(key=lambda pair: pair[1].group_id)
+    rows = []
+    work = 0
+    for shard, group in found[:limit]:
+        rows.append(_summary(state, shard, group, now, stuck_ms, budget))
+        work += 1 + len(group.members)
+        if work >= SLICE:
+            work = 0
+            await pause()
+    return {
+        "now_ms": now,
+        "stuck_ms": stuck_ms,
+        "total": total,
+        "truncated": total > len(rows),
+        "groups": rows,
+    }
+
+
+def _classic_members(group: ClassicGroup) -> list[dict[str, Any]]:
+    out = []
+    for m in group.members.values():
+        parts = decode_assignment(m.assignment)
+        out.append(
+            {
+                "member_id": m.member_id,
+                "instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "generation": group.generation,
+                "assignment": _by_topic(parts),
+                "last_heartbeat_ms": (m.heartbeat_deadline - m.session_timeout_ms)
+                if m.heartbeat_deadline
+                else None,
+                "leader": m.member_id == group.leader_id,
+            }
+        )
+    return out
+
+
+def _consumer_members(state: ConsoleState, group: ConsumerGroup) -> list[dict[str, Any]]:
+    session = state.runtime.group_config.consumer_session_timeout_ms
+    by_id = state.topics.by_id
+    out = []
+    for m in group.members.values():
+        parts: list[tuple[str, int]] = []
+        for topic_id, partitions in m.assigned.items():
+            topic = by_id.get(topic_id)
+            name = topic.name if topic is not None else str(topic_id)
+            parts.extend((name, p) for p in partitions)
+        timers = group.timers.get(m.member_id)
+        deadline = timers.session_deadline if timers is not None else 0
+        out.append(
+            {
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "epoch": m.member_epoch,
+                "member_state": m.state.name,
+                "assignment": _by_topic(parts),
+                "last_heartbeat_ms": deadline - session if deadline else None,
+            }
+        )
+    return out
+
+
+def _by_topic(parts: list[tuple[str, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, p in sorted(parts):
+        out.setdefault(topic, []).append(p)
+    return out
+
+
+def describe_group(state: ConsoleState, group_id: str, *, stuck_ms: int) -> dict[str, Any] | None:
+    """One group: its summary, members, partitions and rebalance timeline; None if unknown."""
+    runtime = state.runtime
+    shard = runtime.shards[runtime.partition_of(group_id)].shard
+    group: ClassicGroup | ConsumerGroup | None = shard.consumer_group(group_id) or shard.group(
+        group_id
+    )
+    if group is None:
+        return None
+    now = state.clock()
+    budget = [1000]
+    summary = _summary(state, shard, group, now, stuck_ms, budget)
+    if isinstance(group, ConsumerGroup):
+        members = _consumer_members(state, group)
+        summary["epoch"] = group.group_epoch
+    else:
+        members = _classic_members(group)
+        summary["generation"] = group.generation
+    owner = {
+        (t, p): m["member_id"] for m in members for t, ps in m["assignment"].items() for p in ps
+    }
+    committed = shard.committed_offsets(group_id)
+    partitions = []
+    for topic, partition in sorted(committed.keys() | owner.keys()):
+        value = committed.get((topic, partition))
+        offset = value.offset if value is not None else None
+        plog = state.topics.partition(topic, partition)
+        behind = seconds = None
+        if offset is not None:
+            plog, behind, seconds = _partition_lag(state, topic, partition, offset, now, budget)
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "member_id": owner.get((topic, partition)),
+                "committed": offset,
+                "log_start": plog.log_start_offset if plog is not None else None,
+                "log_end": plog.flushed_offset if plog is not None else None,
+                "lag": behind,
+                "lag_seconds": seconds,
+            }
+        )
+    under_way = shard.rebalance_under_way(group_id)
+    return {
+        "now_ms": now,
+        **summary,
+        "members_detail": members,
+        "partitions": partitions,
+        "rebalances": [as_json(e) for e in runtime.rebalances.events(group_id)],
+        "rebalance_under_way": None
+        if under_way is None
+        else {"start_ms": under_way.started_ms, "reason": under_way.reason},
+    }
+
+
+async def list_topics(state: ConsoleState, *, limit: int, match: str) -> dict[str, Any]:
+    """Topics whose name contains ``match``, with their partitions (at most ``limit`` in all)
+    and the groups that commit offsets on each."""
+    readers: dict[tuple[str, int], list[str]] = {}
+    work = 0
+    for sr in state.runtime.shards:
+        shard = sr.shard
+        groups: list[ClassicGroup | ConsumerGroup] = [*shard.groups(), *shard.consumer_groups()]
+        for group in groups:
+            for key in shard.committed_offsets(group.group_id):
+                if match in key[0]:
+                    readers.setdefault(key, []).append(group.group_id)
+                work += 1
+            if work >= SLICE:
+                work = 0
+                await pause()
+    topics = []
+    listed = 0
+    names = sorted(n for n in state.topics.topics if match in n)
+    for name in names:
+        topic = state.topics.topics[name]
+        parts: list[dict[str, Any]] = []
+        for index, plog in enumerate(topic.partitions[: max(limit - listed, 0)]):
+            names_of = sorted(readers.get((name, index), ()))
+            parts.append(
+                {
+                    "partition": index,
+                    "log_start": plog.log_start_offset,
+                    "log_end": plog.flushed_offset,
+                    "size_bytes": plog.size_bytes,
+                    "groups": names_of[:GROUPS_PER_PARTITION],
+                    "group_count": len(names_of),
+                }
+            )
+        listed += len(parts)
+        topics.append(
+            {
+                "topic": name,
+                "internal": topic.internal,
+                "partition_count": len(topic.partitions),
+                "size_bytes": sum(p.size_bytes for p in topic.partitions),
+                "partitions": parts,
+            }
+        )
+    return {
+        "total": len(names),
+        "truncated": listed < sum(len(state.topics.topics[n].partitions) for n in names),
+        "topics": topics,
+    }

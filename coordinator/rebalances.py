@@ -1,0 +1,270 @@
+"""Rebalance events and each group's recent history of them, sans-IO.
+
+A rebalance starts when a classic group goes to PreparingRebalance, or when a KIP-848 consumer
+group's epoch is bumped while none is under way; it ends when the group is Stable again (or
+Empty at a new generation). The managers call :func:`begin` at the start and :func:`finish` at
+the end; what comes out is a :class:`coordinator.output.RebalanceCompleted` with the trigger
+(read from the reason the manager gave: who joined, left or expired, or what changed), the
+start and end times, the generation or epoch, the members before and after, and how many
+partitions changed owner.
+
+:class:`RebalanceHistory` keeps the last ``per_group`` events of each group (at most
+``max_groups`` groups, the least recently changed forgotten first) for the web console; it also
+renders the structured log line of an event (:func:`log_fields`). Nothing here does I/O: time
+is always an argument.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from coordinator.output import RebalanceCompleted
+
+MEMBER_JOINED = "member_joined"
+MEMBER_LEFT = "member_left"
+MEMBER_EXPIRED = "member_expired"
+SUBSCRIPTION_CHANGED = "subscription_changed"
+METADATA_CHANGED = "metadata_changed"
+RESTORED = "restored"
+"""Not a trigger seen live: the group's last rebalance, as rebuilt from its records at start-up."""
+OTHER = "other"
+TRIGGERS = (
+    MEMBER_JOINED,
+    MEMBER_LEFT,
+    MEMBER_EXPIRED,
+    SUBSCRIPTION_CHANGED,
+    METADATA_CHANGED,
+    RESTORED,
+    OTHER,
+)
+
+Owners = dict[tuple[str, int], str]
+"""Which member holds each (topic, partition)."""
+
+_MEMBER = re.compile(r"member (\S+)")
+_RULES: tuple[tuple[str, str], ...] = (
+    ("expired", MEMBER_EXPIRED),
+    ("session timeout", MEMBER_EXPIRED),
+    ("rebalance timeout", MEMBER_EXPIRED),
+    ("fenced", MEMBER_EXPIRED),
+    ("did not rejoin", MEMBER_EXPIRED),
+    ("subscription", SUBSCRIPTION_CHANGED),
+    ("selected protocol", SUBSCRIPTION_CHANGED),
+    ("topics changed", METADATA_CHANGED),
+    ("metadata", METADATA_CHANGED),
+    ("left", MEMBER_LEFT),
+    ("replaced", MEMBER_JOINED),
+    ("rejoined", MEMBER_JOINED),
+    ("joined", MEMBER_JOINED),
+)
+
+
+def classify(reason: str) -> tuple[str, str]:
+    """The trigger and the member named in a manager's reason (``""`` when none is)."""
+    lowered = reason.lower()
+    trigger = next((t for word, t in _RULES if word in lowered), OTHER)
+    found = _MEMBER.search(reason)
+    return trigger, found.group(1) if found else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A group as its last rebalance left it (or as loaded): the members and who owned what.
+    The next rebalance's "before" (a member removed first is still counted there)."""
+
+    members: int = 0
+    owners: Owners = field(default_factory=dict)
+
+
+NOTHING_SETTLED = Settled()
+"""A new group's (shared; never changed)."""
+
+
+@dataclass(slots=True)
+class RebalanceStart:
+    """What a rebalance under way remembers of its start."""
+
+    started_ms: int
+    reason: str
+    members_before: int
+    owners_before: Owners
+
+
+def begin(now_ms: int, reason: str, settled: Settled) -> RebalanceStart:
+    return RebalanceStart(now_ms, reason, settled.members, settled.owners)
+
+
+def moved(before: Mapping[tuple[str, int], str], after: Mapping[tuple[str, int], str]) -> int:
+    """Partitions whose owner changed (got one, lost one, or another one)."""
+    keys = before.keys() | after.keys()
+    return sum(1 for k in keys if before.get(k) != after.get(k))
+
+
+def finish(
+    start: RebalanceStart | None,
+    *,
+    group_id: str,
+    group_type: str,
+    generation: int,
+    members: int,
+    owners: Owners,
+    now_ms: int,
+) -> tuple[RebalanceCompleted, Settled]:
+    """The event of a rebalance that ends now (``start`` None: its start is unknown), and the
+    group's new :class:`Settled`."""
+    if start is None:
+        start = RebalanceStart(now_ms, "unknown", members, owners)
+    trigger, member = classify(start.reason)
+    return RebalanceCompleted(
+        group_id,
+        generation,
+        members,
+        start.reason,
+        now_ms - start.started_ms,
+        group_type=group_type,
+        trigger=trigger,
+        member=member,
+        started_ms=start.started_ms,
+        members_before=start.members_before,
+        partitions_moved=moved(start.owners_before, owners),
+    ), Settled(members, owners)
+
+
+# ---- classic assignments (ConsumerProtocolAssignment) -------------------------------------------
+def decode_assignment(data: bytes) -> list[tuple[str, int]]:
+    """The partitions of a classic consumer-protocol assignment (``[]`` if it is not one)."""
+    out: list[tuple[str, int]] = []
+    try:
+        if len(data) < 6:
+            return out
+        pos = 2  # version
+        (topics,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        for _ in range(max(topics, 0)):
+            (n,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            topic = data[pos : pos + n].decode()
+            pos += n
+            (count,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if count < 0 or pos + 4 * count > len(data):
+                return []
+            out.extend((topic, p) for p in struct.unpack_from(f">{count}i", data, pos))
+            pos += 4 * count
+    except (struct.error, UnicodeDecodeError):
+        return []
+    return out
+
+
+def classic_owners(members: Iterable[tuple[str, bytes]]) -> Owners:
+    """Owners from (member id, assignment bytes) pairs."""
+    return {tp: member_id for member_id, data in members for tp in decode_assignment(data)}
+
+
+# ---- the history ------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _GroupHistory:
+    events: deque[RebalanceCompleted]
+    ends: deque[int]
+    """End times of the rebalances of the last hour (at most MAX_ENDS): counts per hour."""
+    total: int = 0
+
+
+MAX_ENDS = 250
+HOUR_MS = 3_600_000
+
+
+@dataclass(slots=True)
+class RebalanceHistory:
+    """The last ``per_group`` rebalances of each group (at most ``max_groups`` groups)."""
+
+    per_group: int = 20
+    max_groups: int = 10_000
+    _groups: OrderedDict[str, _GroupHistory] = field(default_factory=OrderedDict)
+
+    def record(self, event: RebalanceCompleted) -> None:
+        """Keep ``event`` (the oldest of its group goes when it has ``per_group``)."""
+        history = self._groups.get(event.group_id)
+        if history is None:
+            history = self._groups[event.group_id] = _GroupHistory(
+                deque(maxlen=self.per_group), deque(maxlen=MAX_ENDS)
+            )
+            while len(self._groups) > self.max_groups:
+                self._groups.popitem(last=False)
+        else:
+            self._groups.move_to_end(event.group_id)
+        history.events.append(event)
+        end = event.started_ms + event.duration_ms
+        ends = history.ends
+        while ends and ends[0] < end - HOUR_MS:
+            ends.popleft()
+        ends.append(end)
+        history.total += 1
+
+    def restore(self, events: Iterable[RebalanceCompleted]) -> None:
+        """Events rebuilt at start-up, oldest first within a group: kept for the groups that
+        have no live event yet (those came later than anything rebuilt)."""
+        live = set(self._groups)
+        for event in events:
+            if event.group_id not in live:
+                self.record(event)
+
+    def events(self, group_id: str) -> list[RebalanceCompleted]:
+        history = self._groups.get(group_id)
+        return list(history.events) if history is not None else []
+
+    def last(self, group_id: str) -> RebalanceCompleted | None:
+        history = self._groups.get(group_id)
+        return history.events[-1] if history is not None and history.events else None
+
+    def count_since(self, group_id: str, since_ms: int) -> int:
+        """Rebalances of the group that ended at or after ``since_ms`` (of the last
+        :data:`MAX_ENDS`)."""
+        history = self._groups.get(group_id)
+        if history is None:
+            return 0
+        return sum(1 for end in history.ends if end >= since_ms)
+
+    def total(self, group_id: str) -> int:
+        history = self._groups.get(group_id)
+        return history.total if history is not None else 0
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._groups)
+
+
+def as_json(event: RebalanceCompleted) -> dict[str, object]:
+    """An event for the console's JSON."""
+    return {
+        "group": event.group_id,
+        "type": event.group_type,
+        "trigger": event.trigger,
+        "member": event.member or None,
+        "reason": event.reason,
+        "start_ms": event.started_ms,
+        "end_ms": event.started_ms + event.duration_ms,
+        "duration_ms": event.duration_ms,
+        "generation": event.generation,
+        "members_before": event.members_before,
+        "members_after": event.members,
+        "partitions_moved": event.partitions_moved,
+    }
+
+
+def log_fields(event: RebalanceCompleted) -> str:
+    """The structured log line of an event: ``key=value`` pairs (logfmt), values quoted when
+    they hold spaces or quotes."""
+    parts = []
+    for key, value in as_json(event).items():
+        text = "" if value is None else str(value)
+        if not text or any(c in text for c in ' "=\\'):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
