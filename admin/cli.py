@@ -18,6 +18,7 @@ from typing import Any
 from .client import Admin, AdminError
 from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
+from .security import read_command_config
 from .topics import add_topic_parsers, topics_alter_config, topics_describe
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
@@ -31,6 +32,12 @@ def add_parsers(sub: Any) -> None:
         default=DEFAULT_BOOTSTRAP,
         metavar="H:P",
         help=f"a broker to connect to (default {DEFAULT_BOOTSTRAP})",
+    )
+    common.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=None,
+        help="client settings (security.protocol, sasl.*, ssl.*) in a properties file",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument(
@@ -101,7 +108,8 @@ def add_parsers(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run a parsed ``groups``, ``offsets`` or ``topics`` command; returns the exit status."""
     try:
-        admin = Admin(args.bootstrap_server, args.timeout)
+        security = read_command_config(args.command_config) if args.command_config else None
+        admin = Admin(args.bootstrap_server, args.timeout, security)
         command = {
             ("groups", "list"): groups_list,
             ("groups", "describe"): groups_describe,

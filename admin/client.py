@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .security import connect
+
 # librdkafka's ConsumerGroupState names -> Kafka's state names (as ListGroups reports them).
 _STATE_NAMES = {
     "UNKNOWN": "Unknown",
@@ -71,13 +73,17 @@ class Group:
 class Admin:
     """The few admin calls the commands need, over confluent-kafka's AdminClient."""
 
-    def __init__(self, bootstrap: str, timeout: float) -> None:
+    def __init__(self, bootstrap: str, timeout: float, security: dict[str, str] | None = None) -> None:
         from confluent_kafka.admin import AdminClient
 
         self.timeout = timeout
         self.bootstrap = bootstrap
+        self.security = dict(security or {})
+        """Client security settings (``--command-config``), for the AdminClient and our own
+        connections alike."""
         self.client = AdminClient(
             {
+                **self.security,
                 "bootstrap.servers": bootstrap,
                 "socket.timeout.ms": int(timeout * 1000),
                 "log_level": 2,  # librdkafka's own connection chatter stays out of the output
@@ -144,6 +150,7 @@ class Admin:
             self.timeout,
             ApiKey.CONSUMER_GROUP_DESCRIBE,
             0,
+            security=self.security,
             group_ids=[group.group_id],
             include_authorized_operations=False,
         )
@@ -293,6 +300,7 @@ class Admin:
             self.timeout,
             ApiKey.OFFSET_DELETE,
             0,
+            security=self.security,
             group_id=group.group_id,
             topics=[
                 dict(name=t, partitions=[dict(partition_index=p) for p in ps])
@@ -303,8 +311,25 @@ class Admin:
         return int(r.error_code), errors
 
 
-def _wire_request(host: str, port: int, timeout: float, api_key: int, version: int, **fields: Any) -> Any:
-    """One request/response on a fresh connection."""
+def _wire_request(
+    host: str,
+    port: int,
+    timeout: float,
+    api_key: int,
+    version: int,
+    security: dict[str, str] | None = None,
+    **fields: Any,
+) -> Any:
+    """One request/response on a fresh connection, secured as ``security`` says."""
+    try:
+        with connect(host, port, timeout, security or {}, _exchange) as sock:
+            return _exchange(sock, api_key, version, fields)
+    except (OSError, ConnectionError) as e:
+        raise AdminError(f"coordinator {host}:{port}: {e}") from None
+
+
+def _exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+    """Send one request on ``sock`` and decode its answer."""
     from kio.serial import entity_reader
 
     from protocol.apis import is_flexible
@@ -317,16 +342,13 @@ def _wire_request(host: str, port: int, timeout: float, api_key: int, version: i
     header = struct.pack(">hhih", api_key, version, 1, len(client_id)) + client_id
     if flexible:
         header += b"\x00"  # request header v2: no tagged fields
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
-            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-            frame = _recv_exact(sock, size)
-    except OSError as e:
-        raise AdminError(f"coordinator {host}:{port}: {e}") from None
+    sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
+    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+    frame = _recv_exact(sock, size)
     reader: Any = entity_reader(response_type(api_key, version))
-    # The body starts after the correlation id (and the header's tagged fields, flexible).
-    return reader(frame, 5 if flexible else 4)[0]
+    # The body starts after the correlation id (and the header's tagged fields, flexible;
+    # ApiVersions answers keep header v0).
+    return reader(frame, 5 if flexible and api_key != 18 else 4)[0]
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

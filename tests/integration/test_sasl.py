@@ -258,3 +258,41 @@ def test_admin_client_manages_scram_users_online(broker: tuple[BrokerProcess, in
     missing = admin.describe_user_scram_credentials(["bob"])["bob"]
     with pytest.raises(Exception, match="(?i)not exist|resource"):
         missing.result(20)
+
+
+def test_the_admin_commands_take_a_command_config(
+    broker: tuple[BrokerProcess, int, int], certs: Path, tmp_path: Path
+) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    b, _sasl, sasl_ssl = broker
+    create_topic(b.bootstrap, "t", 2)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("offline", [TopicPartition("t", 0, 5), TopicPartition("t", 1, 7)])]
+    )["offline"].result(20)
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "# SASL over TLS, as Kafka's tools take it\n"
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=alice\n"
+        f"sasl.password=alice-secret\nssl.ca.location={certs / 'ca.pem'}\n"
+    )
+
+    def kcoord(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "broker.cli", *args, "--bootstrap-server", f"127.0.0.1:{sasl_ssl}",
+             "--command-config", str(config)],
+            capture_output=True, text=True, cwd=ROOT, timeout=60,
+        )
+
+    listed = kcoord("groups", "list")
+    assert listed.returncode == 0 and listed.stdout.split() == ["offline"], listed.stderr
+    # OffsetDelete goes on the command's own connection: TLS and SCRAM by hand.
+    deleted = kcoord("offsets", "delete", "offline", "--topic", "t:0")
+    assert deleted.returncode == 0, deleted.stderr
+    left = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("offline")])["offline"].result(20)
+    assert {(tp.partition, tp.offset) for tp in left.topic_partitions if tp.offset >= 0} == {(1, 7)}
+    config.write_text(config.read_text().replace("alice-secret", "wrong"))
+    refused = kcoord("offsets", "delete", "offline", "--topic", "t:1", "--timeout", "5")
+    assert refused.returncode != 0
