@@ -8,8 +8,9 @@ run, against one kcoord broker with the three listeners.
   answer, for ``--seconds``: a member's Heartbeat (one-member group) and a one-partition
   OffsetCommit; requests per second, latency p50/p99 and the broker's CPU per request.
 
-The client is plain Python (sockets, ``ssl``, a SCRAM client written from RFC 5802), so the
-throughput figures are the client's as much as the broker's; compare the listeners with each
+The client is plain Python (sockets, ``ssl``, the SCRAM client of the admin commands,
+``admin/security.py``), which computes the salted password at every login, so the throughput
+and set-up figures are the client's as much as the broker's; compare the listeners with each
 other and read the broker CPU columns for the broker's own cost.
 
     .venv/bin/python bench/security.py [--seconds 3] [--connections 200]
@@ -20,14 +21,9 @@ Prints one JSON document.
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime
-import hashlib
-import hmac
 import json
-import os
 import socket
-import ssl
 import statistics
 import struct
 import subprocess
@@ -41,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kio.serial import entity_reader  # noqa: E402
 
+from admin.security import connect  # noqa: E402
 from bench._peers import cpu_seconds  # noqa: E402
 from protocol.apis import ApiKey, is_flexible  # noqa: E402
 from protocol.codec import encode_body, request_type, response_type  # noqa: E402
@@ -52,75 +49,46 @@ PASSWORD = "bench-secret"
 
 
 class Client:
-    """One blocking connection: optional TLS, optional SCRAM-SHA-512 login."""
+    """One blocking connection, secured by the admin commands' client code (admin/security.py)."""
 
-    def __init__(self, port: int, tls: ssl.SSLContext | None, sasl: bool) -> None:
-        sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.sock = tls.wrap_socket(sock, server_hostname="localhost") if tls is not None else sock
+    def __init__(self, port: int, conf: dict[str, str]) -> None:
         self.correlation = 0
-        if sasl:
-            self._login()
+        self.sock = connect("localhost", port, 10, conf, lambda sock, k, v, f: self._send(sock, k, v, f))
 
     def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        return self._send(self.sock, api_key, version, fields)
+
+    def _send(self, sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> Any:
         self.correlation += 1
         header = struct.pack(">hhih", api_key, version, self.correlation, 5) + b"bench"
         flexible = is_flexible(api_key, version)
         if flexible:
             header += b"\x00"
         payload = header + encode_body(build(request_type(api_key, version), **fields))
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = self._exact(struct.unpack(">i", self._exact(4))[0])
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        frame = _exact(sock, struct.unpack(">i", _exact(sock, 4))[0])
         pos = 5 if flexible and api_key != ApiKey.API_VERSIONS else 4
         return entity_reader(response_type(api_key, version))(frame, pos)[0]
-
-    def _exact(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("closed")
-            out += chunk
-        return bytes(out)
-
-    def _login(self) -> None:
-        assert self.request(ApiKey.SASL_HANDSHAKE, 1, mechanism="SCRAM-SHA-512").error_code == 0
-        nonce = base64.b64encode(os.urandom(18)).decode()
-        bare = f"n=bench,r={nonce}"
-        first = self.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=("n,," + bare).encode())
-        server_first = bytes(first.auth_bytes).decode()
-        attrs = dict(part.split("=", 1) for part in server_first.split(","))
-        salted = _salted(base64.b64decode(attrs["s"]), int(attrs["i"]))
-        client_key = hmac.digest(salted, b"Client Key", "sha512")
-        without_proof = f"c=biws,r={attrs['r']}"
-        auth = f"{bare},{server_first},{without_proof}".encode()
-        signature = hmac.digest(hashlib.sha512(client_key).digest(), auth, "sha512")
-        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
-        final = self.request(
-            ApiKey.SASL_AUTHENTICATE, 2,
-            auth_bytes=f"{without_proof},p={base64.b64encode(proof).decode()}".encode(),
-        )
-        assert final.error_code == 0, final.error_message
 
     def close(self) -> None:
         self.sock.close()
 
 
-_SALTED: dict[tuple[bytes, int], bytes] = {}
+def _exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return bytes(out)
 
 
-def _salted(salt: bytes, iterations: int) -> bytes:
-    """The client's PBKDF2, computed once (a real client caches it too, per connection)."""
-    key = (salt, iterations)
-    if key not in _SALTED:
-        _SALTED[key] = hashlib.pbkdf2_hmac("sha512", PASSWORD.encode(), salt, iterations)
-    return _SALTED[key]
-
-
-def connections(port: int, tls: ssl.SSLContext | None, sasl: bool, n: int, pid: int) -> dict[str, Any]:
+def connections(port: int, conf: dict[str, str], n: int, pid: int) -> dict[str, Any]:
     cpu0 = cpu_seconds(pid)
     started = time.perf_counter()
     for _ in range(n):
-        c = Client(port, tls, sasl)
+        c = Client(port, conf)
         assert c.request(ApiKey.API_VERSIONS, 3, client_software_name="b", client_software_version="1").error_code == 0
         c.close()
     wall = time.perf_counter() - started
@@ -147,8 +115,8 @@ def timed(client: Client, seconds: float, pid: int, send: Any) -> dict[str, Any]
     }
 
 
-def workloads(port: int, tls: ssl.SSLContext | None, sasl: bool, seconds: float, pid: int, tag: str) -> dict[str, Any]:
-    c = Client(port, tls, sasl)
+def workloads(port: int, conf: dict[str, str], seconds: float, pid: int, tag: str) -> dict[str, Any]:
+    c = Client(port, conf)
     try:
         group = f"bench-{tag}"
         join = c.request(
@@ -208,16 +176,18 @@ def main() -> None:
         try:
             assert broker.proc is not None
             pid = broker.proc.pid
-            context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+            tls = {"security.protocol": "SSL", "ssl.ca.location": str(certs / "ca.pem")}
+            sasl = {**tls, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                    "sasl.username": "bench", "sasl.password": PASSWORD}
             results = {}
-            for name, port, tls, sasl in (
-                ("PLAINTEXT", plain, None, False),
-                ("SSL", tls_port, context, False),
-                ("SASL_SSL/SCRAM-SHA-512", sasl_port, context, True),
+            for name, port, conf in (
+                ("PLAINTEXT", plain, {}),
+                ("SSL", tls_port, tls),
+                ("SASL_SSL/SCRAM-SHA-512", sasl_port, sasl),
             ):
                 results[name] = {
-                    "connections": connections(port, tls, sasl, args.connections, pid),
-                    **workloads(port, tls, sasl, args.seconds, pid, name.split("/")[0].lower()),
+                    "connections": connections(port, conf, args.connections, pid),
+                    **workloads(port, conf, args.seconds, pid, name.split("/")[0].lower()),
                 }
                 print(name, json.dumps(results[name]), file=sys.stderr)
         finally:
