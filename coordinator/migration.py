@@ -34,6 +34,7 @@ from coordinator.consumer.group import ConsumerGroup
 from coordinator.consumer.manager import ConsumerGroupManager
 from coordinator.consumer.member import ConsumerMember, MemberState
 from coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
+from coordinator.consumer.topics import by_id, by_name
 from coordinator.output import Operation
 from coordinator.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata, encode_key
 from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
@@ -80,13 +81,7 @@ class GroupMigration:
                     else m.protocols[0][1]
                 )
                 subscription = decode_subscription(metadata)
-                assigned: dict = {}
-                for topic, partitions in decode_assignment(m.assignment):
-                    info = topics.topic(topic)
-                    if info is not None and partitions:
-                        assigned[info.topic_id] = assigned.get(info.topic_id, frozenset()) | frozenset(
-                            partitions
-                        )
+                assigned = by_id(decode_assignment(m.assignment), topics)
                 member = ConsumerMember(
                     member_id=m.member_id,
                     instance_id=m.group_instance_id,
@@ -155,11 +150,7 @@ class GroupMigration:
                 (p for p in classic.supported_protocols if p.name == protocol),
                 classic.supported_protocols[0],
             )
-            names = {}
-            for topic_id, partitions in m.assigned.items():
-                info = topics.topic_by_id(topic_id)
-                if info is not None:
-                    names[info.name] = partitions
+            names = by_name(m.assigned, topics)
             members.append(
                 MemberMetadata(
                     member_id=m.member_id,

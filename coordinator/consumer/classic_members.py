@@ -30,6 +30,7 @@ from coordinator.consumer.group import ConsumerGroup
 from coordinator.consumer.manager import ConsumerGroupManager
 from coordinator.consumer.member import ConsumerMember, MemberState
 from coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
+from coordinator.consumer.topics import by_id, by_name
 from coordinator.messages import (
     JoinGroupRequest,
     JoinGroupResponse,
@@ -82,7 +83,6 @@ class ClassicMembers:
             op.reply(handle, join_error(req.member_id, found))
             return
         member, is_new = found
-        topics = manager.topics
         updated = replace(
             member,
             instance_id=req.group_instance_id,
@@ -98,12 +98,8 @@ class ClassicMembers:
         )
         if not is_new and updated.same_subscription_record(member):
             updated = member
-        owned = []
-        for topic, partitions in subscription.owned:
-            info = topics.topic(topic)
-            if info is not None:
-                owned.append((info.topic_id, partitions))
-        current = manager.apply_member(change, member, updated, is_new, tuple(owned), now_ms)
+        owned = by_id(subscription.owned, manager.topics).items()
+        current = manager.apply_member(change, member, updated, is_new, owned, now_ms)
         manager.maybe_completed(group, now_ms)
         # The sync timeout: a member that does not come for its assignment is fenced.
         manager.arm_rebalance(group, current, manager.timers_of(group, member_id), now_ms)
@@ -185,11 +181,7 @@ class ClassicMembers:
             return
         manager.arm_session(group, member, now_ms)
         manager.timers_of(group, member.member_id).rebalance_token = 0  # synced in time
-        names = {}
-        for topic_id, partitions in member.assigned.items():
-            info = manager.topics.topic_by_id(topic_id)
-            if info is not None:
-                names[info.name] = partitions
+        names = by_name(member.assigned, manager.topics)
         manager.op.reply(
             handle,
             SyncGroupResponse(

@@ -111,13 +111,22 @@ class ConsumerGroup:
     def target_of(self, member_id: str) -> Assignment:
         return self.target.get(member_id, {})
 
+    def regex_topics(self, regex: str | None) -> tuple[str, ...]:
+        """The topics ``regex`` matched when last resolved (none if it is not resolved)."""
+        resolved = self.regexes.get(regex) if regex is not None else None
+        return () if resolved is None else resolved.topics
+
+    def topics_of(self, member: ConsumerMember) -> set[str]:
+        """The topic names ``member`` subscribes to, by name and through its regex."""
+        names = set(member.subscribed_topic_names)
+        names.update(self.regex_topics(member.subscribed_topic_regex))
+        return names
+
     def subscribed_topic_names(self) -> set[str]:
         """Every topic name some member subscribes to (by name or through a regex)."""
         names = set(self.subscribed_names)
-        for member in self.members.values():
-            regex = member.subscribed_topic_regex
-            if regex is not None and regex in self.regexes:
-                names.update(self.regexes[regex].topics)
+        for regex in {m.subscribed_topic_regex for m in self.members.values()}:
+            names.update(self.regex_topics(regex))
         return names
 
     # ---- changes -------------------------------------------------------------------------

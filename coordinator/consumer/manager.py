@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import replace
 
 from coordinator.config import GroupConfig
@@ -38,12 +38,11 @@ from coordinator.consumer.member import (
 from coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
-    TopicPartitions,
 )
 from coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
 from coordinator.consumer.regex import compile_regex, resolve_regex
 from coordinator.consumer.target import update_target
-from coordinator.consumer.topics import TopicsView, metadata_hash, subscribed_topics
+from coordinator.consumer.topics import TopicId, TopicsView, metadata_hash, subscribed_topics
 from coordinator.output import Operation, RebalanceCompleted
 from coordinator.rebalances import Settled, begin, finish
 from coordinator.timers import TimerEntry, TimerKind, Timers
@@ -210,7 +209,7 @@ class ConsumerGroupManager:
         member: ConsumerMember,
         updated: ConsumerMember,
         is_new: bool,
-        owned: TopicPartitions | None,
+        owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
         now_ms: int,
     ) -> ConsumerMember:
         """Kafka's three steps for a member's request (module docstring): store ``updated``

@@ -175,7 +175,7 @@ def reconcile(
     target_epoch: int,
     target: Assignment,
     partition_owner_epoch: Callable[[TopicId, int], int],
-    owned: Iterable[tuple[TopicId, tuple[int, ...]]] | None,
+    owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
 ) -> ConsumerMember:
     """The member's next state towards ``target`` at ``target_epoch`` (see module docstring).
 
@@ -207,7 +207,7 @@ def _next(
     target_epoch: int,
     target: Assignment,
     owner_epoch: Callable[[TopicId, int], int],
-    owned: Iterable[tuple[TopicId, tuple[int, ...]]] | None,
+    owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
 ) -> ConsumerMember:
     assigned: dict[TopicId, frozenset[int]] = {}
     revoking: dict[TopicId, frozenset[int]] = {}

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, PartitionAssignor
 from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.member import ConsumerMember
 from coordinator.consumer.persistence import assignment_epoch_record, target_record
 from coordinator.consumer.topics import TopicId
 from coordinator.output import Record
@@ -36,17 +35,6 @@ def preferred_assignor(group: ConsumerGroup, default: str) -> PartitionAssignor:
     return ASSIGNORS[default]
 
 
-def member_topics(group: ConsumerGroup, member: ConsumerMember) -> set[str]:
-    """The topic names a member subscribes to (by name and through its regex)."""
-    names = set(member.subscribed_topic_names)
-    regex = member.subscribed_topic_regex
-    if regex is not None:
-        resolved = group.regexes.get(regex)
-        if resolved is not None:
-            names.update(resolved.topics)
-    return names
-
-
 def update_target(
     group: ConsumerGroup, default_assignor: str, emit: Callable[[Record], None]
 ) -> None:
@@ -62,7 +50,7 @@ def update_target(
         ids = ids_of.get(key)
         if ids is None:
             ids = ids_of[key] = frozenset(
-                subscribed[n].topic_id for n in member_topics(group, m) if n in subscribed
+                subscribed[n].topic_id for n in group.topics_of(m) if n in subscribed
             )
         members.append(
             AssignmentMember(

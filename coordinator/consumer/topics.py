@@ -97,6 +97,28 @@ def subscribed_topics(topics: TopicsView, names: Iterable[str]) -> dict[str, Top
     return found
 
 
+def by_name(assignment: Mapping[TopicId, Iterable[int]], topics: TopicsView) -> dict[str, Iterable[int]]:
+    """Partitions by topic id -> by topic name (the embedded consumer protocol's form); topics
+    no longer known are left out."""
+    out: dict[str, Iterable[int]] = {}
+    for topic_id, partitions in assignment.items():
+        info = topics.topic_by_id(topic_id)
+        if info is not None:
+            out[info.name] = partitions
+    return out
+
+
+def by_id(named: Iterable[tuple[str, Iterable[int]]], topics: TopicsView) -> dict[TopicId, frozenset[int]]:
+    """``(topic name, partitions)`` pairs -> partitions by topic id, a topic named twice merged;
+    unknown topics and empty partition lists are left out."""
+    out: dict[TopicId, frozenset[int]] = {}
+    for name, partitions in named:
+        info = topics.topic(name)
+        if info is not None and partitions:
+            out[info.topic_id] = out.get(info.topic_id, frozenset()) | frozenset(partitions)
+    return out
+
+
 _HASH_ITEM = struct.Struct(">16si")
 
 
