@@ -322,13 +322,13 @@ def _wire_request(
 ) -> Any:
     """One request/response on a fresh connection, secured as ``security`` says."""
     try:
-        with connect(host, port, timeout, security or {}, _exchange) as sock:
-            return _exchange(sock, api_key, version, fields)
+        with connect(host, port, timeout, security or {}, exchange) as sock:
+            return exchange(sock, api_key, version, fields)
     except (OSError, ConnectionError) as e:
         raise AdminError(f"coordinator {host}:{port}: {e}") from None
 
 
-def _exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+def exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> Any:
     """Send one request on ``sock`` and decode its answer."""
     from kio.serial import entity_reader
 

@@ -23,9 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,13 +33,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kio.serial import entity_reader  # noqa: E402
 
+from admin.client import exchange  # noqa: E402
 from admin.security import connect  # noqa: E402
 from bench._peers import cpu_seconds  # noqa: E402
-from protocol.apis import ApiKey, is_flexible  # noqa: E402
-from protocol.codec import encode_body, request_type, response_type  # noqa: E402
-from protocol.responses import build  # noqa: E402
+from protocol.apis import ApiKey  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port  # noqa: E402
 from tests.integration.test_tls import make_certs  # noqa: E402
 
@@ -49,39 +45,17 @@ PASSWORD = "bench-secret"
 
 
 class Client:
-    """One blocking connection, secured by the admin commands' client code (admin/security.py)."""
+    """One blocking connection, secured and spoken as the admin commands do
+    (admin/security.py, admin/client.py)."""
 
     def __init__(self, port: int, conf: dict[str, str]) -> None:
-        self.correlation = 0
-        self.sock = connect("localhost", port, 10, conf, lambda sock, k, v, f: self._send(sock, k, v, f))
+        self.sock = connect("localhost", port, 10, conf, exchange)
 
     def request(self, api_key: int, version: int, **fields: Any) -> Any:
-        return self._send(self.sock, api_key, version, fields)
-
-    def _send(self, sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> Any:
-        self.correlation += 1
-        header = struct.pack(">hhih", api_key, version, self.correlation, 5) + b"bench"
-        flexible = is_flexible(api_key, version)
-        if flexible:
-            header += b"\x00"
-        payload = header + encode_body(build(request_type(api_key, version), **fields))
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = _exact(sock, struct.unpack(">i", _exact(sock, 4))[0])
-        pos = 5 if flexible and api_key != ApiKey.API_VERSIONS else 4
-        return entity_reader(response_type(api_key, version))(frame, pos)[0]
+        return exchange(self.sock, api_key, version, fields)
 
     def close(self) -> None:
         self.sock.close()
-
-
-def _exact(sock: socket.socket, n: int) -> bytes:
-    out = bytearray()
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return bytes(out)
 
 
 def connections(port: int, conf: dict[str, str], n: int, pid: int) -> dict[str, Any]:
