@@ -20,6 +20,8 @@ from pathlib import Path
 from protocol.apis import ApiKey
 from storage.files import FilePool
 
+from .acl.api import AclApi
+from .acl.store import AclStore, build_authorizer
 from .admission import RequestMemory
 from .cluster_api import ClusterApi
 from .config import Config
@@ -112,6 +114,10 @@ class Broker:
         credentials = CredentialStore(Path(config.data_dir))
         sasl = SaslApi(config, credentials, hooks.refused)
         users = UsersApi(credentials)
+        self.authorizer = build_authorizer(config, hooks.denied)
+        acls = AclApi(
+            AclStore(config.data_dir, self.authorizer) if self.authorizer is not None else None
+        )
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(self.groups, self.topics, self.data.producers, config)
@@ -147,13 +153,18 @@ class Broker:
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: users.alter,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
+            ApiKey.DESCRIBE_ACLS: acls.describe_acls,
+            ApiKey.CREATE_ACLS: acls.create_acls,
+            ApiKey.DELETE_ACLS: acls.delete_acls,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
+        # Not Heartbeat and OffsetFetch under an authorizer: their checks are on the generic path.
         self.direct_handlers: dict[int, DirectHandler] = {
             ApiKey.API_VERSIONS: self.cluster.api_versions_direct,
-            ApiKey.HEARTBEAT: g.heartbeat_direct,
-            ApiKey.OFFSET_FETCH: o.offset_fetch_direct,
         }
+        if self.authorizer is None:
+            self.direct_handlers[ApiKey.HEARTBEAT] = g.heartbeat_direct
+            self.direct_handlers[ApiKey.OFFSET_FETCH] = o.offset_fetch_direct
         self.listeners = parse_listeners(config)
         limits = ConnectionLimits(config)
         self._on_refused = hooks.refused
@@ -172,6 +183,7 @@ class Broker:
                     metrics=hooks,
                     listener=listener,
                     limits=limits,
+                    authorizer=self.authorizer,
                 ),
                 ssl_context if listener.tls else None,
             )

@@ -23,6 +23,7 @@ from protocol.errors import ErrorCode
 from protocol.framing import Frame
 from protocol.responses import build, to_millis
 
+from .acl.model import CLUSTER_NAME, UNKNOWN_OPERATIONS, Operation, ResourceType
 from .connection import RequestContext
 from .listeners import Listener
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
@@ -32,6 +33,14 @@ from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_pr
 if TYPE_CHECKING:
     from .config import Config
     from .topics import TopicStore
+
+_TOPIC = ResourceType.TOPIC
+
+
+def _refused(operation: str) -> TopicError:
+    return TopicError(
+        ErrorCode.topic_authorization_failed, f"Not authorized: {operation} on the topic is needed."
+    )
 
 log = logging.getLogger("kcoord.cluster")
 
@@ -120,46 +129,87 @@ class ClusterApi:
                     )
                     for t in requested
                 ],
-                cluster_authorized_operations=-2147483648,
+                cluster_authorized_operations=UNKNOWN_OPERATIONS,
             )
+        refused: list[dict[str, Any]] = []
         if requested is None or (ctx.version == 0 and not requested):
             wanted: list[tuple[str | None, uuid.UUID | None]] = [
                 (name, None) for name in sorted(self.topics.topics)
+                if ctx.allowed(Operation.DESCRIBE, _TOPIC, name, quiet=True)
             ]
             work = len(wanted) + self.topics.partition_count
         else:
             wanted = [(t.name, getattr(t, "topic_id", None)) for t in requested]
             work = len(wanted)
+            if ctx.connection.authorizer is not None:
+                wanted, refused = self._describable(ctx, wanted)
         if is_big(work):
-            return self._metadata_big(ctx, wanted, auto_create)
-        return self._metadata_answer(ctx, run_now(self._topics_out(wanted, auto_create)))
+            return self._metadata_big(ctx, req, wanted, auto_create, refused)
+        topics_out = run_now(self._topics_out(ctx, wanted, auto_create))
+        return self._metadata_answer(ctx, req, topics_out + refused)
+
+    def _describable(
+        self, ctx: RequestContext, wanted: list[tuple[str | None, uuid.UUID | None]]
+    ) -> tuple[list[tuple[str | None, uuid.UUID | None]], list[dict[str, Any]]]:
+        """The topics asked for that the client may describe, and the answers for the rest
+        (TOPIC_AUTHORIZATION_FAILED; asked for by id, without the name)."""
+        allowed, refused = [], []
+        for name, topic_id in wanted:
+            known = name
+            if name is None and topic_id is not None:
+                topic = self.topics.by_id.get(topic_id)
+                known = topic.name if topic is not None else None
+            if known is None or ctx.allowed(Operation.DESCRIBE, _TOPIC, known):
+                allowed.append((name, topic_id))
+            else:
+                refused.append(
+                    self._topic_error(name, topic_id, ErrorCode.topic_authorization_failed)
+                )
+        return allowed, refused
 
     async def _metadata_big(
         self,
         ctx: RequestContext,
+        req: Any,
         wanted: list[tuple[str | None, uuid.UUID | None]],
         auto_create: bool,
+        refused: list[dict[str, Any]],
     ) -> Any:
         """Metadata of many topics: looked up in slices, the answer built in the worker
         (broker/offload.py)."""
-        topics_out = await run_sliced(self._topics_out(wanted, auto_create))
-        return await encoded_off_loop(lambda: self._metadata_answer(ctx, topics_out))
+        topics_out = await run_sliced(self._topics_out(ctx, wanted, auto_create))
+        return await encoded_off_loop(
+            lambda: self._metadata_answer(ctx, req, topics_out + refused)
+        )
 
-    def _metadata_answer(self, ctx: RequestContext, topics_out: list[dict[str, Any]]) -> Any:
+    def _metadata_answer(
+        self, ctx: RequestContext, req: Any, topics_out: list[dict[str, Any]]
+    ) -> Any:
+        if getattr(req, "include_topic_authorized_operations", False):
+            for t in topics_out:
+                if not t["error_code"]:
+                    t["topic_authorized_operations"] = ctx.authorized_operations(_TOPIC, t["name"])
+        cluster_ops = UNKNOWN_OPERATIONS
+        if getattr(req, "include_cluster_authorized_operations", False):
+            cluster_ops = ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
         return ctx.respond(
             throttle_time=0,
             brokers=self.brokers(ctx.connection.listener),
             cluster_id=self.cluster_id,
             controller_id=self.node_id,
             topics=topics_out,
-            cluster_authorized_operations=-2147483648,
+            cluster_authorized_operations=cluster_ops,
         )
 
     def _topics_out(
-        self, wanted: list[tuple[str | None, uuid.UUID | None]], auto_create: bool
+        self,
+        ctx: RequestContext,
+        wanted: list[tuple[str | None, uuid.UUID | None]],
+        auto_create: bool,
     ) -> Sliced[list[dict[str, Any]]]:
         """The answer for each topic asked for (by name or id), creating unknown ones if
-        ``auto_create``; yields between slices of topics and partitions described."""
+        ``auto_create`` and the client may (CREATE on the cluster or the topic); yields between
+        slices of topics and partitions described."""
         config = self.config
         topics_out = []
         work = 0
@@ -189,6 +239,11 @@ class ClusterApi:
                             self._topic_error(name, None, ErrorCode.leader_not_available)
                         )
                         continue
+                    if auto_create and name != OFFSETS_TOPIC and not self._may_create(ctx, name):
+                        topics_out.append(
+                            self._topic_error(name, None, ErrorCode.topic_authorization_failed)
+                        )
+                        continue
                     if auto_create and name != OFFSETS_TOPIC:
                         try:
                             topic = self.topics.create(name, config["num.partitions"])
@@ -211,6 +266,13 @@ class ClusterApi:
             topics_out.append(self._describe(topic))
             work += len(topic.partitions)
         return topics_out
+
+    @staticmethod
+    def _may_create(ctx: RequestContext, name: str) -> bool:
+        """CREATE on the cluster, or else on the topic (Kafka's rule for creating topics)."""
+        return ctx.allowed(
+            Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True
+        ) or ctx.allowed(Operation.CREATE, _TOPIC, name)
 
     def _describe(self, topic: Topic) -> dict[str, Any]:
         node = self.node_id
@@ -241,7 +303,7 @@ class ClusterApi:
                 dict(offline if plog.offline is not None else online, partition_index=i)
                 for i, plog in enumerate(topic.partitions)
             ],
-            topic_authorized_operations=-2147483648,
+            topic_authorized_operations=UNKNOWN_OPERATIONS,
         )
 
     @staticmethod
@@ -252,7 +314,7 @@ class ClusterApi:
             topic_id=topic_id or ZERO_UUID,
             is_internal=False,
             partitions=[],
-            topic_authorized_operations=-2147483648,
+            topic_authorized_operations=UNKNOWN_OPERATIONS,
         )
 
     # CreateTopics ---------------------------------------------------------------------------------
@@ -278,6 +340,8 @@ class ClusterApi:
             )
             out.append(entry)
             try:
+                if not self._may_create(ctx, t.name):
+                    raise _refused("CREATE")
                 count, rf, overrides = self._creatable(t)
                 segment_bytes = overrides.get("segment.bytes")
                 res = topics.reserve_topic(
@@ -420,6 +484,8 @@ class ClusterApi:
                     entry["name"] = name
                 if name is None:
                     raise TopicError(ErrorCode.invalid_request, "neither name nor id given")
+                if not ctx.allowed(Operation.DELETE, _TOPIC, name):
+                    raise _refused("DELETE")
                 await self._settled(name)  # a creation or growth under way finishes first
                 deleted = self.topics.delete(name)
                 entry["topic_id"] = deleted.topic_id
@@ -450,6 +516,8 @@ class ClusterApi:
             entry: dict[str, Any] = dict(name=t.name, error_code=0, error_message=None)
             out.append(entry)
             try:
+                if not ctx.allowed(Operation.ALTER, _TOPIC, t.name):
+                    raise _refused("ALTER")
                 if t.name == OFFSETS_TOPIC:
                     raise TopicError(
                         ErrorCode.invalid_request, f"{OFFSETS_TOPIC} cannot grow at run time"

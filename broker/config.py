@@ -107,6 +107,20 @@ SETTINGS: dict[str, Setting] = {
             "How long a failed SASL login waits before its connection is closed.",
             0,
         ),
+        Setting(
+            "authorizer.class.name",
+            str,
+            "",
+            "Empty: no ACLs, everything is allowed. kcoord's ACL authorizer under any non-empty"
+            " name (Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer carries over).",
+        ),
+        Setting("super.users", str, "", "Principals allowed everything: User:admin;User:ops."),
+        Setting(
+            "allow.everyone.if.no.acl.found",
+            bool,
+            False,
+            "With the authorizer on: allow an operation on a resource that has no ACL at all.",
+        ),
         Setting("auto.create.topics.enable", bool, True, "Create unknown topics on Metadata/Produce."),
         Setting("num.partitions", int, 1, "Partitions of an auto-created topic.", 1),
         Setting("default.replication.factor", int, 1, "Replication factor (a single node: 1).", 1),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
 
+from .acl.model import CLUSTER_NAME, Operation, ResourceType
 from .topic_configs import (
     DEFS,
     TYPE_LIST,
@@ -55,6 +56,14 @@ class _Refused(Exception):
         self.code = code
 
 
+def _authorize(ctx: RequestContext, r: Any, op: Operation) -> None:
+    """The ACL check of a config resource: ``op`` on the topic, or on the cluster for a broker."""
+    if r.resource_type == TOPIC and not ctx.allowed(op, ResourceType.TOPIC, r.resource_name):
+        raise _Refused(ErrorCode.topic_authorization_failed, f"{op.name} on the topic is needed")
+    if r.resource_type == BROKER and not ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise _Refused(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster is needed")
+
+
 class ConfigApi:
     def __init__(self, config: Config, topics: TopicStore) -> None:
         self.config = config
@@ -76,6 +85,7 @@ class ConfigApi:
             )
             try:
                 _once(seen, r)
+                _authorize(ctx, r, Operation.DESCRIBE_CONFIGS)
                 keys = None if r.configuration_keys is None else set(r.configuration_keys)
                 entries = self._describe(r.resource_type, r.resource_name)
                 result["configs"] = [
@@ -149,6 +159,7 @@ class ConfigApi:
             )
             try:
                 _once(seen, r)
+                _authorize(ctx, r, Operation.ALTER_CONFIGS)
                 if r.resource_type == BROKER:
                     if r.resource_name != "":
                         self._check_broker(r.resource_name)

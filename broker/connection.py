@@ -44,6 +44,7 @@ from protocol.framing import Frame, FrameDecoder, FrameError
 from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
+from .acl.model import AclAuthorizer, Operation, ResourceType, operations_bits
 from .admission import SMALL_REQUEST
 from .limits import ConnectionLimits
 from .listeners import ANONYMOUS, Listener, principal_of
@@ -86,6 +87,23 @@ class RequestContext:
         """Build this request's response, of its version, from the fields of the newest one."""
         return build(self.response_class, **fields)
 
+    def allowed(self, op: Operation, rtype: ResourceType, name: str, quiet: bool = False) -> bool:
+        """Whether the client may do ``op`` on the resource (always, without an authorizer).
+        ``quiet``: a refusal only filters what is shown, it is not counted as a denial."""
+        authorizer = self.connection.authorizer
+        return authorizer is None or authorizer.authorize(
+            self.connection.principal, self.client_host, op, rtype, name, quiet
+        )
+
+    def authorized_operations(self, rtype: ResourceType, name: str) -> int:
+        """The authorized-operations bit field of a describe answer for this resource."""
+        authorizer = self.connection.authorizer
+        if authorizer is None:
+            return operations_bits(rtype)
+        return authorizer.authorized_operations(
+            self.connection.principal, self.client_host, rtype, name
+        )
+
 
 Handler = Callable[[RequestContext, Any], Any]
 DirectHandler = Callable[[Frame, int, int], "bytes | None"]
@@ -118,6 +136,8 @@ class ConnectionServices:
     """The listener the connections came in on (its advertised address, its security)."""
     limits: ConnectionLimits
     """The broker-wide connection counts and limits (broker/limits.py)."""
+    authorizer: AclAuthorizer | None = None
+    """Decides on each request from the ACLs; None: no authorizer, everything is allowed."""
 
 
 class _Slot:
@@ -141,6 +161,7 @@ class Connection(asyncio.Protocol):
         self.authenticated = not services.listener.sasl
         """False on a SASL listener until SaslAuthenticate succeeds (broker/sasl/api.py)."""
         self.sasl_mechanism: str | None = None
+        self.authorizer = services.authorizer
         self.sasl_exchange: Any = None
         self._limits = services.limits
         self._refused = services.metrics.refused

@@ -12,13 +12,15 @@ from collections import defaultdict
 from typing import Any
 
 from coordinator.consumer import messages as cm
+from protocol.errors import ErrorCode
 from protocol.responses import to_millis
 
+from .acl.model import UNKNOWN_OPERATIONS, Operation, ResourceType
 from .connection import RequestContext
 from .group_api import then
 from .group_runtime import GroupRuntime
 
-_UNKNOWN_OPERATIONS = -2147483648
+_REFUSED = ErrorCode.group_authorization_failed
 
 
 class ConsumerGroupApi:
@@ -27,6 +29,10 @@ class ConsumerGroupApi:
 
     # ConsumerGroupHeartbeat ---------------------------------------------------------------------
     def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+            return self._heartbeat_answer(
+                ctx, cm.ConsumerGroupHeartbeatResponse(_REFUSED, "Not authorized to read the group.")
+            )
         owned = req.topic_partitions
         request = cm.ConsumerGroupHeartbeatRequest(
             group_id=req.group_id,
@@ -80,9 +86,14 @@ class ConsumerGroupApi:
     async def describe(self, ctx: RequestContext, req: Any) -> Any:
         runtime = self.runtime
         by_shard: dict[int, list[str]] = defaultdict(list)
-        for group_id in req.group_ids:
-            by_shard[runtime.partition_of(group_id)].append(group_id)
         found: dict[str, cm.DescribedConsumerGroup] = {}
+        for group_id in req.group_ids:
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+                by_shard[runtime.partition_of(group_id)].append(group_id)
+            else:
+                found[group_id] = cm.DescribedConsumerGroup(
+                    _REFUSED, "Not authorized to describe the group.", group_id, state=""
+                )
         for p, ids in by_shard.items():
             answer: cm.ConsumerGroupDescribeResponse = await runtime.call(
                 p, runtime.shard(p).consumer_group_describe, cm.ConsumerGroupDescribeRequest(tuple(ids))
@@ -129,7 +140,11 @@ class ConsumerGroupApi:
                     assignment_epoch=g.assignment_epoch,
                     assignor_name=g.assignor_name,
                     members=members,
-                    authorized_operations=_UNKNOWN_OPERATIONS if not include_ops else 0,
+                    authorized_operations=(
+                        ctx.authorized_operations(ResourceType.GROUP, group_id)
+                        if include_ops and not g.error
+                        else UNKNOWN_OPERATIONS
+                    ),
                 )
             )
         return ctx.respond(throttle_time=0, groups=groups)

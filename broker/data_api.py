@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
@@ -34,6 +34,7 @@ from protocol.validate import Refused, check_batch
 from storage.log import LogClosed, OffsetOutOfRange, PartitionLog
 from storage.producer_state import ProducerStateTable
 
+from .acl.model import CLUSTER_NAME, Operation, ResourceType
 from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .connection import NO_RESPONSE, RequestContext
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
@@ -82,6 +83,16 @@ class _Produce:
 
     def settled(self) -> list[_Settled]:
         return [(i, plog, o) for i, plog, o in self.parts if isinstance(o, Outcome)]
+
+
+_TOPIC_REFUSED = ErrorCode.topic_authorization_failed
+
+
+def _refused_topics(ctx: RequestContext, op: Operation, names: Iterable[str]) -> frozenset[str]:
+    """The topics among ``names`` on which the client may not do ``op``."""
+    if ctx.connection.authorizer is None:
+        return frozenset()
+    return frozenset(n for n in set(names) if not ctx.allowed(op, ResourceType.TOPIC, n))
 
 
 def _one_batch(plog: PartitionLog, base_offset: int) -> tuple[BatchHeader, bytes] | None:
@@ -139,6 +150,13 @@ class DataApi:
     # InitProducerId -------------------------------------------------------------------------------
     def init_producer_id(self, ctx: RequestContext, req: Any) -> Any:
         """Producer ids for idempotent producers; transactions are not supported yet."""
+        if req.transactional_id is None and not self._may_write_idempotently(ctx):
+            return ctx.respond(
+                throttle_time=0,
+                error_code=ErrorCode.cluster_authorization_failed,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         if req.transactional_id is not None:
             log.warning(
                 "InitProducerId for transactional id %r refused: no transactions",
@@ -161,13 +179,30 @@ class DataApi:
             throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=producer_epoch
         )
 
+    @staticmethod
+    def _may_write_idempotently(ctx: RequestContext) -> bool:
+        """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679)."""
+        authorizer = ctx.connection.authorizer
+        if authorizer is None or ctx.allowed(
+            Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True
+        ):
+            return True
+        return authorizer.allows_some(
+            ctx.connection.principal, ctx.client_host, Operation.WRITE, ResourceType.TOPIC
+        )
+
     # Produce --------------------------------------------------------------------------------------
     def produce(self, ctx: RequestContext, req: Any) -> Any:
         if ctx.version <= 2:
             return self._legacy_produce(ctx, req)
         request = _Produce()
+        checked = ctx.connection.authorizer is not None
         for topic in req.topic_data:
             request.topics.append((topic.name, len(topic.partition_data)))
+            if checked and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic.name):
+                for p in topic.partition_data:
+                    request.parts.append((p.index, None, Outcome(_TOPIC_REFUSED)))
+                continue
             for p in topic.partition_data:
                 plog, outcome = self._produce_one(topic.name, p.index, p.records, ctx.version)
                 request.parts.append((p.index, plog, outcome))
@@ -336,12 +371,13 @@ class DataApi:
         min_bytes = max(0, req.min_bytes)
         deadline = time.monotonic() + max_wait_ms / 1000.0
         big = is_big(sum(len(t.partitions) for t in req.topics))
+        refused = _refused_topics(ctx, Operation.READ, (t.topic for t in req.topics))
         while True:
             waiter = self.topics.appended_future()
             if big:
-                responses, total, errors = await run_sliced(self._fetch_once(req))
+                responses, total, errors = await run_sliced(self._fetch_once(req, refused))
             else:
-                responses, total, errors = run_now(self._fetch_once(req))
+                responses, total, errors = run_now(self._fetch_once(req, refused))
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0 or ctx.connection.closed:
                 break
@@ -354,8 +390,11 @@ class DataApi:
             return await encoded_off_loop(lambda: ctx.respond(**fields))
         return ctx.respond(**fields)
 
-    def _fetch_once(self, req: Any) -> Sliced[tuple[list[dict[str, Any]], int, bool]]:
-        """One look at every partition asked for: (responses, bytes found, any errors)."""
+    def _fetch_once(
+        self, req: Any, refused: frozenset[str]
+    ) -> Sliced[tuple[list[dict[str, Any]], int, bool]]:
+        """One look at every partition asked for: (responses, bytes found, any errors);
+        those of ``refused`` topics answer TOPIC_AUTHORIZATION_FAILED."""
         budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
         total = 0
         errors = False
@@ -378,6 +417,11 @@ class DataApi:
                     preferred_read_replica=-1,
                     records=b"",
                 )
+                if t.topic in refused:
+                    entry["error_code"] = _TOPIC_REFUSED
+                    errors = True
+                    parts.append(entry)
+                    continue
                 if plog is None:
                     entry["error_code"] = ErrorCode.unknown_topic_or_partition
                     errors = True
@@ -417,7 +461,7 @@ class DataApi:
     def list_offsets(self, ctx: RequestContext, req: Any) -> Any:
         if is_big(sum(len(t.partitions) for t in req.topics)):
             return self._list_offsets_big(ctx, req)
-        topics_out, batches, slow = run_now(self._list_offsets(req))
+        topics_out, batches, slow = run_now(self._list_offsets(ctx, req))
         if slow:
             return self._list_offsets_later(ctx, topics_out, batches)
         self._locate_records(batches)
@@ -426,18 +470,19 @@ class DataApi:
     async def _list_offsets_big(self, ctx: RequestContext, req: Any) -> Any:
         """ListOffsets of many partitions: the logs read in slices, the answer built in the
         worker (broker/offload.py)."""
-        topics_out, batches, _slow = await run_sliced(self._list_offsets(req))
+        topics_out, batches, _slow = await run_sliced(self._list_offsets(ctx, req))
         await self.appender.in_worker(self._locate_records, batches)
         return await encoded_off_loop(lambda: ctx.respond(throttle_time=0, topics=topics_out))
 
     def _list_offsets(
-        self, req: Any
+        self, ctx: RequestContext, req: Any
     ) -> Sliced[tuple[list[dict[str, Any]], list[tuple[dict[str, Any], bytes, int]], bool]]:
         """Each partition's answer at batch granularity, the batches still to decode for the
         exact record, and whether decoding them may take long (then off the loop)."""
         topics_out = []
         # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
         lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
+        refused = _refused_topics(ctx, Operation.DESCRIBE, (t.name for t in req.topics))
         work = 0
         for t in req.topics:
             parts = []
@@ -454,7 +499,9 @@ class DataApi:
                     leader_epoch=0,
                 )
                 try:
-                    if plog is None:
+                    if t.name in refused:
+                        entry["error_code"] = _TOPIC_REFUSED
+                    elif plog is None:
                         entry["error_code"] = ErrorCode.unknown_topic_or_partition
                     elif plog.offline is not None:
                         entry["error_code"] = ErrorCode.kafka_storage_error

@@ -27,6 +27,7 @@ from protocol.framing import Frame
 from protocol.heartbeat import decode_heartbeat
 from protocol.responses import build, to_millis
 
+from .acl.model import CLUSTER_NAME, UNKNOWN_OPERATIONS, Operation, ResourceType
 from .connection import RequestContext
 from .group_runtime import GroupRuntime
 from .offload import SLICE, encoded_off_loop, gc_paused, is_big, pause
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
-_UNKNOWN_OPERATIONS = -2147483648
+_GROUP = ResourceType.GROUP
+_REFUSED = ErrorCode.group_authorization_failed
 
 
 def then(result: Any, finish: Callable[[Any], Any]) -> Any:
@@ -100,7 +102,12 @@ class GroupApi:
         host, port = listener.advertised_host, listener.advertised_port
         results = []
         for key in keys:
-            if key_type == GROUP_KEY:
+            if key_type == GROUP_KEY and not ctx.allowed(Operation.DESCRIBE, _GROUP, key):
+                results.append(
+                    dict(key=key, node_id=-1, host="", port=-1, error_code=_REFUSED,
+                         error_message="Not authorized to describe the group.")
+                )
+            elif key_type == GROUP_KEY:
                 if self.runtime.ensure_topic() and self.runtime.coordinator_available(key):
                     results.append(
                         dict(key=key, node_id=node_id, host=host, port=port, error_code=0, error_message=None)
@@ -144,6 +151,8 @@ class GroupApi:
 
     # JoinGroup ------------------------------------------------------------------------------------
     def join_group(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            return self._join_answer(ctx, m.JoinGroupResponse(_REFUSED, -1, None, None, "", ""))
         session_ms = to_millis(req.session_timeout)
         rebalance_ms = to_millis(req.rebalance_timeout) if ctx.version >= 1 else session_ms
         request = m.JoinGroupRequest(
@@ -184,6 +193,8 @@ class GroupApi:
 
     # SyncGroup ------------------------------------------------------------------------------------
     def sync_group(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            return self._sync_answer(ctx, m.SyncGroupResponse(_REFUSED, None, None, b""))
         request = m.SyncGroupRequest(
             group_id=req.group_id,
             generation_id=req.generation_id,
@@ -210,6 +221,8 @@ class GroupApi:
 
     # Heartbeat ------------------------------------------------------------------------------------
     def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            return self._heartbeat_body(ctx.version, _REFUSED)
         request = m.HeartbeatRequest(
             group_id=req.group_id,
             generation_id=req.generation_id,
@@ -253,10 +266,13 @@ class GroupApi:
         else:
             members = (m.LeaveMember(req.member_id),)
         runtime = self.runtime
-        p = runtime.partition_of(req.group_id)
-        r: m.LeaveGroupResponse = await runtime.call(
-            p, runtime.shard(p).leave_group, m.LeaveGroupRequest(req.group_id, members)
-        )
+        if ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            p = runtime.partition_of(req.group_id)
+            r: m.LeaveGroupResponse = await runtime.call(
+                p, runtime.shard(p).leave_group, m.LeaveGroupRequest(req.group_id, members)
+            )
+        else:
+            r = m.LeaveGroupResponse(_REFUSED, ())
         if ctx.version >= 3:
             return ctx.respond(
                 throttle_time=0,
@@ -303,6 +319,14 @@ class GroupApi:
         for pending in before:  # like a shard reply: not before the shard's earlier outputs
             await asyncio.shield(pending)
 
+        listed: Iterable[m.ListedGroup] = heapq.merge(*runs)
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True):
+            # Only the groups the client may describe, silently (as Kafka).
+            listed = [
+                g for g in listed
+                if ctx.allowed(Operation.DESCRIBE, _GROUP, g.group_id, quiet=True)
+            ]
+
         def body() -> Any:
             return ctx.respond(
                 throttle_time=0,
@@ -314,7 +338,7 @@ class GroupApi:
                         group_state=g.state,
                         group_type=g.group_type,
                     )
-                    for g in heapq.merge(*runs)
+                    for g in listed
                 ],
             )
 
@@ -366,10 +390,14 @@ class GroupApi:
         return [await r if isinstance(r, asyncio.Future) else r for r in results]
 
     async def describe_groups(self, ctx: RequestContext, req: Any) -> Any:
+        allowed = [g for g in req.groups if ctx.allowed(Operation.DESCRIBE, _GROUP, g)]
         answers: list[m.DescribeGroupsResponse] = await self._per_shard(
-            req.groups, "describe_groups", m.DescribeGroupsRequest
+            allowed, "describe_groups", m.DescribeGroupsRequest
         )
         found = {g.group_id: g for a in answers for g in a.groups}
+        for group_id in req.groups:
+            if group_id not in found:
+                found[group_id] = m.DescribedGroup(_REFUSED, group_id, "", "", "", ())
         include_ops = getattr(req, "include_authorized_operations", False)
 
         def body() -> Any:
@@ -398,7 +426,11 @@ class GroupApi:
                             )
                             for x in g.members
                         ],
-                        authorized_operations=_UNKNOWN_OPERATIONS if not include_ops else 0,
+                        authorized_operations=(
+                            ctx.authorized_operations(_GROUP, group_id)
+                            if include_ops and not g.error
+                            else UNKNOWN_OPERATIONS
+                        ),
                     )
                 )
             return ctx.respond(throttle_time=0, groups=groups)
@@ -409,10 +441,13 @@ class GroupApi:
 
     # DeleteGroups ---------------------------------------------------------------------------------
     async def delete_groups(self, ctx: RequestContext, req: Any) -> Any:
+        allowed = [g for g in req.groups_names if ctx.allowed(Operation.DELETE, _GROUP, g)]
         answers: list[m.DeleteGroupsResponse] = await self._per_shard(
-            req.groups_names, "delete_groups", m.DeleteGroupsRequest, atomic=True
+            allowed, "delete_groups", m.DeleteGroupsRequest, atomic=True
         )
         found = {r.group_id: r.error for a in answers for r in a.results}
+        for group_id in req.groups_names:
+            found.setdefault(group_id, _REFUSED)
 
         def body() -> Any:
             return ctx.respond(

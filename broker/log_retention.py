@@ -35,6 +35,7 @@ from storage.compaction import abort_compaction, commit_compaction, prepare_comp
 from storage.log import LogClosed, PartitionLog
 from storage.retention import DeletionPlan
 
+from .acl.model import Operation, ResourceType
 from .offload import SLICE
 from .topic_names import INTERNAL_TOPICS, quoted
 
@@ -79,6 +80,9 @@ class LogRetention:
                     partition_index=p.partition_index, low_watermark=-1, error_code=0
                 )
                 parts.append(entry)
+                if not ctx.allowed(Operation.DELETE, ResourceType.TOPIC, t.name):
+                    entry["error_code"] = ErrorCode.topic_authorization_failed
+                    continue
                 error, plog = self._delete_one(t.name, p.partition_index, p.offset)
                 if error:
                     entry["error_code"] = error

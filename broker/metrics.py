@@ -119,6 +119,12 @@ class BrokerMetrics:
             ["reason"],
             registry=r,
         )
+        self.authorization_denied = Counter(
+            "kcoord_authorization_denied",
+            "Operations the ACLs refused, by principal and resource type.",
+            ["principal", "resource_type"],
+            registry=r,
+        )
         self.rebalances = Counter(
             "kcoord_group_rebalances", "Completed rebalances (classic and consumer groups).", registry=r
         )
@@ -171,6 +177,7 @@ class BrokerMetrics:
             partition_load=self.partition_load.observe,
             rebalance=self.rebalance,
             refused=self.refused,
+            denied=self.denied,
         )
 
     def observe(self, state: CoordinatorState) -> None:
@@ -185,6 +192,9 @@ class BrokerMetrics:
     # hooks ------------------------------------------------------------------------------------
     def refused(self, reason: str) -> None:
         self.connections_refused.labels(reason).inc()
+
+    def denied(self, principal: str, resource_type: str) -> None:
+        self.authorization_denied.labels(principal, resource_type).inc()
 
     def request(self, api_key: int) -> None:
         child = self._requests_by_key.get(api_key)

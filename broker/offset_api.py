@@ -24,6 +24,7 @@ from protocol.framing import Frame
 from protocol.offset_fetch import MAX_VERSION as OFFSET_FETCH_DIRECT_MAX
 from protocol.offset_fetch import encode_offset_fetch_response
 
+from .acl.model import Operation, ResourceType
 from .connection import RequestContext
 from .group_api import then
 from .group_runtime import GroupRuntime
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 _BODY_CACHE_SIZE = 4096
 _CACHED_PARTITIONS = 256  # larger commit answers are not remembered: 4096 of them would be GBs
 _LOST = ErrorCode.unknown_server_error  # a partition the shard did not answer (never expected)
+_GROUP_REFUSED = ErrorCode.group_authorization_failed
+_TOPIC_REFUSED = ErrorCode.topic_authorization_failed
 
 Wanted = tuple[tuple[str, tuple[int, ...]], ...] | None
 
@@ -127,10 +130,20 @@ class OffsetApi:
 
     def _offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
+        checked = ctx.connection.authorizer is not None
+        if checked and not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+            for t in req.topics:
+                for p in t.partitions:
+                    unknown[(t.name, p.partition_index)] = _GROUP_REFUSED
+            return self._commit_answer(ctx, req, unknown, None)
         topics = []
         new, cls = tuple.__new__, m.OffsetCommitPartition  # per partition: skip _make's frame
         has_epoch = ctx.version >= 6
         for t in req.topics:
+            if checked and not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name):
+                for p in t.partitions:
+                    unknown[(t.name, p.partition_index)] = _TOPIC_REFUSED
+                continue
             topic = self.topics.get(t.name)
             count = len(topic.partitions) if topic is not None else 0
             parts = []
@@ -206,6 +219,41 @@ class OffsetApi:
         )
         return runtime.submit(p, runtime.shard(p).offset_fetch, request)
 
+    def _fetch_checked(
+        self, ctx: RequestContext, group_id: str, wanted: Wanted, require_stable: bool
+    ) -> Any:
+        """:meth:`_submit_fetch` as the client may see it: GROUP_AUTHORIZATION_FAILED without
+        DESCRIBE on the group; TOPIC_AUTHORIZATION_FAILED for the partitions asked about of
+        topics it may not describe; asked for all, only those it may (as Kafka)."""
+        if ctx.connection.authorizer is None:
+            return self._submit_fetch(group_id, wanted, require_stable)
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            return m.OffsetFetchResponse(_GROUP_REFUSED, ())
+
+        def visible(name: str) -> bool:
+            return ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, name, quiet=wanted is None)
+
+        if wanted is None:
+            return then(
+                self._submit_fetch(group_id, None, require_stable),
+                lambda r: m.OffsetFetchResponse(r.error, tuple(t for t in r.topics if visible(t[0]))),
+            )
+        hidden = {name for name, _ in wanted if not visible(name)}
+        if not hidden:
+            return self._submit_fetch(group_id, wanted, require_stable)
+        allowed = tuple(t for t in wanted if t[0] not in hidden)
+        refused = tuple(
+            (name, tuple(m.FetchedOffset(p, -1, -1, "", _TOPIC_REFUSED) for p in parts))
+            for name, parts in wanted
+            if name in hidden
+        )
+        if not allowed:
+            return m.OffsetFetchResponse(ErrorCode.none, refused)
+        return then(
+            self._submit_fetch(group_id, allowed, require_stable),
+            lambda r: r if r.error else m.OffsetFetchResponse(r.error, r.topics + refused),
+        )
+
     async def _big_fetch(self, group_id: str, wanted: Wanted) -> m.OffsetFetchResponse:
         """A fetch of many offsets: what the shard holds now is copied on the loop (a dict
         copy), the answer is built from the copy in the worker, and it is sent, like any
@@ -244,7 +292,7 @@ class OffsetApi:
         require_stable = bool(getattr(req, "require_stable", False))
         if ctx.version >= 8:
             return self._offset_fetch_groups(ctx, req, require_stable)
-        result = self._submit_fetch(req.group_id, _wanted(req.topics), require_stable)
+        result = self._fetch_checked(ctx, req.group_id, _wanted(req.topics), require_stable)
 
         def body(r: m.OffsetFetchResponse) -> Any:
             if ctx.version < 2 and r.error:
@@ -289,6 +337,9 @@ class OffsetApi:
         runtime = self.runtime
         for g in req.groups:
             wanted = _wanted(g.topics)
+            if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id):
+                results.append(m.OffsetFetchResponse(_GROUP_REFUSED, ()))
+                continue
             member_error = (
                 runtime.shard(runtime.partition_of(g.group_id)).offset_fetch_member_error(
                     g.group_id, g.member_id, g.member_epoch
@@ -299,7 +350,7 @@ class OffsetApi:
             if member_error is not None:
                 results.append(m.OffsetFetchResponse(member_error, ()))
                 continue
-            results.append(self._submit_fetch(g.group_id, wanted, require_stable))
+            results.append(self._fetch_checked(ctx, g.group_id, wanted, require_stable))
             work += 1 + (
                 sum(len(parts) for _, parts in wanted) if wanted is not None else 0
             )
@@ -331,9 +382,18 @@ class OffsetApi:
         return await self._offset_delete(ctx, req)
 
     async def _offset_delete(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.DELETE, ResourceType.GROUP, req.group_id):
+            return ctx.respond(error_code=_GROUP_REFUSED, throttle_time=0, topics=[])
+        readable = {
+            t.name for t in req.topics if ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name)
+        }
         request = m.OffsetDeleteRequest(
             group_id=req.group_id,
-            topics=tuple((t.name, tuple(p.partition_index for p in t.partitions)) for t in req.topics),
+            topics=tuple(
+                (t.name, tuple(p.partition_index for p in t.partitions))
+                for t in req.topics
+                if t.name in readable
+            ),
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
@@ -352,7 +412,9 @@ class OffsetApi:
                         partitions=[
                             dict(
                                 partition_index=p.partition_index,
-                                error_code=errors.get((t.name, p.partition_index), 0),
+                                error_code=errors.get((t.name, p.partition_index), 0)
+                                if t.name in readable
+                                else _TOPIC_REFUSED,
                             )
                             for p in t.partitions
                         ],

@@ -33,6 +33,10 @@ def _ignore_reason(reason: str) -> None:
     return None
 
 
+def _ignore_denial(principal: str, resource_type: str) -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsHooks:
     """Where the broker's parts report what they measure (``broker/metrics.py`` builds the
@@ -62,3 +66,5 @@ class MetricsHooks:
     refused: Callable[[str], None] = _ignore_reason
     """A connection was closed by a limit or a failed login (the reason's kind: max_connections,
     max_connections_per_ip, idle, authentication)."""
+    denied: Callable[[str, str], None] = _ignore_denial
+    """``(principal, resource_type)``: the authorizer refused an operation (ACLs)."""

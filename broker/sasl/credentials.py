@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
+
+from storage.files import write_file
 
 from .scram import MECHANISMS, ScramCredential
 
@@ -70,14 +71,4 @@ class CredentialStore:
             for user, mechanisms in sorted(self.users.items())
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_file(self.path, json.dumps(data, indent=1).encode())

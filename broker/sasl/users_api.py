@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
 
+from ..acl.model import CLUSTER_NAME, Operation, ResourceType
 from .credentials import CredentialStore
 from .scram import MAX_ITERATIONS, MECHANISM_IDS, MIN_ITERATIONS, credential_from_salted
 
@@ -24,6 +25,13 @@ class UsersApi:
         self.store = store
 
     def describe(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+            return ctx.respond(
+                throttle_time=0,
+                error_code=ErrorCode.cluster_authorization_failed,
+                error_message="DESCRIBE on the cluster is needed.",
+                results=[],
+            )
         store = self.store
         wanted = sorted(store.users) if req.users is None else [u.name for u in req.users]
         seen = Counter(wanted)
@@ -63,6 +71,9 @@ class UsersApi:
         store = self.store
         named = Counter([d.name for d in req.deletions] + [u.name for u in req.upsertions])
         errors: dict[str, tuple[int, str]] = {}
+        if not ctx.allowed(Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+            refused = (ErrorCode.cluster_authorization_failed, "ALTER on the cluster is needed.")
+            errors = dict.fromkeys(named, refused)
         for user, n in named.items():
             if not user:
                 errors[user] = (ErrorCode.unacceptable_credential, "Username must not be empty")
