@@ -27,6 +27,7 @@ from .cluster_api import ClusterApi
 from .config import Config
 from .config_api import ConfigApi
 from .connection import Connection, ConnectionServices, DirectHandler, Handler
+from .console.login import ConsoleLogin
 from .consumer_group_api import ConsumerGroupApi
 from .data_api import DataApi
 from .flusher import Flusher
@@ -111,7 +112,7 @@ class Broker:
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
-        credentials = CredentialStore(Path(config.data_dir))
+        self.credentials = credentials = CredentialStore(Path(config.data_dir))
         sasl = SaslApi(config, credentials, hooks.refused)
         users = UsersApi(credentials)
         self.authorizer = build_authorizer(config, hooks.denied)
@@ -208,6 +209,11 @@ class Broker:
                 self.config.metrics_port,
                 serving=lambda: self.serving,
                 runtime=self.groups,
+                login=(
+                    ConsoleLogin(self.authorizer, self.credentials)
+                    if self.authorizer is not None
+                    else None
+                ),
             )
             await self._metrics_server.start()
         self.topics.load(skip=INTERNAL_TOPICS)

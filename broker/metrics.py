@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 from coordinator.output import RebalanceCompleted
 from protocol.apis import ApiKey
 
+from .console.login import CHALLENGE, ConsoleLogin
 from .console.routes import Console
 from .console.views import ConsoleState
 from .group_metrics import GroupSeries, GroupsSnapshot, read_groups
@@ -357,6 +358,7 @@ def _add_group(
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     503: "Service Unavailable",
@@ -379,8 +381,11 @@ class MetricsServer:
         *,
         serving: Callable[[], bool],
         runtime: GroupRuntime,
+        login: ConsoleLogin | None = None,
     ) -> None:
         self.metrics = metrics
+        self.login = login
+        """Set when the broker has an authorizer: the console then asks who is looking."""
         self._serving = serving
         self._runtime = runtime
         self.host = host
@@ -413,13 +418,21 @@ class MetricsServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
-    async def respond(self, method: str, path: str) -> tuple[int, str, bytes]:
-        """Status, content type and body for a request."""
+    async def respond(
+        self, method: str, path: str, authorization: str | None = None, host: str = ""
+    ) -> tuple[int, str, bytes]:
+        """Status, content type and body for a request (401 for a console path without a
+        good login, when the console asks for one)."""
         if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
             return 200, CONTENT_TYPE_LATEST, await self.metrics.exposition()
         console = self.console
-        if method in ("GET", "HEAD") and console is not None:
-            answer = await console.respond(path)
+        if method in ("GET", "HEAD") and console is not None and console.handles(path):
+            viewer = None
+            if self.login is not None:
+                viewer = await self.login.viewer(authorization, host)
+                if viewer is None:
+                    return 401, "text/plain; charset=utf-8", b"log in with a kcoord user\n"
+            answer = await console.respond(path, viewer)
             if answer is not None:
                 return answer
         return self.answer(method, path)
@@ -445,12 +458,16 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            authorization = None
             try:
                 line = await asyncio.wait_for(reader.readline(), 10)
-                for _ in range(_MAX_HEADERS + 1):  # headers: read and ignore
+                for _ in range(_MAX_HEADERS + 1):  # headers: only Authorization is read
                     header = await asyncio.wait_for(reader.readline(), 10)
                     if header in (b"\r\n", b"\n", b""):
                         break
+                    name, sep, value = header.partition(b":")
+                    if sep and name.strip().lower() == b"authorization":
+                        authorization = value.strip().decode("latin-1")
                 else:
                     raise ValueError("too many headers")
             except ValueError:  # a line over the reader's limit (64 KiB), too many headers
@@ -461,10 +478,13 @@ class MetricsServer:
                 if len(parts) < 2:
                     return
                 method, path = parts[0].upper(), parts[1]
-                status, ctype, body = await self.respond(method, path)
+                peer = writer.get_extra_info("peername")
+                host = str(peer[0]) if peer else ""
+                status, ctype, body = await self.respond(method, path, authorization, host)
+            challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if status == 401 else ""
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                f"{challenge}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             ).encode("latin-1")
             writer.write(head if method == "HEAD" else head + body)
             await writer.drain()

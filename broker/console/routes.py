@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from ..offload import off_loop
+from .login import Viewer
 from .views import MAX_GROUPS, ConsoleState, describe_group, list_groups, list_topics
 
 MAX_TARGET = 4096
@@ -88,7 +89,9 @@ class Console:
             )
         return body
 
-    async def respond(self, target: str) -> Answer | None:
+    async def respond(self, target: str, viewer: Viewer | None = None) -> Answer | None:
+        """The answer for a console path (None for any other), showing what ``viewer`` may
+        describe (everything if None)."""
         path, _, query = target.partition("?")
         if path in STATIC and not path.startswith("/api"):
             if len(target) > MAX_TARGET:
@@ -100,11 +103,17 @@ class Console:
         if len(target) > MAX_TARGET:
             return _error(400, f"request target over {MAX_TARGET} bytes")
         try:
-            return await self._api(path, query)
+            return await self._api(path, query, viewer)
         except BadRequest as e:
             return _error(400, str(e))
 
-    async def _api(self, path: str, query: str) -> Answer:
+    @staticmethod
+    def handles(target: str) -> bool:
+        """Whether ``target`` is a console path (the page, its files, its JSON)."""
+        path = target.partition("?")[0]
+        return path in STATIC or path == "/api" or path.startswith("/api/")
+
+    async def _api(self, path: str, query: str, viewer: Viewer | None) -> Answer:
         state = self.state
         result: Any
         if path == "/api/groups":
@@ -114,6 +123,7 @@ class Console:
                 limit=_int(p, "limit", MAX_GROUPS, 1, MAX_GROUPS),
                 match=_checked(p.get("q", "")),
                 stuck_ms=_int(p, "stuck_ms", STUCK_MS, 0, 86_400_000),
+                viewer=viewer,
             )
         elif path.startswith("/api/groups/"):
             group_id = _text(path[len("/api/groups/") :], MAX_GROUP_ID)
@@ -121,7 +131,7 @@ class Console:
                 raise BadRequest("empty group id")
             p = _params(query, _PARAMS["/api/group"])
             result = describe_group(
-                state, group_id, stuck_ms=_int(p, "stuck_ms", STUCK_MS, 0, 86_400_000)
+                state, group_id, stuck_ms=_int(p, "stuck_ms", STUCK_MS, 0, 86_400_000), viewer=viewer
             )
             if result is None:
                 return _error(404, f"no group {group_id!r}")
@@ -131,6 +141,7 @@ class Console:
                 state,
                 limit=_int(p, "limit", MAX_GROUPS, 1, MAX_GROUPS),
                 match=_checked(p.get("q", "")),
+                viewer=viewer,
             )
         else:
             return _error(

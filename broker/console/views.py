@@ -29,6 +29,7 @@ from ..offload import SLICE, pause
 if TYPE_CHECKING:
     from ..group_runtime import GroupRuntime
     from ..topics import TopicStore
+    from .login import Viewer
 
 HOUR_MS = 3_600_000
 REBALANCING = frozenset(
@@ -169,9 +170,10 @@ def _summary(
 
 
 async def list_groups(
-    state: ConsoleState, *, limit: int, match: str, stuck_ms: int
+    state: ConsoleState, *, limit: int, match: str, stuck_ms: int, viewer: Viewer | None = None
 ) -> dict[str, Any]:
-    """Every group (up to ``limit``, by group id) whose id contains ``match``."""
+    """Every group (up to ``limit``, by group id) whose id contains ``match`` (and that the
+    viewer may describe)."""
     now = state.clock()
     budget = [1000]
     found: list[tuple[Any, ClassicGroup | ConsumerGroup]] = []
@@ -180,7 +182,7 @@ async def list_groups(
         shard = sr.shard
         groups: list[ClassicGroup | ConsumerGroup] = [*shard.groups(), *shard.consumer_groups()]
         for group in groups:
-            if match in group.group_id:
+            if match in group.group_id and (viewer is None or viewer.group(group.group_id)):
                 total += 1
                 found.append((shard, group))
         if len(groups) >= SLICE:
@@ -258,8 +260,13 @@ def _by_topic(parts: list[tuple[str, int]]) -> dict[str, list[int]]:
     return out
 
 
-def describe_group(state: ConsoleState, group_id: str, *, stuck_ms: int) -> dict[str, Any] | None:
-    """One group: its summary, members, partitions and rebalance timeline; None if unknown."""
+def describe_group(
+    state: ConsoleState, group_id: str, *, stuck_ms: int, viewer: Viewer | None = None
+) -> dict[str, Any] | None:
+    """One group: its summary, members, partitions (of the topics the viewer may describe)
+    and rebalance timeline; None if unknown or not the viewer's to describe."""
+    if viewer is not None and not viewer.group(group_id):
+        return None
     runtime = state.runtime
     shard = runtime.shards[runtime.partition_of(group_id)].shard
     group: ClassicGroup | ConsumerGroup | None = shard.consumer_group(group_id) or shard.group(
@@ -282,6 +289,8 @@ def describe_group(state: ConsoleState, group_id: str, *, stuck_ms: int) -> dict
     committed = shard.committed_offsets(group_id)
     partitions = []
     for topic, partition in sorted(committed.keys() | owner.keys()):
+        if viewer is not None and not viewer.topic(topic):
+            continue
         value = committed.get((topic, partition))
         offset = value.offset if value is not None else None
         plog = state.topics.partition(topic, partition)
@@ -313,15 +322,19 @@ def describe_group(state: ConsoleState, group_id: str, *, stuck_ms: int) -> dict
     }
 
 
-async def list_topics(state: ConsoleState, *, limit: int, match: str) -> dict[str, Any]:
+async def list_topics(
+    state: ConsoleState, *, limit: int, match: str, viewer: Viewer | None = None
+) -> dict[str, Any]:
     """Topics whose name contains ``match``, with their partitions (at most ``limit`` in all)
-    and the groups that commit offsets on each."""
+    and the groups that commit offsets on each (those the viewer may describe)."""
     readers: dict[tuple[str, int], list[str]] = {}
     work = 0
     for sr in state.runtime.shards:
         shard = sr.shard
         groups: list[ClassicGroup | ConsumerGroup] = [*shard.groups(), *shard.consumer_groups()]
         for group in groups:
+            if viewer is not None and not viewer.group(group.group_id):
+                continue
             for key in shard.committed_offsets(group.group_id):
                 if match in key[0]:
                     readers.setdefault(key, []).append(group.group_id)
@@ -331,7 +344,9 @@ async def list_topics(state: ConsoleState, *, limit: int, match: str) -> dict[st
                 await pause()
     topics = []
     listed = 0
-    names = sorted(n for n in state.topics.topics if match in n)
+    names = sorted(
+        n for n in state.topics.topics if match in n and (viewer is None or viewer.topic(n))
+    )
     for name in names:
         topic = state.topics.topics[name]
         parts: list[dict[str, Any]] = []

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.errors import ErrorCode
 
 from .credentials import CredentialStore
-from .scram import MECHANISMS, ScramError, ScramServer, password_matches
+from .scram import MECHANISMS, ScramError, ScramServer
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -85,13 +85,7 @@ class SaslApi:
             return self._failed(ctx, ErrorCode.sasl_authentication_failed, "malformed SASL/PLAIN token")
         if authzid and authzid != user_bytes:
             return self._failed(ctx, ErrorCode.sasl_authentication_failed, "authorization id must be the user")
-        ok = False
-        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
-            credential = self.store.get(user, mechanism)
-            if credential is not None:
-                ok = await asyncio.to_thread(password_matches, mechanism, credential, password)
-                break
-        if not ok:
+        if not await asyncio.to_thread(self.store.password_ok, user, password):
             return self._failed(
                 ctx,
                 ErrorCode.sasl_authentication_failed,

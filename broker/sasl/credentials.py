@@ -14,7 +14,7 @@ from pathlib import Path
 
 from storage.files import write_file
 
-from .scram import MECHANISMS, ScramCredential
+from .scram import MECHANISMS, ScramCredential, password_matches
 
 FILE_NAME = "scram-credentials.json"
 
@@ -39,6 +39,15 @@ class CredentialStore:
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
+
+    def password_ok(self, user: str, password: str) -> bool:
+        """Whether ``password`` is the user's (checked against the strongest stored credential;
+        a PBKDF2 derivation: call it off the event loop)."""
+        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+            credential = self.get(user, mechanism)
+            if credential is not None:
+                return password_matches(mechanism, credential, password)
+        return False
 
     def put(self, user: str, mechanism: str, credential: ScramCredential) -> None:
         self.users.setdefault(user, {})[mechanism] = credential

@@ -7,10 +7,13 @@ describe; ACLs and users survive SIGKILL; changes apply to the next request."""
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -311,6 +314,34 @@ def test_metadata_and_group_lists_show_only_what_may_be_described(
     (hidden,) = alice.describe_consumer_groups(["hidden-group"]).values()
     with pytest.raises(Exception, match="(?i)group.?authorization"):
         hidden.result(20)
+
+    # The web console asks for a login and shows the same.
+    status, headers, _ = console(b, "/api/groups", None)
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic")
+    assert console(b, "/", None)[0] == 401
+    assert console(b, "/api/groups", "alice", "wrong")[0] == 401
+    assert console(b, "/metrics", None)[0] == 200  # Prometheus scrapes without a login
+    status, _, groups = console(b, "/api/groups", "alice")
+    assert status == 200 and [g["group"] for g in groups["groups"]] == ["g"]
+    assert console(b, "/api/groups/hidden-group", "alice")[0] == 404
+    assert [t["topic"] for t in console(b, "/api/topics", "alice")[2]["topics"]] == ["t"]
+    everything = console(b, "/api/groups", "admin")[2]
+    assert sorted(g["group"] for g in everything["groups"]) == ["g", "hidden-group"]
+
+
+def console(b: BrokerProcess, path: str, user: str | None, password: str | None = None) -> tuple[int, Any, Any]:
+    """(status, headers, JSON body or None) of a console request, logged in as ``user``."""
+    request = urllib.request.Request(f"http://127.0.0.1:{b.metrics_port}{path}")
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password or PASSWORDS[user]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            body = r.read()
+            is_json = r.headers.get("Content-Type", "").startswith("application/json")
+            return r.status, r.headers, json.loads(body) if is_json else None
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, None
 
 
 def test_the_plaintext_listener_is_anonymous_and_acls_apply_at_once(

@@ -1,0 +1,83 @@
+"""Who is looking at the console, and what they may see, when the broker has an authorizer.
+
+With ``authorizer.class.name`` set, the console (its page and its JSON, not ``/metrics``,
+``/healthz`` or ``/readyz``) asks for a login: HTTP Basic authentication with a user and password
+of the broker's SCRAM users (``kcoord users add``), the same credentials SASL/PLAIN checks. The
+user becomes the principal ``User:<name>``, and the console shows only the groups and topics that
+principal may DESCRIBE, as the Kafka APIs do (ListGroups, Metadata, OffsetFetch). Without an
+authorizer there is no login and everything is shown.
+
+A password check is a PBKDF2 derivation, so a login that succeeded is remembered for
+:data:`REMEMBER_S` (keyed by a hash of the Authorization header): the page polls every few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..acl.model import AclAuthorizer, Operation, ResourceType
+from ..sasl.credentials import CredentialStore
+
+REMEMBER_S = 60.0
+_MAX_REMEMBERED = 1024
+CHALLENGE = 'Basic realm="kcoord console", charset="UTF-8"'
+
+
+@dataclass(frozen=True, slots=True)
+class Viewer:
+    """What one logged-in principal may see."""
+
+    group: Callable[[str], bool]
+    topic: Callable[[str], bool]
+
+
+class ConsoleLogin:
+    def __init__(self, authorizer: AclAuthorizer, credentials: CredentialStore) -> None:
+        self.authorizer = authorizer
+        self.credentials = credentials
+        self._remembered: dict[bytes, tuple[str, float]] = {}
+
+    async def viewer(self, authorization: str | None, host: str) -> Viewer | None:
+        """The viewer for a request's Authorization header; None if the login fails."""
+        principal = await self._principal(authorization)
+        if principal is None:
+            return None
+        authorizer = self.authorizer
+
+        def may(rtype: ResourceType) -> Callable[[str], bool]:
+            return lambda name: authorizer.authorize(
+                principal, host, Operation.DESCRIBE, rtype, name, quiet=True
+            )
+
+        return Viewer(group=may(ResourceType.GROUP), topic=may(ResourceType.TOPIC))
+
+    async def _principal(self, authorization: str | None) -> str | None:
+        if not authorization:
+            return None
+        scheme, _, encoded = authorization.strip().partition(" ")
+        if scheme.lower() != "basic":
+            return None
+        key = hashlib.sha256(authorization.encode("utf-8", "replace")).digest()
+        now = time.monotonic()
+        known = self._remembered.get(key)
+        if known is not None and known[1] > now:
+            return known[0]
+        try:
+            user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        if not sep or not user:
+            return None
+        if not await asyncio.to_thread(self.credentials.password_ok, user, password):
+            return None
+        if len(self._remembered) >= _MAX_REMEMBERED:
+            self._remembered.clear()
+        principal = f"User:{user}"
+        self._remembered[key] = (principal, now + REMEMBER_S)
+        return principal
