@@ -402,3 +402,40 @@ def test_acls_and_users_survive_sigkill(broker: tuple[BrokerProcess, int]) -> No
         assert admin_of(sasl, "carol").list_topics(timeout=20).topics == {}
     finally:
         del PASSWORDS["carol"]
+
+
+def test_bad_acls_are_refused_one_by_one_and_without_an_authorizer_acls_are_disabled(
+    broker: tuple[BrokerProcess, int], tmp_path: Path
+) -> None:
+    from .rawclient import RawClient
+
+    b, sasl = broker
+    good = dict(resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:alice",
+                host="*", operation=3, permission_type=3)
+    bad = [
+        dict(good, resource_type=99),  # no such resource type
+        dict(good, resource_pattern_type=1),  # ANY is a filter, not a pattern
+        dict(good, principal="alice"),  # no principal type
+        dict(good, resource_type=4),  # the cluster resource is LITERAL kafka-cluster
+        dict(good, operation=4, resource_type=3, resource_name="g"),  # WRITE is no group operation
+    ]
+    answer = raw(sasl, "admin", ApiKey.CREATE_ACLS, 3, creations=[*bad, good])
+    codes = [r.error_code for r in answer.results]
+    assert codes == [ErrorCode.invalid_request] * len(bad) + [ErrorCode.none]
+    assert all(r.error_message for r in answer.results[:-1])
+    listed = raw(sasl, "admin", ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=1, resource_name_filter=None,
+                 pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    assert [(r.resource_name, len(r.acls)) for r in listed.resources] == [("t", 1)]
+    unknown = raw(sasl, "admin", ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=0, resource_name_filter=None,
+                  pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    assert unknown.error_code == ErrorCode.invalid_request
+
+    plain = BrokerProcess(tmp_path / "plain").start()
+    try:
+        with RawClient(plain.port) as c:
+            r = c.request(ApiKey.DESCRIBE_ACLS, 3, resource_type_filter=1, resource_name_filter=None,
+                          pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
+                          permission_type=1)
+        assert r.error_code == ErrorCode.security_disabled
+    finally:
+        plain.stop()
