@@ -7,6 +7,9 @@ run, against one kcoord broker with the three listeners.
 * ``heartbeat`` and ``commit``: one client connection sending a request and waiting for its
   answer, for ``--seconds``: a member's Heartbeat (one-member group) and a one-partition
   OffsetCommit; requests per second, latency p50/p99 and the broker's CPU per request.
+* the same over SASL_SSL on a second broker with ACLs on (``authorizer.class.name``, the user
+  allowed READ on the ``bench-`` groups and the topic by ACLs, not a super user): what the
+  authorization checks cost, Heartbeat then taking the generic path instead of its fast one.
 
 The client is plain Python (sockets, ``ssl``, the SCRAM client of the admin commands,
 ``admin/security.py``), which computes the salted password at every login, so the throughput
@@ -117,14 +120,53 @@ def workloads(port: int, conf: dict[str, str], seconds: float, pid: int, tag: st
             assert r.error_code == 0, r
 
         def commit() -> None:
-            c.request(
+            r = c.request(
                 ApiKey.OFFSET_COMMIT, 7, group_id=f"{group}-commit", generation_id_or_member_epoch=-1,
                 member_id="", group_instance_id=None,
                 topics=[dict(name="bench", partitions=[dict(partition_index=0, committed_offset=1,
                                                             committed_leader_epoch=-1, committed_metadata=None)])],
             )
+            assert r.topics[0].partitions[0].error_code == 0, r
 
         return {"heartbeat": timed(c, seconds, pid, heartbeat), "commit": timed(c, seconds, pid, commit)}
+    finally:
+        c.close()
+
+
+def _start(tmp: Path, certs: Path, name: str, extra: dict[str, object]) -> tuple[BrokerProcess, int, int, int]:
+    data = tmp / name
+    subprocess.run([sys.executable, "-m", "broker.cli", "users", "add", "bench", "--password", PASSWORD,
+                    "--mechanism", "SCRAM-SHA-512", "--data-dir", str(data)], check=True)
+    plain, tls_port, sasl_port = free_port(), free_port(), free_port()
+    broker = BrokerProcess(data, {
+        "group.initial.rebalance.delay.ms": 0,
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port},SASL_SSL://127.0.0.1:{sasl_port}",
+        "ssl.keystore.location": str(certs / "broker-keystore.pem"),
+        **extra,
+    })
+    broker.port = plain
+    broker.start()
+    c = Client(plain, {})
+    try:
+        r = c.request(ApiKey.CREATE_TOPICS, 5, timeout=30000, validate_only=False, topics=[
+            dict(name="bench", num_partitions=1, replication_factor=1, assignments=[], configs=[])
+        ])
+        assert r.topics[0].error_code == 0, r
+    finally:
+        c.close()
+    return broker, plain, tls_port, sasl_port
+
+
+def _allow_bench(port: int, conf: dict[str, str]) -> None:
+    """ACLs for the bench user: READ on the bench- groups (prefixed) and the bench topic."""
+    c = Client(port, conf)
+    try:
+        acl = dict(principal="User:bench", host="*", operation=3, permission_type=3)
+        r = c.request(ApiKey.CREATE_ACLS, 3, creations=[
+            dict(acl, resource_type=3, resource_name="bench-", resource_pattern_type=4),
+            dict(acl, resource_type=2, resource_name="bench", resource_pattern_type=3),
+        ])
+        assert all(x.error_code == 0 for x in r.results), r
     finally:
         c.close()
 
@@ -134,26 +176,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--connections", type=int, default=200)
     args = parser.parse_args()
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         certs = make_certs(Path(tmp))
-        data = Path(tmp) / "data"
-        subprocess.run([sys.executable, "-m", "broker.cli", "users", "add", "bench", "--password", PASSWORD,
-                        "--mechanism", "SCRAM-SHA-512", "--data-dir", str(data)], check=True)
-        plain, tls_port, sasl_port = free_port(), free_port(), free_port()
-        broker = BrokerProcess(data, {
-            "group.initial.rebalance.delay.ms": 0,
-            "listeners": f"PLAINTEXT://127.0.0.1:{plain},SSL://127.0.0.1:{tls_port},SASL_SSL://127.0.0.1:{sasl_port}",
-            "ssl.keystore.location": str(certs / "broker-keystore.pem"),
-        })
-        broker.port = plain
-        broker.start()
+        tls = {"security.protocol": "SSL", "ssl.ca.location": str(certs / "ca.pem")}
+        sasl = {**tls, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "bench", "sasl.password": PASSWORD}
+        broker, plain, tls_port, sasl_port = _start(Path(tmp), certs, "data", {})
         try:
             assert broker.proc is not None
             pid = broker.proc.pid
-            tls = {"security.protocol": "SSL", "ssl.ca.location": str(certs / "ca.pem")}
-            sasl = {**tls, "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                    "sasl.username": "bench", "sasl.password": PASSWORD}
-            results = {}
             for name, port, conf in (
                 ("PLAINTEXT", plain, {}),
                 ("SSL", tls_port, tls),
@@ -164,6 +196,17 @@ def main() -> None:
                     **workloads(port, conf, args.seconds, pid, name.split("/")[0].lower()),
                 }
                 print(name, json.dumps(results[name]), file=sys.stderr)
+        finally:
+            broker.stop()
+        acls = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:ANONYMOUS"}  # the PLAINTEXT listener creates the ACLs
+        broker, plain, _tls_port, sasl_port = _start(Path(tmp), certs, "data-acls", acls)
+        try:
+            assert broker.proc is not None
+            _allow_bench(plain, {})
+            name = "SASL_SSL/SCRAM-SHA-512+ACLs"
+            results[name] = workloads(sasl_port, sasl, args.seconds, broker.proc.pid, "sasl_ssl")
+            print(name, json.dumps(results[name]), file=sys.stderr)
         finally:
             broker.stop()
     print(json.dumps({"benchmark": "security", "date": datetime.date.today().isoformat(),
