@@ -15,6 +15,16 @@ Message = tuple[int, bytes, bytes]
 Consumed = tuple[int, int, bytes | None, bytes | None]
 
 
+KAFKA_PYTHON_POLL_MS = 1000
+"""What kafka-python members pass to ``poll()`` in the tests. kafka-python 3.0.12 loses a rejoin
+that its leader starts from its metadata check (the topic's partitions learned after the first
+assignment) when the JoinGroup/SyncGroup round trip completes after ``poll()`` has returned:
+the next poll no longer sees a rejoin to finish, so the new assignment is never applied and
+heartbeats stay off until the session times out (a client race, seen under CPU load). A poll
+longer than ``fetch.max.wait.ms`` (500) leaves a rejoin started after a fetch time to finish
+within the same call."""
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

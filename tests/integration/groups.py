@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from .clients import KAFKA_PYTHON_POLL_MS
 from .harness import wait_for
 
 
@@ -150,7 +151,7 @@ class KafkaPythonMember(Member):
         try:
             while not self._stop.is_set():
                 try:
-                    consumer.poll(timeout_ms=50)
+                    consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
                 except Exception as e:  # recorded for the test to inspect
                     self.errors.append(repr(e))
                 current = frozenset(tp.partition for tp in consumer.assignment())

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from protocol.apis import ApiKey
 from protocol.errors import ErrorCode
 
-from .clients import create_topic, produce_confluent
+from .clients import KAFKA_PYTHON_POLL_MS, create_topic, produce_confluent
 from .harness import BrokerProcess, wait_for
 from .rawclient import RawClient
 
@@ -160,7 +160,7 @@ def test_kafka_python_commits_fetches_and_auto_commits_across_rebalance(
 
     def keep_polling(c: KafkaConsumer) -> None:
         while not stop.is_set():
-            c.poll(timeout_ms=100)
+            c.poll(timeout_ms=KAFKA_PYTHON_POLL_MS)
 
     pollers = [threading.Thread(target=keep_polling, args=(c,)) for c in (first, second)]
     for t in pollers:

@@ -24,7 +24,7 @@ import pytest
 
 from protocol.apis import ApiKey
 
-from .clients import create_topic
+from .clients import KAFKA_PYTHON_POLL_MS, create_topic
 from .groups import balanced
 from .harness import ROOT, BrokerProcess, wait_for
 from .rawclient import RawClient
@@ -116,7 +116,7 @@ class RecordingMember:
         try:
             while not self._stop.is_set():
                 try:
-                    if consumer.poll(timeout_ms=50):
+                    if consumer.poll(timeout_ms=KAFKA_PYTHON_POLL_MS):
                         consumer.commit()
                 except Exception as e:  # a commit racing a rebalance; the next poll retries
                     self.errors.append(repr(e))

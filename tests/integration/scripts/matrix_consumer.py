@@ -116,7 +116,7 @@ def run_kafka_python(a: argparse.Namespace, rep: Reporter) -> None:
     _say("started")
     while not stopping:
         try:
-            batches = c.poll(timeout_ms=100)
+            batches = c.poll(timeout_ms=1000)  # over fetch.max.wait.ms: see KAFKA_PYTHON_POLL_MS in ../clients.py
         except Exception:  # a resilient consumer logs and polls again
             traceback.print_exc()
             continue
