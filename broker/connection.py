@@ -161,6 +161,9 @@ class Connection(asyncio.Protocol):
         self.authenticated = not services.listener.sasl
         """False on a SASL listener until SaslAuthenticate succeeds (broker/sasl/api.py)."""
         self.sasl_mechanism: str | None = None
+        self.sasl_raw: Callable[[Connection, bytes], Awaitable[bytes | None]] | None = None
+        """After a SaslHandshake v0: what answers the bare SASL tokens that follow (the next
+        frames are tokens, not requests, until the login succeeds)."""
         self.authorizer = services.authorizer
         self.sasl_exchange: Any = None
         self._limits = services.limits
@@ -379,6 +382,8 @@ class Connection(asyncio.Protocol):
         Produce awaiting its fsync, an admin fan-out): the pass then ends, so that the task's
         first step runs, and its answer counts in the bytes held, before the next request is
         handled. Pipelined Fetches thus build one answer at a time, not a pass worth."""
+        if self.sasl_raw is not None:
+            return self._on_raw_token(self.sasl_raw, bytes(frame))
         if len(frame) < 8:
             self.abort("frame shorter than a request header")
             return False
@@ -450,6 +455,32 @@ class Connection(asyncio.Protocol):
                 self._enqueue_ready(data)
                 self._on_response(api_key, started)
         return False
+
+    def _on_raw_token(
+        self, answer: Callable[[Connection, bytes], Awaitable[bytes | None]], token: bytes
+    ) -> bool:
+        """A bare SASL token (SaslHandshake v0): answered with a bare size-prefixed token."""
+        slot = _Slot()
+        self._slots.append(slot)
+
+        async def run() -> None:
+            try:
+                reply = await answer(self, token)
+            except Exception:
+                log.exception("SASL token failed; closing %s", self.peer)
+                self.abort("internal error")
+                return
+            if reply is None or self.closed:
+                return  # the login failed: the connection is closing
+            slot.data = struct.pack(">i", len(reply)) + reply
+            self._held += len(slot.data)
+            slot.done = True
+            self._flush()
+
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
 
     def _encode(self, correlation_id: int, response: Any, flexible: bool, api_key: int) -> bytes | None:
         """The response frame; None (and the connection closed) if it cannot be encoded."""

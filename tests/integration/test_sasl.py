@@ -149,6 +149,45 @@ def test_nothing_but_the_sasl_exchange_before_authentication(broker: tuple[Broke
     assert AdminClient({"bootstrap.servers": b.bootstrap}).list_topics(timeout=20).brokers
 
 
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_saslhandshake_v0_then_bare_tokens(broker: tuple[BrokerProcess, int, int], mechanism: str) -> None:
+    """Clients from before KIP-152 (kafka-python 2.0.2, old Sarama, aiokafka <= 0.12) send
+    SaslHandshake v0, then the mechanism's tokens as bare size-prefixed frames."""
+    from types import SimpleNamespace
+
+    from admin.client import exchange
+    from admin.security import _login
+
+    _b, sasl, _ = broker
+
+    def v0(sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> Any:
+        if api_key == 17:  # SaslHandshake, as v0
+            return exchange(sock, 17, 0, fields)
+        token = bytes(fields["auth_bytes"])  # SaslAuthenticate's token, sent bare
+        sock.sendall(len(token).to_bytes(4, "big") + token)
+        size = int.from_bytes(_read(sock, 4), "big")
+        return SimpleNamespace(error_code=0, error_message=None, auth_bytes=_read(sock, size))
+
+    conf = {"sasl.mechanism": mechanism, "sasl.username": "alice", "sasl.password": "alice-secret"}
+    with socket.create_connection(("127.0.0.1", sasl), timeout=10) as sock:
+        _login(sock, conf, v0)
+        metadata = exchange(sock, 3, 12, dict(topics=None, allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+        assert metadata.brokers  # authenticated: requests are served
+    with socket.create_connection(("127.0.0.1", sasl), timeout=10) as sock, pytest.raises(ConnectionError):
+        _login(sock, {**conf, "sasl.password": "wrong"}, v0)  # closed, no answer token
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        out += chunk
+    return out
+
+
 def _kafka_python(port: int, mechanism: str, password: str) -> int:
     from kafka import KafkaConsumer, KafkaProducer
 
