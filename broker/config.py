@@ -98,7 +98,9 @@ SETTINGS: dict[str, Setting] = {
             "sasl.enabled.mechanisms",
             str,
             "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            "SASL mechanisms offered on SASL listeners.",
+            "SASL mechanisms offered on SASL listeners (OAUTHBEARER: unsecured development"
+            " tokens, never for production).",
+            choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
         ),
         Setting(
             "connection.failed.authentication.delay.ms",

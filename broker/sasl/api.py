@@ -6,7 +6,8 @@ else). SaslHandshake picks one of ``sasl.enabled.mechanisms``; SaslAuthenticate 
 mechanism's tokens (KIP-152 framing); after a SaslHandshake v0 the tokens come instead as bare
 size-prefixed frames with no Kafka header, answered the same way (:meth:`SaslApi.raw_token`, a
 failure closes the connection). PLAIN is checked against the user's stored SCRAM
-credential (the PBKDF2 work in a worker thread); SCRAM runs :class:`ScramServer`. A failure
+credential (the PBKDF2 work in a worker thread); SCRAM runs :class:`ScramServer`; OAUTHBEARER
+(only when enabled) takes unsecured development tokens (``oauthbearer.py``). A failure
 answers SASL_AUTHENTICATION_FAILED with a message, then closes the connection after
 ``connection.failed.authentication.delay.ms``. Success makes ``User:<name>`` the principal.
 """
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from protocol.errors import ErrorCode
 
+from . import oauthbearer
 from .credentials import CredentialStore
 from .scram import MECHANISMS, ScramError, ScramServer
 
@@ -89,6 +92,8 @@ class SaslApi:
             user = await self._plain(token)
             self._succeeded(conn, user)
             return b""
+        if mechanism == oauthbearer.MECHANISM:
+            return self._oauthbearer(conn, token)
         exchange = conn.sasl_exchange
         assert isinstance(exchange, ScramServer)
         try:
@@ -119,6 +124,22 @@ class SaslApi:
             )
         return user
 
+    def _oauthbearer(self, conn: Connection, token: bytes) -> bytes:
+        """An unsecured token's subject logs in; a bad token gets the error challenge, and the
+        client's next message ends the login (RFC 7628)."""
+        if conn.sasl_exchange is _OAUTH_REFUSED:
+            raise _LoginFailed(ErrorCode.sasl_authentication_failed, "invalid OAUTHBEARER token")
+        try:
+            subject = oauthbearer.unsecured_subject(
+                oauthbearer.bearer_token(token), int(time.time() * 1000)
+            )
+        except oauthbearer.InvalidToken as e:
+            log.info("SASL OAUTHBEARER token refused: %s", e)
+            conn.sasl_exchange = _OAUTH_REFUSED
+            return oauthbearer.ERROR_CHALLENGE
+        self._succeeded(conn, subject)
+        return b""
+
     @staticmethod
     def _why(mechanism: str, error: ScramError) -> str:
         log.info("SASL %s authentication failed: %s", mechanism, error)
@@ -140,6 +161,10 @@ class SaslApi:
     def _failed(self, ctx: RequestContext, code: int, message: str) -> Any:
         self._refuse(ctx.connection, message)
         return ctx.respond(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0)
+
+
+_OAUTH_REFUSED = object()
+"""The OAUTHBEARER exchange's state after the error challenge was sent."""
 
 
 class _LoginFailed(Exception):

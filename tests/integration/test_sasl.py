@@ -335,3 +335,49 @@ def test_the_admin_commands_take_a_command_config(
     config.write_text(config.read_text().replace("alice-secret", "wrong"))
     refused = kcoord("offsets", "delete", "offline", "--topic", "t:1", "--timeout", "5")
     assert refused.returncode != 0
+
+
+def test_oauthbearer_unsecured_tokens_when_enabled(tmp_path: Path) -> None:
+    """confluent-kafka with librdkafka's unsecured JWT (development only, opt-in); a bad token
+    gets the RFC 7628 error challenge, then SASL_AUTHENTICATION_FAILED."""
+    from confluent_kafka import Consumer, Producer
+
+    from admin.client import exchange
+
+    plain, sasl = free_port(), free_port()
+    b = BrokerProcess(tmp_path / "data", {
+        "group.initial.rebalance.delay.ms": 0,
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+    })
+    b.port = plain
+    b.start()
+    try:
+        create_topic(b.bootstrap, "t", 1)
+        conf = {"bootstrap.servers": f"127.0.0.1:{sasl}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+                "sasl.oauthbearer.config": "principal=carol"}
+        producer = Producer(conf)
+        producer.produce("t", value=b"over oauthbearer")
+        assert producer.flush(30) == 0
+        consumer = Consumer({**conf, "group.id": "oauth", "auto.offset.reset": "earliest"})
+        try:
+            consumer.subscribe(["t"])
+            got = None
+            deadline = time.monotonic() + 30
+            while got is None and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is not None and not msg.error():
+                    got = msg.value()
+            assert got == b"over oauthbearer"
+        finally:
+            consumer.close()
+        with socket.create_connection(("127.0.0.1", sasl), timeout=10) as sock:
+            assert exchange(sock, 17, 1, {"mechanism": "OAUTHBEARER"}).error_code == 0
+            signed = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJjYXJvbCJ9.c2lnbmVk"  # not alg none
+            challenge = exchange(sock, 36, 2, {"auth_bytes": f"n,,\x01auth=Bearer {signed}\x01\x01".encode()})
+            assert challenge.error_code == 0 and b"invalid_token" in bytes(challenge.auth_bytes)
+            final = exchange(sock, 36, 2, {"auth_bytes": b"\x01"})
+            assert final.error_code == 58  # SASL_AUTHENTICATION_FAILED
+    finally:
+        b.stop()

@@ -65,6 +65,7 @@ def test_bad_settings_name_the_setting(override: list[str], needle: str) -> None
         (["log.cleaner.enable=yes"], ["'log.cleaner.enable'", "allowed values: true or false"]),
         (["group.max.sise=3"], ["'group.max.sise'", "did you mean 'group.max.size'", "Known settings:"]),
         (["advertised.listeners=nonsense"], ["'advertised.listeners'", "host:port"]),
+        (["sasl.enabled.mechanisms=PLAIN,GSSAPI"], ["'sasl.enabled.mechanisms'", "OAUTHBEARER"]),
     ],
 )
 def test_bad_settings_name_the_allowed_values(override: list[str], needles: list[str]) -> None:
