@@ -103,6 +103,7 @@ VALID_SAMPLES = {
     "group.consumer.session.timeout.ms": "50000",
     "group.consumer.max.session.timeout.ms": "70000",
     "log.cleanup.policy": "compact,delete",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
 }
 
 
