@@ -149,7 +149,9 @@ class TxnApi:
         for tp in wanted:
             topic = tp[0]
             if topic not in allowed_topics:
-                allowed_topics[topic] = topic in INTERNAL_TOPICS or ctx.allowed(
+                # Internal topics are never a client's to add (Kafka leaves them out of the
+                # authorized ones); __consumer_offsets comes in through AddOffsetsToTxn.
+                allowed_topics[topic] = topic not in INTERNAL_TOPICS and ctx.allowed(
                     Operation.WRITE, ResourceType.TOPIC, topic
                 )
             if not allowed_topics[topic]:

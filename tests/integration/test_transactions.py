@@ -151,6 +151,13 @@ def test_zombie_producer_is_fenced(broker_factory: Any) -> None:
         codes = {x.partition_index: x.partition_error_code
                  for x in r.results_by_topic_v3_and_below[0].results_by_partition}
         assert codes == {0: ErrorCode.operation_not_attempted, 7: ErrorCode.unknown_topic_or_partition}
+        # __consumer_offsets only comes in through AddOffsetsToTxn.
+        r = c.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="z",
+                      v3_and_below_producer_id=pid, v3_and_below_producer_epoch=new["producer_epoch"],
+                      v3_and_below_topics=[dict(name="__consumer_offsets", partitions=[0])])
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == (
+            ErrorCode.topic_authorization_failed
+        )
     fresh.begin_transaction()
     fresh.produce("out", value=b"fresh", partition=0)
     fresh.commit_transaction(30)
