@@ -13,7 +13,7 @@ does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coordinator.transactions.coordinator import ProducerIdsUnavailable, Transition
@@ -93,10 +93,13 @@ class TxnApi:
         )
         if isinstance(result, int):
             return answer(result)
-        return self._init_written(result, answer)
+        return self._init_written(result, self.runtime.write(result), answer)
 
-    async def _init_written(self, tr: Transition, answer: Callable[..., Any]) -> Any:
-        code = await self.runtime.write(tr)
+    @staticmethod
+    async def _init_written(
+        tr: Transition, written: Awaitable[int], answer: Callable[..., Any]
+    ) -> Any:
+        code = await written
         if code:
             return answer(code)
         assert tr.after is not None
@@ -175,10 +178,11 @@ class TxnApi:
         )
         if isinstance(result, int):
             return answer(result)
-        return self._written(result, answer)
+        return self._written(self.runtime.write(result), answer)
 
-    async def _written(self, tr: Transition, answer: Callable[[int], Any]) -> Any:
-        return answer(await self.runtime.write(tr))
+    @staticmethod
+    async def _written(written: Awaitable[int], answer: Callable[[int], Any]) -> Any:
+        return answer(await written)
 
     # AddOffsetsToTxn ------------------------------------------------------------------------------
     def add_offsets_to_txn(self, ctx: RequestContext, req: Any) -> Any:
@@ -210,7 +214,7 @@ class TxnApi:
         )
         if isinstance(result, int):
             return answer(result)
-        return self._written(result, answer)
+        return self._written(self.runtime.write(result), answer)
 
     # KIP-664 tools --------------------------------------------------------------------------------
     def list_transactions(self, ctx: RequestContext, req: Any) -> Any:

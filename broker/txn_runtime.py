@@ -228,27 +228,38 @@ class TxnRuntime:
             await asyncio.sleep(interval)
 
     # writing --------------------------------------------------------------------------------------
-    async def write(self, tr: Transition) -> int:
-        """Make ``tr`` durable and apply it; 0, or the error to answer (nothing changed)."""
+    def write(self, tr: Transition) -> asyncio.Future[int]:
+        """Make ``tr`` durable and apply it: a future of 0, or of the error to answer (then
+        nothing changed). The id is busy from this call on, and the record is appended now,
+        so records are in the log in the order their transitions were made."""
         c = self.coordinator
         c.begin(tr)
         try:
             if not self.ensure_topic() or self.logs is None:
-                c.abandon(tr)
-                return ErrorCode.coordinator_not_available
+                raise OSError(f"{TRANSACTION_STATE_TOPIC} is not available")
             plog = self.logs[self.partition_of(tr.transactional_id)]
             value = None if tr.after is None else encode_value(tr.after)
-            batch = encode_kv_batch([(encode_key(tr.transactional_id), value)], self.clock())
-            plog.append(batch)
+            plog.append(encode_kv_batch([(encode_key(tr.transactional_id), value)], self.clock()))
+        except Exception as e:  # an I/O error, an offline partition: Kafka's NOT_COORDINATOR
+            return self._failed(tr, e)
+        return asyncio.ensure_future(self._synced(tr, plog))
+
+    def _failed(self, tr: Transition, e: BaseException) -> asyncio.Future[int]:
+        log.error("writing %s for %r failed: %s", TRANSACTION_STATE_TOPIC, tr.transactional_id, e)
+        self.coordinator.abandon(tr)
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        fut.set_result(ErrorCode.not_coordinator)
+        return fut
+
+    async def _synced(self, tr: Transition, plog: PartitionLog) -> int:
+        try:
             await self.flusher.sync([plog])
         except asyncio.CancelledError:
-            c.abandon(tr)
+            self.coordinator.abandon(tr)
             raise
-        except Exception as e:  # an I/O error, an offline partition: Kafka's NOT_COORDINATOR
-            log.error("writing %s for %r failed: %s", TRANSACTION_STATE_TOPIC, tr.transactional_id, e)
-            c.abandon(tr)
-            return ErrorCode.not_coordinator
-        c.apply(tr)
+        except Exception as e:
+            return await self._failed(tr, e)
+        self.coordinator.apply(tr)
         if tr.after is not None and tr.after.state.preparing:
             self._complete_later(tr.transactional_id)
         return 0

@@ -233,3 +233,33 @@ async def test_compaction_keeps_the_newest_state_of_every_id(tmp_path: Path) -> 
         }
     finally:
         await b.stop()
+
+
+async def test_concurrent_end_txn_and_a_failed_write(tmp_path: Path) -> None:
+    b = await _broker(tmp_path / "data", Markers(block=True))
+    rt = b.transactions
+    try:
+        pid, epoch = await _ongoing(rt)
+        plog = b.topics.get(TRANSACTION_STATE_TOPIC).partitions[rt.partition_of("tx")]  # type: ignore[union-attr]
+        end = rt.coordinator.end_txn("tx", pid, epoch, True, rt.clock())
+        assert isinstance(end, Transition)
+        written = rt.write(end)
+        assert plog.log_end_offset == 3  # appended at once, durable later
+        # A second EndTxn arriving before the first is durable (same tick).
+        assert rt.coordinator.end_txn("tx", pid, epoch, True, rt.clock()) == E.concurrent_transactions
+        assert await written == 0
+        assert _state(rt) == TxnState.PREPARE_COMMIT
+
+        # A write that fails changes nothing and answers NOT_COORDINATOR.
+        other = rt.coordinator.init_producer_id("other", 1000, None, rt.clock())
+        assert isinstance(other, Transition)
+        target = b.topics.get(TRANSACTION_STATE_TOPIC).partitions[rt.partition_of("other")]  # type: ignore[union-attr]
+
+        def broken(_: bytes) -> tuple[int, int]:
+            raise OSError(28, "No space left on device")
+
+        target.append = broken  # type: ignore[method-assign]
+        assert await rt.write(other) == E.not_coordinator
+        assert rt.coordinator.get("other") is None and "other" not in rt.coordinator.pending
+    finally:
+        await b.stop()
