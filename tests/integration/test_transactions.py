@@ -78,6 +78,9 @@ def _poll_into(c: Consumer, got: list[bytes]) -> int:
 def test_commit_and_abort(broker_factory: Any) -> None:
     b: BrokerProcess = broker_factory(SETTINGS)
     create_topic(b.bootstrap, "out", 2)
+    # The coordinator's topic is its own: no client creates it.
+    with pytest.raises(KafkaException, match="INVALID_REQUEST"):
+        create_topic(b.bootstrap, "__transaction_state", 1)
     p = producer(b, "copy-1")
     p.init_transactions(30)
     first = describe(b, "copy-1")
