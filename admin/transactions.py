@@ -1,7 +1,7 @@
 """``kcoord transactions list|describe|abort`` (KIP-664's kafka-transactions.sh, over the wire).
 
 confluent-kafka's AdminClient has no transaction calls, so these speak the protocol themselves
-(``client._wire_request``): ListTransactions to the bootstrap broker (kcoord is one node),
+(``client.exchange``): ListTransactions to the bootstrap broker (kcoord is one node),
 FindCoordinator (key type TRANSACTION) and then DescribeTransactions to the coordinator.
 
 ``abort`` aborts a hanging transaction through the transaction coordinator: an InitProducerId
@@ -20,7 +20,7 @@ from typing import Any
 from protocol.apis import ApiKey
 from protocol.errors import ErrorCode
 
-from .client import Admin, AdminError, _wire_request, exchange, exchange_raw
+from .client import Admin, AdminError, exchange, exchange_raw
 from .output import note, print_json, print_table
 from .security import connect
 
@@ -35,8 +35,11 @@ def _bootstrap(admin: Admin) -> tuple[str, int]:
 
 
 def _request(admin: Admin, where: tuple[str, int], api: int, version: int, **fields: Any) -> Any:
-    return _wire_request(where[0], where[1], admin.timeout, api, version, security=admin.security,
-                         **fields)
+    try:
+        with connect(where[0], where[1], admin.timeout, admin.security, exchange) as sock:
+            return exchange(sock, api, version, fields)
+    except (OSError, ConnectionError) as e:
+        raise AdminError(f"broker {where[0]}:{where[1]}: {e}") from None
 
 
 def _coordinator(admin: Admin, txn_id: str) -> tuple[int, str, int]:
@@ -117,7 +120,7 @@ def describe(admin: Admin, txn_id: str) -> dict[str, Any]:
             frame = exchange_raw(sock, ApiKey.DESCRIBE_TRANSACTIONS, 0,
                                  {"transactional_ids": [txn_id]})
     except (OSError, ConnectionError) as e:
-        raise AdminError(f"coordinator {host}:{port}: {e}") from None
+        raise AdminError(f"broker {host}:{port}: {e}") from None
     s = parse_describe_transactions(frame)[0]
     if s["error_code"]:
         raise AdminError(f"transactional id {txn_id!r}: {ErrorCode(s['error_code']).name.upper()}")

@@ -25,7 +25,7 @@ from protocol.errors import ErrorCode
 from protocol.responses import build
 
 from .clients import create_topic
-from .harness import BrokerProcess, wait_for
+from .harness import BrokerProcess, free_port, wait_for
 from .rawclient import RawClient
 from .test_admin_cli import kcoord
 
@@ -227,6 +227,12 @@ def test_kcoord_transactions_abort(broker_factory: Any) -> None:
     assert r.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in r.stderr
     r = kcoord(b, "transactions", "list")
     assert r.returncode == 0 and "hanging" in r.stdout and "CompleteAbort" in r.stdout
+    r = kcoord(b, "transactions", "list", "--state", "Ongoing", "--json")
+    assert (r.returncode, json.loads(r.stdout)) == (0, [])
+    r = kcoord(b, "transactions", "list", "--state", "Stuck")
+    assert r.returncode == 0 and "unknown state 'Stuck'" in r.stderr and "hanging" not in r.stdout
+    r = kcoord(f"127.0.0.1:{free_port()}", "transactions", "list", "--timeout", "2")
+    assert r.returncode == 1 and r.stderr.startswith("Error: broker 127.0.0.1:"), r.stderr
 
 
 def test_kafka_python_transactional_producer(broker_factory: Any) -> None:
