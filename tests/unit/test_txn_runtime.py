@@ -263,3 +263,34 @@ async def test_concurrent_end_txn_and_a_failed_write(tmp_path: Path) -> None:
         assert rt.coordinator.get("other") is None and "other" not in rt.coordinator.pending
     finally:
         await b.stop()
+
+
+async def test_stand_in_marker_writer_appends_control_batches(tmp_path: Path) -> None:
+    from broker.txn_marker_fallback import LogMarkerWriter
+    from protocol.batch import HEADER_SIZE, parse_header
+    from protocol.control import decode_marker, is_marker_batch
+    from protocol.records import decode_key_values
+
+    b = await _broker(tmp_path / "data", Markers())
+    offsets_calls: list[tuple[int, int, int, bool, int]] = []
+
+    async def offsets_marker(p: int, pid: int, epoch: int, commit: bool, ce: int) -> int:
+        offsets_calls.append((p, pid, epoch, commit, ce))
+        return 0
+
+    try:
+        b.topics.create("t", 1)
+        writer = LogMarkerWriter(b.topics, b.flusher, offsets_marker)
+        got = await writer.write_markers(7, 3, True, 0, [TP, OFFSETS, ("gone", 0)])
+        assert got == {TP: 0, OFFSETS: 0, ("gone", 0): E.unknown_topic_or_partition}
+        assert offsets_calls == [(3, 7, 3, True, 0)]
+        plog = b.topics.get("t").partitions[0]  # type: ignore[union-attr]
+        assert plog.flushed_offset == 1
+        data = plog.read(0, 1 << 20)
+        h = parse_header(data)
+        assert is_marker_batch(h) and (h.producer_id, h.producer_epoch) == (7, 3)
+        [(key, value)] = decode_key_values(h, data[HEADER_SIZE : h.size])
+        marker = decode_marker(key, value)
+        assert marker is not None and marker.commit and marker.coordinator_epoch == 0
+    finally:
+        await b.stop()
