@@ -3,7 +3,8 @@ transactional producer commits and aborts; the transaction's state is what
 ``kcoord transactions list|describe`` show, and its markers are in the partition logs; a zombie
 producer (older epoch) is fenced on AddPartitionsToTxn and EndTxn; a broker SIGKILLed in the
 middle of a transaction comes back with it Ongoing, which is then aborted (by its timeout, or by
-a new producer with the same transactional id); ``kcoord transactions abort`` aborts a hanging
+a new producer with the same transactional id), and one SIGKILLed right after a commit was
+answered completes it after the restart; ``kcoord transactions abort`` aborts a hanging
 transaction; kafka-python's transactional producer works; ACLs refuse the transactional id.
 
 Markers are written by the coordinator's stand-in writer (broker/txn_marker_fallback.py) until
@@ -204,6 +205,23 @@ def test_sigkill_mid_transaction_then_a_new_producer_takes_over(broker_factory: 
     q.commit_transaction(30)
     wait_for(lambda: describe(b, "k2")["state"] == "CompleteCommit", 10, what="commit")
     assert end_offsets(b, "out", 1) == [4]  # lost, ABORT, kept, COMMIT
+
+
+def test_sigkill_right_after_commit_completes_it_after_restart(broker_factory: Any) -> None:
+    b: BrokerProcess = broker_factory(SETTINGS)
+    create_topic(b.bootstrap, "out", 1)
+    p = producer(b, "k3")
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce("out", value=b"m%d" % i, partition=0)
+    p.commit_transaction(30)  # answered once PrepareCommit is durable; markers may follow
+    b.kill()
+    b.restart()
+    wait_for(lambda: describe(b, "k3")["state"] == "CompleteCommit", 10, what="the commit")
+    # The COMMIT marker is there (twice if it was written before the kill and again after).
+    assert end_offsets(b, "out", 1)[0] in (4, 5)
+    assert read_all(b, "out", 3) == [b"m0", b"m1", b"m2"]
 
 
 def test_kcoord_transactions_abort(broker_factory: Any) -> None:
