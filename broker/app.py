@@ -1,9 +1,9 @@
 """The broker process: builds every part of the broker, wires them together and runs them.
 
-It owns the config, the topic registry, the flusher, the group runtime, the metrics and the
-listening socket, and maps each API key to its handler. Each part is handed the few services it
-uses (``broker/services.py``), never the broker: nothing but the command line imports this
-module.
+It owns the config, the topic registry, the flusher, the group and transaction runtimes, the
+metrics and the listening socket, and maps each API key to its handler. Each part is handed the
+few services it uses (``broker/services.py``), never the broker: nothing but the command line
+imports this module.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ InitProducerId and on fencing, never on EndTxn.
 - :meth:`timed_out` names the Ongoing transactions past their timeout, :meth:`fence_abort`
   aborts one with an epoch bump; :meth:`expired` removes ids idle for
   ``transactional.id.expiration.ms`` (a tombstone).
+
+Kafka's two transient states are not kept as states here: PrepareEpochFence is folded into the
+PrepareAbort it leads to (nothing is written in between), and Dead is the tombstone's removal
+(a Dead record read at load removes the id too).
 """
 
 from __future__ import annotations
