@@ -155,6 +155,25 @@ def test_zombie_producer_is_fenced(broker_factory: Any) -> None:
         codes = {x.partition_index: x.partition_error_code
                  for x in r.results_by_topic_v3_and_below[0].results_by_partition}
         assert codes == {0: ErrorCode.operation_not_attempted, 7: ErrorCode.unknown_topic_or_partition}
+        # KIP-360 recovery with a producer id that is not the id's: fenced, by version.
+        for version, fenced in ((4, ErrorCode.producer_fenced), (3, ErrorCode.invalid_producer_epoch)):
+            r = c.request(ApiKey.INIT_PRODUCER_ID, version, transactional_id="z",
+                          transaction_timeout=60_000, producer_id=pid + 999, producer_epoch=0)
+            assert (r.error_code, r.producer_id, r.producer_epoch) == (fenced, -1, -1)
+        r = c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="z", transaction_timeout=60_000,
+                      producer_id=-1, producer_epoch=3)
+        assert r.error_code == ErrorCode.invalid_request
+        r = c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="z",
+                      transaction_timeout=900_001, producer_id=-1, producer_epoch=-1)
+        assert r.error_code == ErrorCode.invalid_transaction_timeout
+        # Idempotent producers get a new producer id each, epoch 0 (also when recovering).
+        ids = set()
+        for _ in range(3):
+            r = c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=None, transaction_timeout=0,
+                          producer_id=pid, producer_epoch=epoch)
+            assert (r.error_code, r.producer_epoch) == (0, 0)
+            ids.add(r.producer_id)
+        assert len(ids) == 3 and pid not in ids
         # __consumer_offsets only comes in through AddOffsetsToTxn.
         r = c.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="z",
                       v3_and_below_producer_id=pid, v3_and_below_producer_epoch=new["producer_epoch"],
