@@ -1,5 +1,5 @@
-"""``kcoord groups``, ``kcoord offsets`` and ``kcoord topics``: their arguments, and running a
-parsed command.
+"""``kcoord groups``, ``kcoord offsets``, ``kcoord topics`` and ``kcoord transactions``: their
+arguments, and running a parsed command.
 
 :func:`add_parsers` is the hook ``broker/cli.py`` calls to add the subcommands to the
 ``kcoord`` parser, and :func:`run` runs one once parsed. Output follows kafka-consumer-groups.sh:
@@ -20,6 +20,12 @@ from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
 from .security import read_command_config
 from .topics import add_topic_parsers, topics_alter_config, topics_describe
+from .transactions import (
+    add_transaction_parsers,
+    transactions_abort,
+    transactions_describe,
+    transactions_list,
+)
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 
@@ -103,10 +109,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,P...]")
     add_topic_parsers(sub, common)
+    add_transaction_parsers(sub, common)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed ``groups``, ``offsets`` or ``topics`` command; returns the exit status."""
+    """Run a parsed admin command (``groups``, ``offsets``, ``topics``, ``transactions``); returns
+    the exit status."""
     try:
         security = read_command_config(args.command_config) if args.command_config else None
         admin = Admin(args.bootstrap_server, args.timeout, security)
@@ -118,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
             ("offsets", "delete"): offsets_delete,
             ("topics", "describe"): topics_describe,
             ("topics", "alter-config"): topics_alter_config,
+            ("transactions", "list"): transactions_list,
+            ("transactions", "describe"): transactions_describe,
+            ("transactions", "abort"): transactions_abort,
         }[(args.command, args.action)]
         return command(admin, args)
     except AdminError as e:

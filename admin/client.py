@@ -333,7 +333,21 @@ def exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, 
     from kio.serial import entity_reader
 
     from protocol.apis import is_flexible
-    from protocol.codec import encode_body, request_type, response_type
+    from protocol.codec import response_type
+
+    frame = exchange_raw(sock, api_key, version, fields)
+    reader: Any = entity_reader(response_type(api_key, version))
+    # The body starts after the correlation id (and the header's tagged fields, flexible;
+    # ApiVersions answers keep header v0).
+    flexible = is_flexible(api_key, version)
+    return reader(frame, 5 if flexible and api_key != 18 else 4)[0]
+
+
+def exchange_raw(sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> bytes:
+    """Send one request on ``sock``; its answer's frame, undecoded (for the answers kio cannot
+    read, e.g. a timestamp of -1)."""
+    from protocol.apis import is_flexible
+    from protocol.codec import encode_body, request_type
     from protocol.responses import build
 
     body = encode_body(build(request_type(api_key, version), **fields))
@@ -344,11 +358,7 @@ def exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, 
         header += b"\x00"  # request header v2: no tagged fields
     sock.sendall(struct.pack(">i", len(header) + len(body)) + header + body)
     size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    frame = _recv_exact(sock, size)
-    reader: Any = entity_reader(response_type(api_key, version))
-    # The body starts after the correlation id (and the header's tagged fields, flexible;
-    # ApiVersions answers keep header v0).
-    return reader(frame, 5 if flexible and api_key != 18 else 4)[0]
+    return _recv_exact(sock, size)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -1,9 +1,9 @@
 """The broker process: builds every part of the broker, wires them together and runs them.
 
-It owns the config, the topic registry, the flusher, the group runtime, the metrics and the
-listening socket, and maps each API key to its handler. Each part is handed the few services it
-uses (``broker/services.py``), never the broker: nothing but the command line imports this
-module.
+It owns the config, the topic registry, the flusher, the group and transaction runtimes, the
+metrics and the listening socket, and maps each API key to its handler. Each part is handed the
+few services it uses (``broker/services.py``), never the broker: nothing but the command line
+imports this module.
 """
 
 from __future__ import annotations
@@ -38,12 +38,16 @@ from .listeners import parse_listeners, server_ssl_context
 from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
+from .producer_ids import ProducerIdBlocks
 from .sasl.api import SaslApi
 from .sasl.credentials import CredentialStore
 from .sasl.users_api import UsersApi
 from .services import MetricsHooks
 from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
+from .txn_api import TxnApi
+from .txn_marker_fallback import LogMarkerWriter
+from .txn_runtime import TxnRuntime
 
 log = logging.getLogger("kcoord.broker")
 
@@ -69,6 +73,11 @@ def _read_cluster_id(data_dir: Path, node_id: int) -> str:
         with contextlib.suppress(OSError):
             tmp.unlink()
     return cluster_id
+
+
+def _partition_exists(topics: TopicStore, name: str, partition: int) -> bool:
+    topic = topics.get(name)
+    return topic is not None and 0 <= partition < len(topic.partitions)
 
 
 class Broker:
@@ -108,7 +117,21 @@ class Broker:
         self.retention = LogRetention(config, self.topics)
         self.data = DataApi(config, self.topics, self.flusher, hooks)
         self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
-        self.group_api = GroupApi(config, self.groups)
+        # The transaction coordinator. LogMarkerWriter stands in for the data plane's marker
+        # writer (broker/txn_markers.py), whose offsets_marker is GroupRuntime.write_txn_marker.
+        self.transactions = TxnRuntime(
+            config,
+            self.topics,
+            self.flusher,
+            write_markers=LogMarkerWriter(self.topics, self.flusher).write_markers,
+            allocate_producer_id=ProducerIdBlocks(config.data_dir, fsync=fsync).allocate,
+        )
+        txn = TxnApi(
+            self.transactions,
+            partition_exists=functools.partial(_partition_exists, self.topics),
+            group_partition=self.groups.partition_of,
+        )
+        self.group_api = GroupApi(config, self.groups, transaction_coordinator=txn.find_error)
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
@@ -132,7 +155,12 @@ class Broker:
             ApiKey.PRODUCE: self.data.produce,
             ApiKey.FETCH: self.data.fetch,
             ApiKey.LIST_OFFSETS: self.data.list_offsets,
-            ApiKey.INIT_PRODUCER_ID: self.data.init_producer_id,
+            ApiKey.INIT_PRODUCER_ID: txn.init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: txn.add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: txn.add_offsets_to_txn,
+            ApiKey.END_TXN: txn.end_txn,
+            ApiKey.LIST_TRANSACTIONS: txn.list_transactions,
+            ApiKey.DESCRIBE_TRANSACTIONS: txn.describe_transactions,
             ApiKey.FIND_COORDINATOR: g.find_coordinator,
             ApiKey.JOIN_GROUP: g.join_group,
             ApiKey.SYNC_GROUP: g.sync_group,
@@ -220,6 +248,7 @@ class Broker:
         self.data.start()
         self.retention.start()
         await self.groups.start()
+        await self.transactions.start()
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         loop = asyncio.get_running_loop()
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
@@ -294,6 +323,7 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.close()
         await self.groups.stop()
+        await self.transactions.stop()
         self.data.stop()
         self.retention.stop()
         for server in self._servers:

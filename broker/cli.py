@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _show_config(args)
     if args.command == "users":
         return run_users(args)
-    if args.command in ("groups", "offsets", "topics"):
+    if args.command in ("groups", "offsets", "topics", "transactions"):
         from admin.cli import run as run_admin
 
         return run_admin(args)

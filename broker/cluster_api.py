@@ -28,7 +28,7 @@ from .connection import RequestContext
 from .listeners import Listener
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from .topic_configs import ConfigProblem, check_overrides
-from .topics import OFFSETS_TOPIC, Reservation, Topic, TopicError, topic_name_problem
+from .topics import INTERNAL_TOPICS, Reservation, Topic, TopicError, topic_name_problem
 
 if TYPE_CHECKING:
     from .config import Config
@@ -239,12 +239,12 @@ class ClusterApi:
                             self._topic_error(name, None, ErrorCode.leader_not_available)
                         )
                         continue
-                    if auto_create and name != OFFSETS_TOPIC and not self._may_create(ctx, name):
+                    if auto_create and name not in INTERNAL_TOPICS and not self._may_create(ctx, name):
                         topics_out.append(
                             self._topic_error(name, None, ErrorCode.topic_authorization_failed)
                         )
                         continue
-                    if auto_create and name != OFFSETS_TOPIC:
+                    if auto_create and name not in INTERNAL_TOPICS:
                         try:
                             topic = self.topics.create(name, config["num.partitions"])
                         except TopicError as e:
@@ -428,9 +428,9 @@ class ClusterApi:
             overrides = check_overrides((c.name, c.value) for c in t.configs)
         except ConfigProblem as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
-        if t.name == OFFSETS_TOPIC:
+        if t.name in INTERNAL_TOPICS:
             raise TopicError(
-                ErrorCode.invalid_request, f"{OFFSETS_TOPIC} is created by the coordinator"
+                ErrorCode.invalid_request, f"{t.name} is created by its coordinator"
             )
         return count, rf, overrides
 
@@ -518,9 +518,9 @@ class ClusterApi:
             try:
                 if not ctx.allowed(Operation.ALTER, _TOPIC, t.name):
                     raise _refused("ALTER")
-                if t.name == OFFSETS_TOPIC:
+                if t.name in INTERNAL_TOPICS:
                     raise TopicError(
-                        ErrorCode.invalid_request, f"{OFFSETS_TOPIC} cannot grow at run time"
+                        ErrorCode.invalid_request, f"{t.name} cannot grow at run time"
                     )
                 for a in t.assignments or ():
                     if list(a.broker_ids) != [self.node_id]:

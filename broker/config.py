@@ -229,6 +229,44 @@ SETTINGS: dict[str, Setting] = {
             ' consumergroup="__other__".',
             0,
         ),
+        Setting(
+            "transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state.", 1
+        ),
+        Setting(
+            "transaction.state.log.segment.bytes",
+            int,
+            104857600,
+            "Segment size of __transaction_state.",
+            1024,
+        ),
+        Setting(
+            "transaction.max.timeout.ms",
+            int,
+            900000,
+            "Longest transaction timeout a producer may ask for (INVALID_TRANSACTION_TIMEOUT).",
+            1,
+        ),
+        Setting(
+            "transactional.id.expiration.ms",
+            int,
+            604800000,
+            "A transactional id with no transaction for this long is removed.",
+            1,
+        ),
+        Setting(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            int,
+            10000,
+            "How often transactions past their timeout are looked for (and aborted).",
+            1,
+        ),
+        Setting(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            int,
+            3600000,
+            "How often expired transactional ids are looked for.",
+            1,
+        ),
         Setting("offsets.topic.num.partitions", int, 50, "Partitions of __consumer_offsets.", 1),
         Setting(
             "offsets.topic.segment.bytes", int, 104857600, "Segment size of __consumer_offsets.", 1024

@@ -34,7 +34,7 @@ from protocol.validate import Refused, check_batch
 from storage.log import LogClosed, OffsetOutOfRange, PartitionLog
 from storage.producer_state import ProducerStateTable
 
-from .acl.model import CLUSTER_NAME, Operation, ResourceType
+from .acl.model import Operation, ResourceType
 from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .connection import NO_RESPONSE, RequestContext
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
@@ -119,7 +119,6 @@ class DataApi:
             config["producer.id.expiration.ms"], lambda: int(time.monotonic() * 1000)
         )
         self.appender = Appender(self._append_checked, limit=self.decompression_limit)
-        self._next_producer_id = int(time.time() * 1000) * 1000
         self._expiry: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Future[Any]] = set()
 
@@ -146,50 +145,6 @@ class DataApi:
                 )
         finally:
             self._schedule_expiry()
-
-    # InitProducerId -------------------------------------------------------------------------------
-    def init_producer_id(self, ctx: RequestContext, req: Any) -> Any:
-        """Producer ids for idempotent producers; transactions are not supported yet."""
-        if req.transactional_id is None and not self._may_write_idempotently(ctx):
-            return ctx.respond(
-                throttle_time=0,
-                error_code=ErrorCode.cluster_authorization_failed,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        if req.transactional_id is not None:
-            log.warning(
-                "InitProducerId for transactional id %r refused: no transactions",
-                req.transactional_id,
-            )
-            return ctx.respond(
-                throttle_time=0,
-                error_code=ErrorCode.transactional_id_authorization_failed,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-        pid = getattr(req, "producer_id", -1)
-        epoch = getattr(req, "producer_epoch", -1)
-        if pid >= 0 and 0 <= epoch < 32767:
-            producer_id, producer_epoch = pid, epoch + 1  # KIP-360: bump the epoch
-        else:
-            producer_id, producer_epoch = self._next_producer_id, 0
-            self._next_producer_id += 1
-        return ctx.respond(
-            throttle_time=0, error_code=0, producer_id=producer_id, producer_epoch=producer_epoch
-        )
-
-    @staticmethod
-    def _may_write_idempotently(ctx: RequestContext) -> bool:
-        """IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (KIP-679)."""
-        authorizer = ctx.connection.authorizer
-        if authorizer is None or ctx.allowed(
-            Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True
-        ):
-            return True
-        return authorizer.allows_some(
-            ctx.connection.principal, ctx.client_host, Operation.WRITE, ResourceType.TOPIC
-        )
 
     # Produce --------------------------------------------------------------------------------------
     def produce(self, ctx: RequestContext, req: Any) -> Any:

@@ -84,9 +84,17 @@ def then(result: Any, finish: Callable[[Any], Any]) -> Any:
 
 
 class GroupApi:
-    def __init__(self, config: Config, runtime: GroupRuntime) -> None:
+    def __init__(
+        self,
+        config: Config,
+        runtime: GroupRuntime,
+        transaction_coordinator: Callable[[RequestContext, str], int] | None = None,
+    ) -> None:
         self.config = config
         self.runtime = runtime
+        self.transaction_coordinator = transaction_coordinator
+        """FindCoordinator of a TRANSACTION key: 0 if this node coordinates the transactional
+        id for this client, else the error to answer (the transaction coordinator's)."""
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
         self._max_elements: int = config["socket.request.max.elements"]
 
@@ -122,6 +130,18 @@ class GroupApi:
                             error_code=ErrorCode.coordinator_not_available,
                             error_message="The coordinator is not available.",
                         )
+                    )
+            elif key_type == TRANSACTION_KEY and self.transaction_coordinator is not None:
+                code = self.transaction_coordinator(ctx, key)
+                if code:
+                    results.append(
+                        dict(key=key, node_id=-1, host="", port=-1, error_code=code,
+                             error_message=ErrorCode(code).name)
+                    )
+                else:
+                    results.append(
+                        dict(key=key, node_id=node_id, host=host, port=port, error_code=0,
+                             error_message=None)
                     )
             else:
                 code = (

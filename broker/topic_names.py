@@ -1,13 +1,14 @@
 """Topic names: Kafka's rules for a legal name, how a name from a request is shown in messages,
-and the internal topics (``__consumer_offsets``), which the registry holds but only the
-coordinator writes to."""
+and the internal topics (``__consumer_offsets``, ``__transaction_state``), which the registry holds
+but only the coordinators write to."""
 
 from __future__ import annotations
 
 import re
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 _QUOTED_NAME_LENGTH = 64

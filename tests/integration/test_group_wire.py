@@ -23,8 +23,13 @@ def test_find_coordinator_batched_and_transaction_keys(broker: BrokerProcess) ->
         ]
         r = c.request(ApiKey.FIND_COORDINATOR, 0, key="old")
         assert (r.error_code, r.node_id, r.host, r.port) == (0, 0, "127.0.0.1", broker.port)
+        # A transactional id is coordinated by this node too (__transaction_state, issue 16).
         r = c.request(ApiKey.FIND_COORDINATOR, 6, key_type=1, coordinator_keys=["txn"])
-        assert r.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
+        assert [(x.key, x.error_code, x.node_id, x.port) for x in r.coordinators] == [
+            ("txn", 0, 0, broker.port)
+        ]
+        r = c.request(ApiKey.FIND_COORDINATOR, 6, key_type=2, coordinator_keys=["x"])
+        assert r.coordinators[0].error_code == ErrorCode.invalid_request
 
 
 def _join(c: RawClient, version: int, group: str, member_id: str, **extra: Any) -> Any:
