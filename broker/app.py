@@ -44,6 +44,7 @@ from .sasl.users_api import UsersApi
 from .services import MetricsHooks
 from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
+from .txn_offset_api import TxnOffsetApi
 
 log = logging.getLogger("kcoord.broker")
 
@@ -144,6 +145,7 @@ class Broker:
             ApiKey.OFFSET_COMMIT: o.offset_commit,
             ApiKey.OFFSET_FETCH: o.offset_fetch,
             ApiKey.OFFSET_DELETE: o.offset_delete,
+            ApiKey.TXN_OFFSET_COMMIT: TxnOffsetApi(self.groups, self.topics).txn_offset_commit,
             ApiKey.DELETE_RECORDS: self.retention.delete_records,
             ApiKey.DESCRIBE_CONFIGS: self.config_api.describe_configs,
             ApiKey.ALTER_CONFIGS: self.config_api.alter_configs,

@@ -219,11 +219,20 @@ def _varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_kv_batch(pairs: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
+def encode_kv_batch(
+    pairs: Sequence[tuple[bytes, bytes | None]],
+    timestamp_ms: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    is_transactional: bool = False,
+) -> bytes:
     """One uncompressed batch of keyed records without headers, all stamped ``timestamp_ms``.
 
     The same bytes :func:`build_batch` would produce for these records, built faster: this is
-    the coordinator's write path (one record per committed partition).
+    the coordinator's write path (one record per committed partition). A transactional offset
+    commit passes its producer id and epoch and ``is_transactional`` (no sequence, as Kafka's
+    coordinator writes it).
     """
     parts: list[bytes] = []
     append = parts.append
@@ -247,12 +256,12 @@ def encode_kv_batch(pairs: Sequence[tuple[bytes, bytes | None]], timestamp_ms: i
         -1,
         MAGIC_V2,
         0,
-        0,
+        TRANSACTIONAL_FLAG if is_transactional else 0,
         max(count - 1, 0),
         timestamp_ms,
         timestamp_ms,
-        -1,
-        -1,
+        producer_id,
+        producer_epoch,
         -1,
         count,
     )
