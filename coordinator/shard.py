@@ -597,7 +597,8 @@ class GroupShard:
         self.consumer.finish_loading(now_ms)
         consumer_groups = self.consumer.groups
         with_offsets = dict.fromkeys(self.offsets.group_ids())
-        with_offsets.update(dict.fromkeys(self.offsets.pending.open_groups()))
+        pending = self.offsets.pending
+        with_offsets.update(dict.fromkeys(g for g in pending.open_groups() if pending.pending_partitions(g)))
         self.classic.finish_loading((g for g in with_offsets if g not in consumer_groups), now_ms)
         self.offsets.arm_retention(now_ms + self.config.offsets_retention_check_interval_ms)
         self.classic.start_timers(now_ms)

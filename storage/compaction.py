@@ -17,8 +17,8 @@ record (by offset) survives. The rules:
   is durable: a COMMIT makes them compete by offset like any record (Kafka's cleaner), an
   ABORT drops them. While the marker is not (yet) below the flushed offset they are pending:
   kept, and superseding nothing, so a later abort cannot leave a key without its older
-  value; a droppable tombstone newer than a pending record of its key is kept too (on replay
-  it removes that pending record). Control batches (markers) are always kept verbatim, so
+  value; the first tombstone after a pending record of its key is kept too, even if
+  superseded or droppable (on replay it removes that pending record). Control batches (markers) are always kept verbatim, so
   no kept transactional record loses its marker.
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
@@ -243,16 +243,45 @@ def _end_txn(
             return
 
 
-def _pending(offsets: dict[bytes, int], open_txns: dict[int, dict[bytes, int]]) -> list[int]:
-    """The offsets of still-pending transactional records; a droppable tombstone newer than
-    one of them becomes non-droppable (it must still remove that record on replay)."""
+def _map_around_txns(
+    h: BatchHeader,
+    data: memoryview,
+    offsets: dict[bytes, int],
+    droppable: bool,
+    open_txns: dict[int, dict[bytes, int]],
+    tombstones: dict[bytes, list[int]],
+) -> None:
+    """:func:`_map_keys` of a plain batch while transactions are open, noting the tombstones
+    of keys they hold pending."""
+    batch: dict[bytes, int] = {}
+    _map_keys(_records_bytes(h, data), h.records_count, h.base_offset, batch, True)
+    for key, v in batch.items():
+        if v < 0:
+            if any(key in held for held in open_txns.values()):
+                tombstones.setdefault(key, []).append(~v)
+            offsets[key] = v if droppable else ~v
+        else:
+            offsets[key] = v
+
+
+def _pending(
+    offsets: dict[bytes, int],
+    open_txns: dict[int, dict[bytes, int]],
+    tombstones: dict[bytes, list[int]],
+) -> list[int]:
+    """The offsets to keep for still-pending transactional records: theirs, and that of the
+    first tombstone of the key after each (it removes the record on replay; it is made
+    non-droppable if it is the key's newest record)."""
     kept: list[int] = []
     for held in open_txns.values():
         for key, offset in held.items():
             kept.append(offset)
-            current = offsets.get(key)
-            if current is not None and current < 0 and ~current > offset:
-                offsets[key] = ~current
+            after = [t for t in tombstones.get(key, ()) if t > offset]
+            if after:
+                kept.append(after[0])
+                current = offsets.get(key)
+                if current is not None and current < 0 and ~current == after[0]:
+                    offsets[key] = after[0]
     return kept
 
 
@@ -332,8 +361,8 @@ class _Cleaner:
         sealed_end = snap.segments[snap.sealed - 1].next_offset
         offsets, pending = self._build_map()
         surviving = sorted(
-            [v for v in offsets.values() if 0 <= v < sealed_end]
-            + [v for v in pending if v < sealed_end]
+            {v for v in offsets.values() if 0 <= v < sealed_end}
+            | {v for v in pending if v < sealed_end}
         )
         self.stats.tombstones_dropped = sum(1 for v in offsets.values() if v < 0)
         del offsets
@@ -367,11 +396,12 @@ class _Cleaner:
         snap = self.snap
         offsets: dict[bytes, int] = {}
         open_txns: dict[int, dict[bytes, int]] = {}  # producer id -> key -> newest offset
+        tombstones: dict[bytes, list[int]] = {}  # of keys pending somewhere when written
         for i, reader in enumerate(snap.readers):
             in_sealed = i < snap.sealed
             for _, h, data in reader.scan(0, reader.size):
                 if h.next_offset > snap.flushed_offset:
-                    return offsets, _pending(offsets, open_txns)
+                    return offsets, _pending(offsets, open_txns, tombstones)
                 if h.is_control:
                     if h.is_transactional:
                         _end_txn(h, data, offsets, open_txns)
@@ -381,10 +411,13 @@ class _Cleaner:
                     _map_keys(_records_bytes(h, data), h.records_count, h.base_offset, held, False)
                     continue
                 droppable = in_sealed and h.max_timestamp < self.horizon
+                if open_txns:
+                    _map_around_txns(h, data, offsets, droppable, open_txns, tombstones)
+                    continue
                 _map_keys(
                     _records_bytes(h, data), h.records_count, h.base_offset, offsets, droppable
                 )
-        return offsets, _pending(offsets, open_txns)
+        return offsets, _pending(offsets, open_txns, tombstones)
 
     def _clean_segment(
         self, reader: Segment, segment: Segment, surviving: list[int], ptr: int
