@@ -126,6 +126,13 @@ def test_txn_offsets_pending_commit_abort_fencing_and_sigkill(tmp_path: Path) ->
             assert txn_commit(c, {1: 21}, epoch=0) == {1: E.invalid_producer_epoch}
             assert mb.marker(PID, 0, commit=True) == E.invalid_producer_epoch
             assert fetch(c, stable=True) == {0: (-1, E.unstable_offset_commit), 1: (5, E.none)}
+            # OffsetFetch v8+ (several groups): per group, the same answer
+            r = c.request(9, 8, require_stable=True, groups=[
+                dict(group_id=GROUP, topics=[dict(name="in", partition_indexes=[0, 1])]),
+                dict(group_id="other", topics=None)])
+            assert [(g.group_id, int(g.error_code)) for g in r.groups] == [(GROUP, 0), ("other", 0)]
+            assert [(int(p.committed_offset), int(p.error_code)) for p in r.groups[0].topics[0].partitions] == [
+                (-1, E.unstable_offset_commit), (5, E.none)]
             # unknown topics are refused per partition
             r = c.request(28, 4, transactional_id="tx-1", group_id=GROUP, producer_id=PID,
                           producer_epoch=1, generation_id=-1, member_id="", group_instance_id=None,
