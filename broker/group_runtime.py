@@ -536,6 +536,7 @@ class GroupRuntime:
             producer_id=out.producer_id,
             producer_epoch=out.producer_epoch,
             is_transactional=out.producer_id >= 0,
+            base_sequence=0 if out.producer_id >= 0 else -1,
         )
         if len(batch) <= limit:
             return [batch]

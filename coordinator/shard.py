@@ -13,8 +13,11 @@ F3). Every handle passed in receives exactly one reply, possibly later.
   B-H, K, L, M), :class:`coordinator.consumer.manager.ConsumerGroupManager` (KIP-848 consumer
   groups) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which
   sees groups of both types only through a narrow interface
-  (:class:`coordinator.offset_groups.ShardOffsetGroups`). DeleteGroups spans them and is done
-  here, as is the group-type check (one id space for both types).
+  (:class:`coordinator.offset_groups.ShardOffsetGroups`), and
+  :class:`coordinator.txn_offsets.TxnOffsets` (TxnOffsetCommit and transaction markers; the
+  pending offsets live in the offsets manager). DeleteGroups spans them
+  (:func:`coordinator.deletion.delete_groups`), as does the group-type check (one id space
+  for both types).
 - Timers (:class:`coordinator.timers.Timers`) are shared: the runtime asks
   :meth:`GroupShard.next_wakeup` and calls :meth:`GroupShard.advance` when it passes.
 - State is applied eagerly. If the runtime cannot append an Output's records it calls

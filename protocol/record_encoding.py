@@ -226,13 +226,14 @@ def encode_kv_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     is_transactional: bool = False,
+    base_sequence: int = -1,
 ) -> bytes:
     """One uncompressed batch of keyed records without headers, all stamped ``timestamp_ms``.
 
     The same bytes :func:`build_batch` would produce for these records, built faster: this is
     the coordinator's write path (one record per committed partition). A transactional offset
-    commit passes its producer id and epoch and ``is_transactional`` (no sequence, as Kafka's
-    coordinator writes it).
+    commit passes its producer id and epoch, ``is_transactional`` and base sequence 0, as
+    Kafka's coordinator runtime writes it.
     """
     parts: list[bytes] = []
     append = parts.append
@@ -262,7 +263,7 @@ def encode_kv_batch(
         timestamp_ms,
         producer_id,
         producer_epoch,
-        -1,
+        base_sequence,
         count,
     )
     out[HEADER_SIZE:] = payload
