@@ -47,7 +47,7 @@ from coordinator.schemas import (
     offset_commit_key_prefix,
 )
 from coordinator.timers import TimerEntry, TimerKind, Timers
-from coordinator.txn_pending import PendingOffset, PendingTxnOffsets, TxnCommitWriteFailed, unstable
+from coordinator.txn_pending import PendingTxnOffsets, TxnCommitWriteFailed, unstable
 from coordinator.write_size import offset_commit_floor, tombstones_batch_size
 from protocol.errors import ErrorCode
 
@@ -290,11 +290,9 @@ class OffsetManager:
         (commit time ``now_ms``) and is applied to the cache at once, or, for a transactional
         commit (``producer_id`` >= 0), held pending for that producer."""
         max_bytes = self.config.offset_metadata_max_bytes
-        cache = self._offsets.get(group_id)
-        pending = self.pending
         transactional = producer_id >= 0
-        has_open = pending.has_open(group_id)
-        txn_written: list[tuple[tuple[str, int], PendingOffset, PendingOffset | None]] = []
+        # A transactional commit is staged in a dict of its own, then held pending.
+        cache = {} if transactional else self._offsets.get(group_id)
         op = self._op
         assert op.out is not None
         emit = op.out.records.append  # the hot loop: one record per partition
@@ -328,40 +326,31 @@ class OffsetManager:
                     errors.append((partition, no_topic))  # metadata over an int16 length
                     continue
                 value = new_value(OffsetCommitValue, (offset, metadata, now_ms, leader_epoch, -1))
+                if cache is None:
+                    cache = self._offsets.setdefault(group_id, {})
                 tp = (topic, partition)
-                if transactional:
-                    position = pending.next_position()
-                    previous = pending.add(producer_id, group_id, tp, value, position)
-                    added = pending.pending_of(producer_id)[group_id][tp]
-                    txn_written.append((tp, added, previous))
-                else:
-                    if cache is None:
-                        cache = self._offsets.setdefault(group_id, {})
-                    written.append((topic, partition, value, cache.get(tp)))
-                    cache[tp] = value
-                    if has_open:
-                        pending.note_visible(group_id, tp, pending.next_position())
+                written.append((topic, partition, value, cache.get(tp)))
+                cache[tp] = value
                 emit((key_prefix + _I32_PACK(partition), value_bytes))
                 errors.append((partition, ok))
             results.append((topic, tuple(errors)))
         response = OffsetCommitResponse(tuple(results))
         op.reply(handle, response)
-        if txn_written:
-            self.committed_count += len(txn_written)
+        if not written:
+            return
+        self.committed_count += len(written)
+        pending = self.pending
+        if transactional:
             assert isinstance(req, TxnOffsetCommitRequest)
-            epochs = pending.epochs.get(producer_id)
+            held, epochs = pending.hold(producer_id, req.producer_epoch, group_id, written)
             op.on_failure(
-                TxnCommitWriteFailed(
-                    handle, response, group_id, producer_id, tuple(txn_written), epochs
-                )
+                TxnCommitWriteFailed(handle, response, group_id, producer_id, held, epochs)
             )
-            pending.epochs[producer_id] = (
-                req.producer_epoch,
-                epochs[1] if epochs is not None else -1,
-            )
-        if written:
-            self.committed_count += len(written)
-            op.on_failure(CommitWriteFailed(handle, response, group_id, tuple(written)))
+            return
+        if pending.has_open(group_id):  # pending offsets written before these now lose
+            for topic, partition, _, _ in written:
+                pending.note_visible(group_id, (topic, partition), pending.next_position())
+        op.on_failure(CommitWriteFailed(handle, response, group_id, tuple(written)))
 
     def commit_write_failed(self, action: CommitWriteFailed, error: int) -> None:
         """Undo the cache update of a failed OffsetCommit, newest first, wherever the cache

@@ -167,6 +167,28 @@ class PendingTxnOffsets:
         self._open_by_group.setdefault(group_id, set()).add(producer_id)
         return previous
 
+    def hold(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        written: list[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None]],
+    ) -> tuple[
+        tuple[tuple[TopicPartition, PendingOffset, PendingOffset | None], ...], tuple[int, int] | None
+    ]:
+        """A transactional commit's offsets (``written``, in order) become pending offsets of
+        the producer, whose epoch is now ``producer_epoch``. Returns what
+        :class:`TxnCommitWriteFailed` needs to undo it: (partition, added, replaced) of each
+        and the epochs before."""
+        held = []
+        for topic, partition, value, _ in written:
+            tp = (topic, partition)
+            previous = self.add(producer_id, group_id, tp, value, self.next_position())
+            held.append((tp, self._by_producer[producer_id][group_id][tp], previous))
+        epochs = self.epochs.get(producer_id)
+        self.epochs[producer_id] = (producer_epoch, epochs[1] if epochs is not None else -1)
+        return tuple(held), epochs
+
     def undo_add(
         self,
         producer_id: int,
