@@ -37,12 +37,13 @@ log = logging.getLogger("coordinator.shard")
 @dataclass(frozen=True, slots=True)
 class DeleteWriteFailed:
     """The tombstones of a DeleteGroups failed: report the error for the deleted groups and
-    put them back (``restore``: each group object, its state timestamp, its offsets)."""
+    put them back (``restore``: each group object, its state timestamp, its offsets, its
+    pending transactional offsets)."""
 
     handle: Hashable
     results: tuple[DeleteGroupResult, ...]
     deleted: frozenset[str]
-    restore: tuple[tuple[Any, int | None, Offsets], ...] = ()
+    restore: tuple[tuple[Any, int | None, Offsets, Any], ...] = ()
 
     @property
     def handles(self) -> tuple[Hashable, ...]:
@@ -51,11 +52,11 @@ class DeleteWriteFailed:
 
 def deleted_state(
     classic: ClassicGroupManager, consumer: ConsumerGroupManager, offsets: OffsetManager, group_id: str
-) -> tuple[Any, int | None, Offsets]:
+) -> tuple[Any, int | None, Offsets, Any]:
     """What :func:`undo_delete` needs of a group about to be deleted (taken before)."""
     group: Any = consumer.groups.get(group_id) or classic.groups[group_id]
     since = group.state_timestamp_ms if isinstance(group, ClassicGroup) else None
-    return group, since, offsets.of(group_id)
+    return group, since, offsets.of(group_id), offsets.pending.group_snapshot(group_id)
 
 
 def undo_delete(
@@ -66,7 +67,7 @@ def undo_delete(
     offsets: OffsetManager,
 ) -> DeleteGroupsResponse:
     """Put the deleted groups back; the DeleteGroups answer with ``error`` for them."""
-    for group, since, held in action.restore:
+    for group, since, held, pending in action.restore:
         gid = group.group_id
         if gid in classic.groups or gid in consumer.groups:
             continue  # created again since: the newer state wins
@@ -76,6 +77,7 @@ def undo_delete(
             group.dead = False
             consumer.groups[gid] = group
         offsets.restore_deleted(gid, held)
+        offsets.pending.restore_group(gid, pending)
     return DeleteGroupsResponse(
         tuple(
             DeleteGroupResult(gid, error if gid in action.deleted else err)

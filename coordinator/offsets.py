@@ -514,9 +514,8 @@ class OffsetManager:
     def delete_all(self, group_id: str) -> None:
         """Drop every offset of a group being deleted, with a tombstone each (DeleteGroups);
         pending transactional offsets too (a tombstone for those not also committed), while
-        their transactions stay open for the group, as in Kafka. Known limit: if the
-        tombstones cannot be written, :meth:`restore_deleted` brings back the committed
-        offsets but not the pending ones (they come back at the next load)."""
+        their transactions stay open for the group, as in Kafka (``coordinator.deletion``
+        puts them back if the tombstones cannot be written)."""
         emit = self._op.emit
         committed = self._offsets.pop(group_id, {})
         for topic, partition in committed:

@@ -237,6 +237,27 @@ class PendingTxnOffsets:
         for tp in self.pending_partitions(group_id):
             self.remove_partition(group_id, tp)
 
+    def group_snapshot(self, group_id: str) -> dict[int, dict[TopicPartition, PendingOffset]]:
+        """The pending offsets of ``group_id`` by producer (for an undo of its deletion)."""
+        return {
+            pid: dict(self._by_producer[pid][group_id])
+            for pid in self._open_by_group.get(group_id, ())
+            if group_id in self._by_producer.get(pid, {})
+        }
+
+    def restore_group(
+        self, group_id: str, snapshot: dict[int, dict[TopicPartition, PendingOffset]]
+    ) -> None:
+        """Undo :meth:`remove_group` (its tombstones failed) where nothing changed since."""
+        for pid, entries in snapshot.items():
+            tps = self._by_producer.get(pid, {}).get(group_id)
+            if tps is None:
+                continue
+            for tp, entry in entries.items():
+                now = tps.get(tp)
+                if now is not None and now.value is None and now.position == entry.position:
+                    tps[tp] = entry
+
     def complete(
         self, producer_id: int, commit: bool
     ) -> list[tuple[str, TopicPartition, OffsetCommitValue, int]]:

@@ -363,3 +363,19 @@ def test_failed_marker_write_puts_the_pending_offsets_back() -> None:
     assert fetched(h, {"t": [0]}, stable=True) == {("t", 0): (-1, E.unstable_offset_commit)}
     marker(h, False)  # retried by the coordinator, say as an abort after a timeout
     assert h.offsets() == {("t", 0): 1}
+
+
+def test_failed_delete_groups_puts_the_pending_offsets_back() -> None:
+    h = Harness()
+    h.commit({("t", 0): 1})
+    txn_commit(h, {("t", 0): 5, ("t", 1): 6})
+    h.delete("g")
+    failed = h.last
+    h.shard.append_failed(failed, E.kafka_storage_error, h.now)
+    assert h.group() is not None and h.offsets() == {("t", 0): 1}
+    assert fetched(h, {"t": [0, 1]}, stable=True) == {
+        ("t", 0): (-1, E.unstable_offset_commit),
+        ("t", 1): (-1, E.unstable_offset_commit),
+    }
+    marker(h, True)
+    assert h.offsets() == {("t", 0): 5, ("t", 1): 6}
