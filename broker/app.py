@@ -47,6 +47,7 @@ from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
 from .txn_api import TxnApi
 from .txn_marker_fallback import LogMarkerWriter
+from .txn_offset_api import TxnOffsetApi
 from .txn_runtime import TxnRuntime
 
 log = logging.getLogger("kcoord.broker")
@@ -123,7 +124,9 @@ class Broker:
             config,
             self.topics,
             self.flusher,
-            write_markers=LogMarkerWriter(self.topics, self.flusher).write_markers,
+            write_markers=LogMarkerWriter(
+                self.topics, self.flusher, offsets_marker=self.groups.write_txn_marker
+            ).write_markers,
             allocate_producer_id=ProducerIdBlocks(config.data_dir, fsync=fsync).allocate,
         )
         txn = TxnApi(
@@ -172,6 +175,7 @@ class Broker:
             ApiKey.OFFSET_COMMIT: o.offset_commit,
             ApiKey.OFFSET_FETCH: o.offset_fetch,
             ApiKey.OFFSET_DELETE: o.offset_delete,
+            ApiKey.TXN_OFFSET_COMMIT: TxnOffsetApi(self.groups, self.topics).txn_offset_commit,
             ApiKey.DELETE_RECORDS: self.retention.delete_records,
             ApiKey.DESCRIBE_CONFIGS: self.config_api.describe_configs,
             ApiKey.ALTER_CONFIGS: self.config_api.alter_configs,

@@ -27,19 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.config import GroupConfig
 from coordinator.loading import LatestRecords
-from coordinator.messages import OffsetFetchResponse
+from coordinator.messages import OffsetFetchResponse, TxnMarkerRequest, TxnMarkerResponse
 from coordinator.output import RebalanceCompleted
 from coordinator.rebalance_replay import HistoryReplay
 from coordinator.rebalances import RebalanceHistory, log_fields
 from coordinator.shard import GroupShard, Output
-from protocol.batch import HEADER_SIZE, CorruptBatch
+from protocol.control import encode_marker
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
 from protocol.record_encoding import encode_kv_batch, kv_batches
-from protocol.records import decode_key_values
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 
+from .offsets_load import read_partition
 from .topics import OFFSETS_TOPIC, Topic, TopicError
 from .topics_view import StoreTopics
 
@@ -53,8 +53,7 @@ log = logging.getLogger("kcoord.coordinator")
 rebalance_log = logging.getLogger("kcoord.rebalance")
 """One structured line (logfmt) per completed rebalance."""
 
-_LOAD_YIELD_EVERY = 256
-_NO_REPLY = object()  # batches replayed between yields to the event loop
+_NO_REPLY = object()
 
 
 def now_ms() -> int:
@@ -249,22 +248,7 @@ class GroupRuntime:
                 self._unavailable(sr, "its log is offline")
                 continue
             try:
-                for i, (base, header, data) in enumerate(sr.log.iter_batches()):
-                    if not header.is_control:
-                        try:
-                            pairs = decode_key_values(header, data[HEADER_SIZE:])
-                            latest.add(pairs)
-                            history.add(pairs, header.max_timestamp)
-                        except CorruptBatch as e:  # e.g. expands past the decompression bound
-                            log.error(
-                                "%s-%d: batch at offset %d skipped: %s",
-                                OFFSETS_TOPIC,
-                                sr.partition,
-                                base,
-                                e,
-                            )
-                    if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-                        await asyncio.sleep(0)
+                await read_partition(sr.log, sr.partition, latest, history)
             except OSError as e:
                 self._unavailable(sr, f"reading its log failed: {e}")
                 continue
@@ -400,14 +384,38 @@ class GroupRuntime:
         return error
 
     def fetch_offsets(
-        self, group_id: str, wanted: Iterable[tuple[str, Iterable[int]]] | None
+        self,
+        group_id: str,
+        wanted: Iterable[tuple[str, Iterable[int]]] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResponse | None:
         """An OffsetFetch answered on the spot; None when the owning shard has outputs still
         waiting to become durable (a fetch must not overtake them: then use :meth:`submit`)."""
         sr = self._idle_shard(group_id)
         if sr is None:
             return None
-        return sr.shard.fetch_offsets(group_id, wanted)
+        return sr.shard.fetch_offsets(group_id, wanted, require_stable)
+
+    async def write_txn_marker(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> int:
+        """Append a COMMIT or ABORT marker of ``producer_id`` to ``__consumer_offsets``
+        partition ``partition`` through the shard's write path (durable when answered) and
+        make that producer's pending offsets there visible or drop them, for every group of
+        the partition. Returns the error code (0: written; NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
+        or a storage error as the coordinator maps it)."""
+        if not 0 <= partition < self.num_partitions:
+            return ErrorCode.unknown_topic_or_partition
+        request = TxnMarkerRequest(producer_id, producer_epoch, commit, coordinator_epoch)
+        shard = self.shards[partition].shard
+        response: TxnMarkerResponse = await self.call(partition, shard.txn_marker, request)
+        return int(response.error)
 
     def _idle_shard(self, group_id: str) -> _ShardRuntime | None:
         """The shard of ``group_id`` if no output of it is still waiting to become durable, so
@@ -425,7 +433,7 @@ class GroupRuntime:
         sr = self.shards[partition]
         handle = next(self._handles)
         out = op(handle, request, now_ms())
-        if not out.records and sr.chain is None:
+        if not out.records and out.marker is None and sr.chain is None:
             mine: Any = _NO_REPLY
             waiting = self._waiting
             for h, response in out.replies:
@@ -467,7 +475,7 @@ class GroupRuntime:
     # outputs --------------------------------------------------------------------------------------
     def _process(self, sr: _ShardRuntime, out: Output) -> None:
         """Append the output's records and complete its replies once durable, in order."""
-        if out.records:
+        if out.records or out.marker is not None:
             self._append(sr, out)
         elif out.replies and sr.chain is None:
             self._deliver(out)
@@ -511,7 +519,25 @@ class GroupRuntime:
         group left Empty) are independent records, cut into as many batches as they need,
         like Kafka's non-atomic writes."""
         limit = self.group_config.max_batch_bytes
-        batch = encode_kv_batch(out.records, t)
+        marker = out.marker
+        if marker is not None:
+            return [
+                encode_marker(
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.commit,
+                    marker.coordinator_epoch,
+                    t,
+                )
+            ]
+        batch = encode_kv_batch(
+            out.records,
+            t,
+            producer_id=out.producer_id,
+            producer_epoch=out.producer_epoch,
+            is_transactional=out.producer_id >= 0,
+            base_sequence=0 if out.producer_id >= 0 else -1,
+        )
         if len(batch) <= limit:
             return [batch]
         if not out.on_failure:

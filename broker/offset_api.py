@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator import messages as m
 from coordinator.offsets import fetched_offsets
+from coordinator.txn_pending import unstable
 from protocol.apis import ApiKey
 from protocol.codec import RawBody, decode_request_frame, encode_body
 from protocol.errors import ErrorCode
@@ -211,7 +212,7 @@ class OffsetApi:
         """Ask the group's shard: the reply itself, or a future of it (GroupRuntime.submit,
         or :meth:`_big_fetch` for a fetch of many offsets)."""
         if self._is_big_fetch(group_id, wanted):
-            return asyncio.ensure_future(self._big_fetch(group_id, wanted))
+            return asyncio.ensure_future(self._big_fetch(group_id, wanted, require_stable))
         runtime = self.runtime
         p = runtime.partition_of(group_id)
         request = m.OffsetFetchRequest(
@@ -254,17 +255,23 @@ class OffsetApi:
             lambda r: r if r.error else m.OffsetFetchResponse(r.error, r.topics + refused),
         )
 
-    async def _big_fetch(self, group_id: str, wanted: Wanted) -> m.OffsetFetchResponse:
+    async def _big_fetch(
+        self, group_id: str, wanted: Wanted, require_stable: bool = False
+    ) -> m.OffsetFetchResponse:
         """A fetch of many offsets: what the shard holds now is copied on the loop (a dict
         copy), the answer is built from the copy in the worker, and it is sent, like any
         shard reply, only after the shard's earlier outputs are complete."""
         runtime = self.runtime
         p = runtime.partition_of(group_id)
         before = runtime.pending(p)
-        error, offsets = runtime.shard(p).offsets_snapshot(group_id)
+        shard = runtime.shard(p)
+        error, offsets = shard.offsets_snapshot(group_id)
+        unstable_now = shard.pending_partitions(group_id) if require_stable and not error else ()
         topics: Any = ()
         if not error:
             topics = await off_loop(fetched_offsets, offsets, wanted)
+            if unstable_now:
+                topics = unstable(topics, unstable_now)
         if before is not None:
             await asyncio.shield(before)
         return m.OffsetFetchResponse(error, topics)
@@ -316,7 +323,9 @@ class OffsetApi:
         wanted = _wanted(req.topics)
         if self._is_big_fetch(req.group_id, wanted):
             return None  # the generic path keeps the loop free
-        r = self.runtime.fetch_offsets(req.group_id, wanted)
+        r = self.runtime.fetch_offsets(
+            req.group_id, wanted, version >= 7 and bool(req.require_stable)
+        )
         if r is None:
             return None
         if version < 2 and r.error:

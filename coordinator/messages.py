@@ -167,7 +167,7 @@ class OffsetCommitRequest:
 class OffsetFetchRequest:
     """OffsetFetch for one group (v8+ batches groups: the broker sends one per group).
     ``topics`` None means every committed offset of the group (v2+). ``require_stable``
-    (v7+) is accepted and answered like a plain fetch: see ``GroupShard.offset_fetch``."""
+    (v7+): a partition with pending transactional offsets is answered UNSTABLE_OFFSET_COMMIT."""
 
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...] | None
@@ -178,6 +178,39 @@ class OffsetFetchRequest:
 class OffsetDeleteRequest:
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit (KIP-98/447): offsets committed inside ``producer_id``'s transaction,
+    pending until its COMMIT marker. v0-v2 carry no member: ``generation_id`` -1,
+    ``member_id`` "". ``topics`` as in :class:`OffsetCommitRequest`."""
+
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    topics: tuple[tuple[str, tuple[OffsetCommitPartition, ...]], ...]
+    api_version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRequest:
+    """A COMMIT or ABORT marker of ``producer_id``'s transaction for one shard's partition
+    (what the transaction coordinator's marker writer asks of the group coordinator)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerResponse:
+    error: int
 
 
 Request = (
@@ -191,6 +224,8 @@ Request = (
     | OffsetCommitRequest
     | OffsetFetchRequest
     | OffsetDeleteRequest
+    | TxnOffsetCommitRequest
+    | TxnMarkerRequest
 )
 
 
@@ -355,4 +390,5 @@ Response = (
     | OffsetDeleteResponse
     | ConsumerGroupHeartbeatResponse
     | ConsumerGroupDescribeResponse
+    | TxnMarkerResponse
 )

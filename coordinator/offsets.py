@@ -3,7 +3,10 @@
 :class:`OffsetManager` owns the offsets cache (group id -> (topic, partition) -> value), the
 offset records it writes to the shard's partition (OffsetCommitKey v1 -> OffsetCommitValue v3,
 tombstones), their replay at start-up, the undo of a commit whose records could not be
-appended, and the periodic retention check (its own timer kind).
+appended, and the periodic retention check (its own timer kind). Transactional commits are
+written by the same store into :class:`coordinator.txn_pending.PendingTxnOffsets` instead of the
+cache (``coordinator.txn_offsets`` handles TxnOffsetCommit and the markers); fetches with
+RequireStable, expiry, OffsetDelete and DeleteGroups take the pending ones into account.
 
 It sees groups only through a narrow interface that every group type can implement (a classic
 group today, a KIP-848 consumer group later): :class:`OffsetGroup` (may this member commit,
@@ -31,6 +34,7 @@ from coordinator.messages import (
     OffsetDeleteRequest,
     OffsetDeleteResponse,
     OffsetFetchResponse,
+    TxnOffsetCommitRequest,
 )
 from coordinator.output import Operation
 from coordinator.schemas import (
@@ -43,6 +47,7 @@ from coordinator.schemas import (
     offset_commit_key_prefix,
 )
 from coordinator.timers import TimerEntry, TimerKind, Timers
+from coordinator.txn_pending import PendingTxnOffsets, TxnCommitWriteFailed, unstable
 from coordinator.write_size import offset_commit_floor, tombstones_batch_size
 from protocol.errors import ErrorCode
 
@@ -86,10 +91,16 @@ class OffsetGroup(Protocol):
         ...
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation: int, api_version: int
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        api_version: int,
+        transactional: bool = False,
     ) -> int | None:
         """``generation`` is the generation or member epoch the commit carries;
-        ``api_version`` its OffsetCommit version (-1 if unknown)."""
+        ``api_version`` its OffsetCommit version (-1 if unknown); ``transactional`` for a
+        TxnOffsetCommit (KIP-447: no group-state checks, no consumer-protocol version check)."""
         ...
 
     def validate_offset_delete(self) -> int | None: ...
@@ -140,7 +151,9 @@ class CommitWriteFailed:
         return (self.handle,)
 
 
-def commit_error(req: OffsetCommitRequest, error: int) -> OffsetCommitResponse:
+def commit_error(
+    req: OffsetCommitRequest | TxnOffsetCommitRequest, error: int
+) -> OffsetCommitResponse:
     """``error`` on every partition of ``req``."""
     return OffsetCommitResponse(
         tuple(
@@ -198,6 +211,8 @@ class OffsetManager:
         self._timers = timers
         self._groups = groups
         self._offsets: dict[str, Offsets] = {}
+        self.pending = PendingTxnOffsets()
+        """Offsets of open transactions (TxnOffsetCommit), invisible until their COMMIT."""
         self._retention_token = 0
         self.committed_count = 0
         """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
@@ -262,12 +277,22 @@ class OffsetManager:
         self._store(handle, req.group_id, req, now_ms)
         return None
 
-    def _store(self, handle: Hashable, group_id: str, req: OffsetCommitRequest, now_ms: int) -> None:
+    def _store(
+        self,
+        handle: Hashable,
+        group_id: str,
+        req: OffsetCommitRequest | TxnOffsetCommitRequest,
+        now_ms: int,
+        producer_id: int = -1,
+    ) -> None:
         """Storing: partitions whose metadata exceeds ``offset_metadata_max_bytes`` UTF-8 bytes
         get OFFSET_METADATA_TOO_LARGE and are skipped; every other partition gets one record
-        (commit time ``now_ms``) and is applied to the cache at once."""
+        (commit time ``now_ms``) and is applied to the cache at once, or, for a transactional
+        commit (``producer_id`` >= 0), held pending for that producer."""
         max_bytes = self.config.offset_metadata_max_bytes
-        cache = self._offsets.get(group_id)
+        transactional = producer_id >= 0
+        # A transactional commit is staged in a dict of its own, then held pending.
+        cache = {} if transactional else self._offsets.get(group_id)
         op = self._op
         assert op.out is not None
         emit = op.out.records.append  # the hot loop: one record per partition
@@ -311,9 +336,21 @@ class OffsetManager:
             results.append((topic, tuple(errors)))
         response = OffsetCommitResponse(tuple(results))
         op.reply(handle, response)
-        if written:
-            self.committed_count += len(written)
-            op.on_failure(CommitWriteFailed(handle, response, group_id, tuple(written)))
+        if not written:
+            return
+        self.committed_count += len(written)
+        pending = self.pending
+        if transactional:
+            assert isinstance(req, TxnOffsetCommitRequest)
+            held, epochs = pending.hold(producer_id, req.producer_epoch, group_id, written)
+            op.on_failure(
+                TxnCommitWriteFailed(handle, response, group_id, producer_id, held, epochs)
+            )
+            return
+        if pending.has_open(group_id):  # pending offsets written before these now lose
+            for topic, partition, _, _ in written:
+                pending.note_visible(group_id, (topic, partition), pending.next_position())
+        op.on_failure(CommitWriteFailed(handle, response, group_id, tuple(written)))
 
     def commit_write_failed(self, action: CommitWriteFailed, error: int) -> None:
         """Undo the cache update of a failed OffsetCommit, newest first, wherever the cache
@@ -350,14 +387,42 @@ class OffsetManager:
             ),
         )
 
+    def materialize(self, group_id: str, tp: tuple[str, int], value: OffsetCommitValue) -> None:
+        """A committed transaction's offset becomes the group's committed offset."""
+        self._offsets.setdefault(group_id, {})[tp] = value
+
+    def unmaterialize(
+        self,
+        group_id: str,
+        tp: tuple[str, int],
+        value: OffsetCommitValue,
+        previous: OffsetCommitValue | None,
+    ) -> None:
+        """Undo :meth:`materialize` (its marker failed) unless something newer was stored."""
+        cache = self._offsets.get(group_id)
+        if cache is None or cache.get(tp) is not value:
+            return
+        if previous is not None:
+            cache[tp] = previous
+        else:
+            del cache[tp]
+            if not cache:
+                del self._offsets[group_id]
+
     # ---- OffsetFetch --------------------------------------------------------------------------
 
     def fetch(
-        self, group_id: str, wanted: Iterable[tuple[str, Iterable[int]]] | None
+        self,
+        group_id: str,
+        wanted: Iterable[tuple[str, Iterable[int]]] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResponse:
-        return OffsetFetchResponse(
-            ErrorCode.none, fetched_offsets(self._offsets.get(group_id, _NO_OFFSETS), wanted)
-        )
+        """The committed offsets; with ``require_stable`` a partition with a pending
+        transactional offset is UNSTABLE_OFFSET_COMMIT (offset -1), as Kafka answers."""
+        topics = fetched_offsets(self._offsets.get(group_id, _NO_OFFSETS), wanted)
+        if require_stable and self.pending.has_open(group_id):
+            topics = unstable(topics, self.pending.pending_partitions(group_id))
+        return OffsetFetchResponse(ErrorCode.none, topics)
 
     # ---- OffsetDelete, DeleteGroups --------------------------------------------------------
 
@@ -394,12 +459,18 @@ class OffsetManager:
                 continue
             for p in partitions:
                 any_eligible = True
-                if (topic, p) in cache:
+                if (topic, p) in cache or self.pending.is_pending(req.group_id, (topic, p)):
                     found[(topic, p)] = None
             results.append((topic, tuple((p, ErrorCode.none) for p in partitions)))
         # The group's own tombstone comes too if the deletion leaves an Empty group that had
         # a generation without offsets (I6).
-        with_group = any_eligible and empty and len(found) == len(cache) and group.may_have_record
+        with_group = (
+            any_eligible
+            and empty
+            and sum(1 for tp in found if tp in cache) == len(cache)
+            and group.may_have_record
+            and not self.pending.has_open(req.group_id)
+        )
         size = tombstones_batch_size([(req.group_id, found, with_group)])
         if size > self.config.max_batch_bytes:
             # Kafka writes these tombstones atomically and, when they do not fit in one batch,
@@ -425,21 +496,35 @@ class OffsetManager:
         cleanupGroupMetadata); a group left without offsets is told so."""
         emit = self._op.emit
         cache = self._offsets.get(group_id)
+        pending = self.pending
+        has_open = pending.has_open(group_id)
         for topic, partition in removed:
             if cache is not None:
                 cache.pop((topic, partition), None)
+            if has_open:
+                pending.remove_partition(group_id, (topic, partition))
             emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
         if cache is not None and not cache:
             del self._offsets[group_id]
             cache = None
-        if cache is None:
+        if cache is None and not has_open:
+            # A group with an open transaction stays until it completes (as in Kafka).
             self._groups.offsets_gone(group_id, now_ms)
 
     def delete_all(self, group_id: str) -> None:
-        """Drop every offset of a group being deleted, with a tombstone each (DeleteGroups)."""
+        """Drop every offset of a group being deleted, with a tombstone each (DeleteGroups);
+        pending transactional offsets too (a tombstone for those not also committed), while
+        their transactions stay open for the group, as in Kafka (``coordinator.deletion``
+        puts them back if the tombstones cannot be written)."""
         emit = self._op.emit
-        for topic, partition in self._offsets.pop(group_id, {}):
+        committed = self._offsets.pop(group_id, {})
+        for topic, partition in committed:
             emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
+        if self.pending.has_open(group_id):
+            for topic, partition in sorted(self.pending.pending_partitions(group_id)):
+                if (topic, partition) not in committed:
+                    emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
+            self.pending.remove_group(group_id)
 
     def restore_deleted(self, group_id: str, offsets: Offsets) -> None:
         """Undo :meth:`delete_all` after its tombstones failed (none committed since)."""
@@ -475,9 +560,12 @@ class OffsetManager:
             expired: list[tuple[str, int]] = []
             if cache and expiry is not None:
                 kept, since = expiry.kept_topics, expiry.since
+                has_open = self.pending.has_open(group_id)
                 for tp, value in cache.items():
                     if tp[0] in kept:
                         continue
+                    if has_open and self.pending.is_pending(group_id, tp):
+                        continue  # not while a transaction may still commit it
                     if value.expire_timestamp >= 0:
                         if now_ms >= value.expire_timestamp:
                             expired.append(tp)
@@ -493,7 +581,8 @@ class OffsetManager:
     # ---- loading and unloading (K3) -------------------------------------------------------
 
     def replay(self, key: OffsetCommitKey, value: bytes | None) -> None:
-        """Apply one offset record (the newest value per key wins, I5; None: a tombstone)."""
+        """Apply one offset record (the newest value per key wins, I5; None: a tombstone).
+        Transactional records come through :mod:`coordinator.txn_offsets`' replay."""
         tp = (key.topic, key.partition)
         if value is None:
             offsets = self._offsets.get(key.group)
@@ -506,4 +595,5 @@ class OffsetManager:
 
     def clear(self) -> None:
         self._offsets.clear()
+        self.pending.clear()
         self._retention_token = 0

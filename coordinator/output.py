@@ -20,7 +20,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.messages import Response
+from coordinator.messages import Response, TxnMarkerRequest
 from protocol.errors import ErrorCode
 
 Record = tuple[bytes, bytes | None]
@@ -35,6 +35,8 @@ class Output:
     ``replies``: (handle, response) pairs to deliver once ``records`` are durable.
     ``on_failure``: how :meth:`GroupShard.append_failed` reacts if the append fails; the
     runtime treats it as opaque and passes the whole Output back.
+    ``producer_id``/``producer_epoch``: the records are one transactional batch of that
+    producer; ``marker``: the Output writes a transaction marker (a control batch) instead.
 
     Every write must fit in one batch of ``GroupConfig.max_batch_bytes``: an Output with
     ``on_failure`` actions is written atomically (one batch, or append_failed), one without
@@ -47,6 +49,11 @@ class Output:
     on_failure: list[Any] = field(default_factory=list)
     """Failure actions: frozen dataclasses with a ``handles`` property (the replies they
     answer instead), owned by the manager that attached them."""
+    producer_id: int = -1
+    """>= 0: ``records`` are a transactional batch of this producer (a TxnOffsetCommit)."""
+    producer_epoch: int = -1
+    marker: TxnMarkerRequest | None = None
+    """Not None: the Output is this transaction marker (a control batch), with no records."""
 
     def reply_for(self, handle: Hashable) -> Response | None:
         """The reply for ``handle`` in this Output, if any (convenience for callers/tests)."""

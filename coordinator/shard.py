@@ -13,8 +13,11 @@ F3). Every handle passed in receives exactly one reply, possibly later.
   B-H, K, L, M), :class:`coordinator.consumer.manager.ConsumerGroupManager` (KIP-848 consumer
   groups) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which
   sees groups of both types only through a narrow interface
-  (:class:`coordinator.offset_groups.ShardOffsetGroups`). DeleteGroups spans them and is done
-  here, as is the group-type check (one id space for both types).
+  (:class:`coordinator.offset_groups.ShardOffsetGroups`), and
+  :class:`coordinator.txn_offsets.TxnOffsets` (TxnOffsetCommit and transaction markers; the
+  pending offsets live in the offsets manager). DeleteGroups spans them
+  (:func:`coordinator.deletion.delete_groups`), as does the group-type check (one id space
+  for both types).
 - Timers (:class:`coordinator.timers.Timers`) are shared: the runtime asks
   :meth:`GroupShard.next_wakeup` and calls :meth:`GroupShard.advance` when it passes.
 - State is applied eagerly. If the runtime cannot append an Output's records it calls
@@ -27,6 +30,7 @@ F3). Every handle passed in receives exactly one reply, possibly later.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from enum import Enum
@@ -53,11 +57,9 @@ from coordinator.consumer.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from coordinator.consumer.topics import NO_TOPICS, TopicsView
-from coordinator.deletion import DeleteWriteFailed, deleted_state, undo_delete
+from coordinator.deletion import DeleteWriteFailed, delete_groups, undo_delete
 from coordinator.messages import (
-    DeleteGroupResult,
     DeleteGroupsRequest,
-    DeleteGroupsResponse,
     DescribedGroup,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -74,6 +76,9 @@ from coordinator.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
+    TxnMarkerRequest,
+    TxnMarkerResponse,
+    TxnOffsetCommitRequest,
 )
 from coordinator.migration import GroupMigration
 from coordinator.offset_groups import ShardOffsetGroups
@@ -88,7 +93,8 @@ from coordinator.schemas import (
     decode_key,
 )
 from coordinator.timers import Timers
-from coordinator.write_size import tombstones_batch_size
+from coordinator.txn_offsets import MarkerWriteFailed, TxnOffsets
+from coordinator.txn_pending import TxnCommitWriteFailed
 from protocol.errors import ErrorCode
 
 __all__ = ["DeleteWriteFailed", "GroupShard", "Output", "RebalanceCompleted", "ShardMode"]
@@ -138,9 +144,10 @@ class GroupShard:
         )
         self.classic_members = ClassicMembers(self.consumer, new_member_id or default_member_id)
         self.migration = GroupMigration(self.config, op, self.classic, self.consumer)
-        self.offsets = OffsetManager(
-            partition, self.config, op, self.timers, ShardOffsetGroups(self.classic, self.consumer)
-        )
+        offset_groups = ShardOffsetGroups(self.classic, self.consumer)
+        self.offsets = OffsetManager(partition, self.config, op, self.timers, offset_groups)
+        self.txn = TxnOffsets(self.offsets, op, offset_groups)
+        """TxnOffsetCommit and transaction markers (pending offsets live in ``offsets``)."""
         self.skipped_records = 0
         """Records with keys this shard does not model (KIP-848 key versions), skipped."""
 
@@ -414,56 +421,11 @@ class GroupShard:
 
     def delete_groups(self, handle: Hashable, req: DeleteGroupsRequest, now_ms: int) -> Output:
         """DeleteGroups: only Empty groups; writes offset tombstones then a group tombstone,
-        all of one shard's deletions in one atomic write."""
-        op = self._op
-        op.begin()
-        classic, offsets = self.classic, self.offsets
-        results: dict[str, int] = {}
-        deleted: list[str] = []
-        for group_id in dict.fromkeys(req.group_ids):
-            error = self._gate(group_id, empty_id_ok=True)
-            if error is None:
-                if group_id in self.consumer.groups:
-                    error = self.consumer.delete_check(group_id)
-                else:
-                    error = classic.delete_check(group_id)
-                if error == ErrorCode.none:
-                    deleted.append(group_id)
-            results[group_id] = error
-        size = tombstones_batch_size((g, offsets.of(g), True) for g in deleted)
-        if size > self.config.max_batch_bytes:
-            # Kafka writes a shard's deletions atomically and fails them all, before
-            # forgetting anything, when they do not fit in one batch: every group this
-            # request named here gets UNKNOWN_SERVER_ERROR.
-            log.warning(
-                "DeleteGroups of %d groups refused: %d bytes of tombstones exceed one batch of"
-                " at most %d bytes",
-                len(deleted),
-                size,
-                self.config.max_batch_bytes,
-            )
-            results = dict.fromkeys(results, ErrorCode.unknown_server_error)
-            deleted = []
-        restore = tuple(deleted_state(classic, self.consumer, offsets, g) for g in deleted)
-        for group_id in deleted:
-            offsets.delete_all(group_id)
-            if group_id in self.consumer.groups:
-                self.consumer.delete(group_id)
-            else:
-                classic.delete(group_id, now_ms)
-        if deleted:  # one line per request: a request may delete thousands
-            names = ", ".join(deleted[:10])
-            more = f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
-            log.info("%d groups deleted: %s%s", len(deleted), names, more)
-        response = DeleteGroupsResponse(
-            tuple(DeleteGroupResult(gid, err) for gid, err in results.items())
-        )
-        op.reply(handle, response)
-        if deleted:
-            op.on_failure(
-                DeleteWriteFailed(handle, response.results, frozenset(deleted), restore)
-            )
-        return op.end()
+        all of one shard's deletions in one atomic write (:func:`coordinator.deletion.delete_groups`)."""
+        self._op.begin()
+        gate = functools.partial(self._gate, empty_id_ok=True)
+        delete_groups(self._op, gate, self.classic, self.consumer, self.offsets, handle, req, now_ms)
+        return self._op.end()
 
     # ---- offset requests (J, I6) -------------------------------------------------------------
 
@@ -485,21 +447,20 @@ class GroupShard:
         while loading. The empty group id is allowed, as in Kafka (old clients). ``topics``
         None returns every committed offset of the group, sorted by topic then partition;
         otherwise every requested partition comes back in request order, -1 when nothing is
-        committed.
-
-        ``require_stable`` is answered like a plain fetch: there are no transactional
-        offset commits yet, and a plain commit's reply and any later fetch reply are
-        delivered only after the commit's records are durable (the runtime completes a
-        shard's Outputs in order), so no fetch can observe an offset that is still pending.
-        """
-        response = self.fetch_offsets(req.group_id, req.topics)
+        committed. Pending transactional offsets are never shown; with ``require_stable``
+        their partitions are UNSTABLE_OFFSET_COMMIT. The reply comes after every earlier
+        Output of the shard is durable (the runtime completes them in order)."""
+        response = self.fetch_offsets(req.group_id, req.topics, req.require_stable)
         op = self._op
         op.begin()
         op.reply(handle, response)
         return op.end()
 
     def fetch_offsets(
-        self, group_id: str, wanted: Iterable[tuple[str, Iterable[int]]] | None
+        self,
+        group_id: str,
+        wanted: Iterable[tuple[str, Iterable[int]]] | None,
+        require_stable: bool = False,
     ) -> OffsetFetchResponse:
         """:meth:`offset_fetch` without the Output plumbing: a fetch emits no records and
         answers no other request. ``wanted`` None: every committed offset of the group."""
@@ -507,7 +468,36 @@ class GroupShard:
         error = self._gate(group_id, empty_id_ok=True)
         if error is not None:
             return OffsetFetchResponse(error, ())
-        return self.offsets.fetch(group_id, wanted)
+        return self.offsets.fetch(group_id, wanted, require_stable)
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of ``group_id`` with pending transactional offsets (RequireStable)."""
+        return self.offsets.pending.pending_partitions(group_id)
+
+    def txn_offset_commit(self, handle: Hashable, req: TxnOffsetCommitRequest, now_ms: int) -> Output:
+        """TxnOffsetCommit: the routing checks, then :class:`coordinator.txn_offsets.TxnOffsets`."""
+        op = self._op
+        op.begin()
+        error = self._gate(req.group_id, empty_id_ok=False)
+        if error is None:
+            error = self.txn.commit(handle, req, now_ms)
+        if error is not None:
+            op.reply(handle, commit_error(req, error))
+        return op.end()
+
+    def txn_marker(self, handle: Hashable, req: TxnMarkerRequest, now_ms: int) -> Output:
+        """A transaction marker for this partition: NOT_COORDINATOR when it is not served
+        here, COORDINATOR_LOAD_IN_PROGRESS while loading (the marker writer retries)."""
+        op = self._op
+        op.begin()
+        if self._mode is not _ACTIVE:
+            loading = self._mode is ShardMode.LOADING
+            op.reply(handle, TxnMarkerResponse(
+                ErrorCode.coordinator_load_in_progress if loading else ErrorCode.not_coordinator
+            ))
+        else:
+            self.txn.marker(handle, req, now_ms)
+        return op.end()
 
     def offset_fetch_member_error(
         self, group_id: str, member_id: str | None, member_epoch: int
@@ -569,6 +559,8 @@ class GroupShard:
                 self.classic.static_replace_write_failed(action, mapped, now_ms)
             elif isinstance(action, ConsumerWriteFailed):
                 self.consumer.write_failed(action, mapped)
+            elif isinstance(action, (TxnCommitWriteFailed, MarkerWriteFailed)):
+                self.txn.write_failed(action, mapped)
             elif isinstance(action, DeleteWriteFailed):
                 response = undo_delete(action, mapped, self.classic, self.consumer, self.offsets)
                 op.reply(action.handle, response)
@@ -607,9 +599,10 @@ class GroupShard:
         self._mode = ShardMode.ACTIVE
         self.consumer.finish_loading(now_ms)
         consumer_groups = self.consumer.groups
-        self.classic.finish_loading(
-            (g for g in self.offsets.group_ids() if g not in consumer_groups), now_ms
-        )
+        with_offsets = dict.fromkeys(self.offsets.group_ids())
+        pending = self.offsets.pending
+        with_offsets.update(dict.fromkeys(g for g in pending.open_groups() if pending.pending_partitions(g)))
+        self.classic.finish_loading((g for g in with_offsets if g not in consumer_groups), now_ms)
         self.offsets.arm_retention(now_ms + self.config.offsets_retention_check_interval_ms)
         self.classic.start_timers(now_ms)
         log.debug("partition %d loaded: %d groups", self.partition, len(self.classic.groups))

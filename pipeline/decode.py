@@ -42,6 +42,7 @@ from protocol.records import decode_key_values, decode_records
 from . import fs
 from .consumer_groups import STATE_FIELDS, consumer_row
 from .logs import Problem, ScanStats, SegmentRef, scan_batches
+from .txn import TxnOutcomes
 
 ROWS_PER_BATCH = 65536
 
@@ -142,6 +143,7 @@ class SegmentStats:
     batches: int = 0
     control_batches: int = 0
     transactional_batches: int = 0
+    uncommitted_batches: int = 0  # transactional batches aborted or still open: skipped
     bytes: int = 0
     torn_tail_bytes: int = 0
 
@@ -150,12 +152,15 @@ Pairs = list[tuple[bytes | None, bytes | None]]
 
 
 def _batches(ref: SegmentRef, stats: SegmentStats) -> Iterator[tuple[BatchHeader, list[int] | None, Pairs]]:
-    """(header, offsets or None when they are base_offset + i, key/value pairs) per data batch."""
+    """(header, offsets or None when they are base_offset + i, key/value pairs) per data batch.
+    Control batches are skipped, and so are transactional batches whose transaction was not
+    committed (aborted, or still open: ``pipeline.txn``)."""
     try:
         f = fs.open_read(ref.uri)
     except FileNotFoundError:
         raise SegmentError(Problem(ref.name, "segment file missing (listed, then gone)")) from None
     scan = ScanStats()
+    txn = TxnOutcomes(ref)
     try:
         for h, batch in scan_batches(f, scan, allow_torn_tail=ref.last):
             if h.is_control:
@@ -163,6 +168,9 @@ def _batches(ref: SegmentRef, stats: SegmentStats) -> Iterator[tuple[BatchHeader
                 continue
             if h.is_transactional:
                 stats.transactional_batches += 1
+                if not txn.committed(h):
+                    stats.uncommitted_batches += 1
+                    continue
             payload = batch[HEADER_SIZE:]
             if h.records_count == h.last_offset_delta + 1:
                 yield h, None, decode_key_values(h, payload)

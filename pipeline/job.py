@@ -257,7 +257,7 @@ def run_job(
         for key in ("records", "offset_commits", "offset_tombstones", "group_records",
                     "group_tombstones", "consumer_group_records", "consumer_group_tombstones",
                     "other_records", "bytes", "control_batches", "transactional_batches",
-                    "torn_tail_bytes"):
+                    "uncommitted_batches", "torn_tail_bytes"):
             summary.totals[key] = sum(int(s.get(key, 0)) for s in summary.segments)
 
         latest = offsets_latest(state)

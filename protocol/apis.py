@@ -36,6 +36,7 @@ class ApiKey(IntEnum):
     END_TXN = 26
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    TXN_OFFSET_COMMIT = 28
     DELETE_TOPICS = 20
     DELETE_GROUPS = 42
     CREATE_PARTITIONS = 37
@@ -85,6 +86,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (0, 9),
     ApiKey.OFFSET_FETCH: (0, 9),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.DELETE_RECORDS: (0, 2),

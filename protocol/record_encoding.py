@@ -219,11 +219,21 @@ def _varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_kv_batch(pairs: Sequence[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
+def encode_kv_batch(
+    pairs: Sequence[tuple[bytes, bytes | None]],
+    timestamp_ms: int,
+    *,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    is_transactional: bool = False,
+    base_sequence: int = -1,
+) -> bytes:
     """One uncompressed batch of keyed records without headers, all stamped ``timestamp_ms``.
 
     The same bytes :func:`build_batch` would produce for these records, built faster: this is
-    the coordinator's write path (one record per committed partition).
+    the coordinator's write path (one record per committed partition). A transactional offset
+    commit passes its producer id and epoch, ``is_transactional`` and base sequence 0, as
+    Kafka's coordinator runtime writes it.
     """
     parts: list[bytes] = []
     append = parts.append
@@ -247,13 +257,13 @@ def encode_kv_batch(pairs: Sequence[tuple[bytes, bytes | None]], timestamp_ms: i
         -1,
         MAGIC_V2,
         0,
-        0,
+        TRANSACTIONAL_FLAG if is_transactional else 0,
         max(count - 1, 0),
         timestamp_ms,
         timestamp_ms,
-        -1,
-        -1,
-        -1,
+        producer_id,
+        producer_epoch,
+        base_sequence,
         count,
     )
     out[HEADER_SIZE:] = payload

@@ -13,8 +13,13 @@ record (by offset) survives. The rules:
   max timestamp is older than ``now_ms - delete_retention_ms`` and it lies in a rewritten
   segment; otherwise it is kept, so consumers get ``delete.retention.ms`` to see the delete.
 * Records without a key are dropped (Kafka rejects them in compacted topics).
-* Control batches (transaction markers) are kept verbatim. Transactional data batches are
-  compacted like any other; aborted transactions are not taken into account.
+* Transactions: the records of a transactional batch count only once their producer's marker
+  is durable: a COMMIT makes them compete by offset like any record (Kafka's cleaner), an
+  ABORT drops them. While the marker is not (yet) below the flushed offset they are pending:
+  kept, and superseding nothing, so a later abort cannot leave a key without its older
+  value; the first tombstone after a pending record of its key is kept too, even if
+  superseded or droppable (on replay it removes that pending record). Control batches (markers) are always kept verbatim, so
+  no kept transactional record loses its marker.
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
   all survive is copied byte for byte; one that lost some is re-encoded from the survivors with
@@ -50,8 +55,9 @@ from dataclasses import dataclass, field
 
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.compression import decompress
+from protocol.control import decode_marker
 from protocol.record_encoding import encode_batch
-from protocol.records import decode_batch, read_varint
+from protocol.records import decode_batch, decode_key_values, read_varint
 from storage.cleaning import CleaningSnapshot
 from storage.index import INT32_MAX, pwrite_all
 from storage.log import PartitionLog
@@ -220,6 +226,65 @@ def _map_keys(
         raise CorruptBatch(f"{n_data - pos} bytes left over after {count} records")
 
 
+def _end_txn(
+    h: BatchHeader, data: memoryview, offsets: dict[bytes, int], open_txns: dict[int, dict[bytes, int]]
+) -> None:
+    """A marker: a COMMIT lets its producer's records compete for their keys by offset."""
+    held = open_txns.pop(h.producer_id, None)
+    if not held:
+        return
+    for key, value in decode_key_values(h, data[HEADER_SIZE:]):
+        marker = decode_marker(key, value)
+        if marker is not None and marker.commit:
+            for k, offset in held.items():
+                current = offsets.get(k)
+                if current is None or offset > (current if current >= 0 else ~current):
+                    offsets[k] = offset
+            return
+
+
+def _map_around_txns(
+    h: BatchHeader,
+    data: memoryview,
+    offsets: dict[bytes, int],
+    droppable: bool,
+    open_txns: dict[int, dict[bytes, int]],
+    tombstones: dict[bytes, list[int]],
+) -> None:
+    """:func:`_map_keys` of a plain batch while transactions are open, noting the tombstones
+    of keys they hold pending."""
+    batch: dict[bytes, int] = {}
+    _map_keys(_records_bytes(h, data), h.records_count, h.base_offset, batch, True)
+    for key, v in batch.items():
+        if v < 0:
+            if any(key in held for held in open_txns.values()):
+                tombstones.setdefault(key, []).append(~v)
+            offsets[key] = v if droppable else ~v
+        else:
+            offsets[key] = v
+
+
+def _pending(
+    offsets: dict[bytes, int],
+    open_txns: dict[int, dict[bytes, int]],
+    tombstones: dict[bytes, list[int]],
+) -> list[int]:
+    """The offsets to keep for still-pending transactional records: theirs, and that of the
+    first tombstone of the key after each (it removes the record on replay; it is made
+    non-droppable if it is the key's newest record)."""
+    kept: list[int] = []
+    for held in open_txns.values():
+        for key, offset in held.items():
+            kept.append(offset)
+            after = [t for t in tombstones.get(key, ()) if t > offset]
+            if after:
+                kept.append(after[0])
+                current = offsets.get(key)
+                if current is not None and current < 0 and ~current == after[0]:
+                    offsets[key] = after[0]
+    return kept
+
+
 def _records_bytes(h: BatchHeader, data: memoryview) -> bytes:
     payload = data[HEADER_SIZE:]
     if h.compression:
@@ -294,8 +359,11 @@ class _Cleaner:
     def run(self) -> None:
         snap = self.snap
         sealed_end = snap.segments[snap.sealed - 1].next_offset
-        offsets = self._build_map()
-        surviving = sorted(v for v in offsets.values() if 0 <= v < sealed_end)
+        offsets, pending = self._build_map()
+        surviving = sorted(
+            {v for v in offsets.values() if 0 <= v < sealed_end}
+            | {v for v in pending if v < sealed_end}
+        )
         self.stats.tombstones_dropped = sum(1 for v in offsets.values() if v < 0)
         del offsets
         self.stats.segments_before = snap.sealed
@@ -322,22 +390,34 @@ class _Cleaner:
             if group is not None and group.fd is not None:
                 os.close(group.fd)
 
-    def _build_map(self) -> dict[bytes, int]:
-        """key -> offset of its newest durable record (``~offset`` for a droppable tombstone)."""
+    def _build_map(self) -> tuple[dict[bytes, int], list[int]]:
+        """key -> offset of its newest durable record (``~offset`` for a droppable tombstone),
+        and the offsets of transactional records still pending (no durable marker)."""
         snap = self.snap
         offsets: dict[bytes, int] = {}
+        open_txns: dict[int, dict[bytes, int]] = {}  # producer id -> key -> newest offset
+        tombstones: dict[bytes, list[int]] = {}  # of keys pending somewhere when written
         for i, reader in enumerate(snap.readers):
             in_sealed = i < snap.sealed
             for _, h, data in reader.scan(0, reader.size):
                 if h.next_offset > snap.flushed_offset:
-                    return offsets
+                    return offsets, _pending(offsets, open_txns, tombstones)
                 if h.is_control:
+                    if h.is_transactional:
+                        _end_txn(h, data, offsets, open_txns)
+                    continue
+                if h.is_transactional and h.producer_id >= 0:
+                    held = open_txns.setdefault(h.producer_id, {})
+                    _map_keys(_records_bytes(h, data), h.records_count, h.base_offset, held, False)
                     continue
                 droppable = in_sealed and h.max_timestamp < self.horizon
+                if open_txns:
+                    _map_around_txns(h, data, offsets, droppable, open_txns, tombstones)
+                    continue
                 _map_keys(
                     _records_bytes(h, data), h.records_count, h.base_offset, offsets, droppable
                 )
-        return offsets
+        return offsets, _pending(offsets, open_txns, tombstones)
 
     def _clean_segment(
         self, reader: Segment, segment: Segment, surviving: list[int], ptr: int

@@ -432,24 +432,35 @@ class ClassicGroup:
         return self.generation > 0
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation: int, api_version: int = -1
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        api_version: int = -1,
+        transactional: bool = False,
     ) -> int | None:
         """J6, in Kafka's order: Dead -> COORDINATOR_NOT_AVAILABLE; a commit naming a member
         (generation >= 0, a member id or an instance id) must come from a current member of
         the current generation; an anonymous one is only accepted by an Empty group (a
         standalone consumer), else UNKNOWN_MEMBER_ID; CompletingRebalance ->
-        REBALANCE_IN_PROGRESS (the member has no assignment yet)."""
+        REBALANCE_IN_PROGRESS (the member has no assignment yet).
+
+        A TxnOffsetCommit (``transactional``, KIP-447) skips the group-state checks: with
+        generation < 0 an Empty group takes it from anyone and an anonymous one (v0-v2) is
+        taken in any state; a member's is checked as above, in CompletingRebalance too."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
+        if transactional and generation < 0 and self.state is GroupState.EMPTY:
+            return None
         if generation >= 0 or member_id != "" or instance_id is not None:
             error = self.validate_member(member_id, instance_id)
             if error is not None:
                 return error
             if generation != self.generation:
                 return ErrorCode.illegal_generation
-        elif self.state is not GroupState.EMPTY:
+        elif self.state is not GroupState.EMPTY and not transactional:
             return ErrorCode.unknown_member_id  # while it has members, only members commit
-        if self.state is GroupState.COMPLETING_REBALANCE:
+        if self.state is GroupState.COMPLETING_REBALANCE and not transactional:
             return ErrorCode.rebalance_in_progress
         return None
 

@@ -228,12 +228,18 @@ class ConsumerGroup:
         return True
 
     def validate_offset_commit(
-        self, member_id: str, instance_id: str | None, generation: int, api_version: int = -1
+        self,
+        member_id: str,
+        instance_id: str | None,
+        generation: int,
+        api_version: int = -1,
+        transactional: bool = False,
     ) -> int | None:
         """Kafka's ConsumerGroup.validateOffsetCommit: an anonymous commit (epoch < 0) is
         accepted while the group is Empty; otherwise the member must exist and carry its
         current member epoch, a consumer-protocol member with OffsetCommit v9+ (a classic
-        member's generation is its member epoch)."""
+        member's generation is its member epoch); a TxnOffsetCommit (``transactional``) has
+        no version condition."""
         if self.dead:
             return ErrorCode.coordinator_not_available
         if generation < 0 and not self.members:
@@ -242,7 +248,7 @@ class ConsumerGroup:
         if member is None:
             return ErrorCode.unknown_member_id
         classic = member.classic is not None
-        if 0 <= api_version < 9 and not classic:
+        if 0 <= api_version < 9 and not classic and not transactional:
             return ErrorCode.unsupported_version
         if generation != member.member_epoch:
             return ErrorCode.illegal_generation if classic else ErrorCode.stale_member_epoch

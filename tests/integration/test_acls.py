@@ -439,3 +439,28 @@ def test_bad_acls_are_refused_one_by_one_and_without_an_authorizer_acls_are_disa
         assert r.error_code == ErrorCode.security_disabled
     finally:
         plain.stop()
+
+
+def test_txn_offset_commit_needs_write_on_the_transactional_id_and_read_on_group_and_topic(
+    broker: tuple[BrokerProcess, int],
+) -> None:
+    _b, sasl = broker
+    admin = admin_of(sasl, "admin")
+    create_topic(sasl, "t")
+
+    def txn_commit() -> int:
+        r = raw(sasl, "alice", ApiKey.TXN_OFFSET_COMMIT, 3, transactional_id="tx", group_id="tg",
+                producer_id=42, producer_epoch=0, generation_id=-1, member_id="",
+                group_instance_id=None,
+                topics=[dict(name="t", partitions=[dict(partition_index=0, committed_offset=7,
+                                                        committed_leader_epoch=-1, committed_metadata="")])])
+        return int(r.topics[0].partitions[0].error_code)
+
+    assert txn_commit() == ErrorCode.transactional_id_authorization_failed
+    allow(admin, ("TRANSACTIONAL_ID", "tx", "LITERAL", "WRITE", "ALLOW"))
+    assert txn_commit() == ErrorCode.group_authorization_failed
+    allow(admin, ("GROUP", "tg", "LITERAL", "READ", "ALLOW"))
+    assert txn_commit() == ErrorCode.topic_authorization_failed
+    allow(admin, ("TOPIC", "t", "LITERAL", "READ", "ALLOW"))
+    assert txn_commit() == ErrorCode.none
+    assert committed(admin, "tg") == {}  # pending until the transaction's marker
