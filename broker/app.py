@@ -38,12 +38,14 @@ from .listeners import parse_listeners, server_ssl_context
 from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
+from .producers_api import ProducersApi
 from .sasl.api import SaslApi
 from .sasl.credentials import CredentialStore
 from .sasl.users_api import UsersApi
 from .services import MetricsHooks
 from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
+from .txn_markers import MarkerWriter
 
 log = logging.getLogger("kcoord.broker")
 
@@ -85,11 +87,17 @@ class Broker:
             self.metrics = BrokerMetrics()
         hooks = self.metrics.hooks() if self.metrics is not None else MetricsHooks()
         fsync = config["log.flush.interval.messages"] == 1
+        producer_expiration_ms = config["producer.id.expiration.ms"]
         # Every segment and index file of this broker shares one bounded pool of descriptors.
         self.file_pool = FilePool(config["log.max.open.files"])
         self.topics = TopicStore(
             config.data_dir,
-            LogSettings(config["log.segment.bytes"], config["log.index.interval.bytes"], fsync),
+            LogSettings(
+                config["log.segment.bytes"],
+                config["log.index.interval.bytes"],
+                fsync,
+                producer_expiration_ms,
+            ),
             PartitionLimits(config["max.broker.partitions"], config["max.partitions.per.request"]),
             pool=self.file_pool,
             configs=TopicConfigs(
@@ -108,6 +116,10 @@ class Broker:
         self.retention = LogRetention(config, self.topics)
         self.data = DataApi(config, self.topics, self.flusher, hooks)
         self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
+        # Transaction markers (issue 16). The __consumer_offsets markers go to the group
+        # runtime's write_txn_marker once the group part provides it (offsets_marker=).
+        self.markers = MarkerWriter(self.topics, self.flusher)
+        producers = ProducersApi(self.topics)
         self.group_api = GroupApi(config, self.groups)
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
@@ -121,7 +133,13 @@ class Broker:
         )
         if self.metrics is not None:
             self.metrics.observe(
-                CoordinatorState(self.groups, self.topics, self.data.producers, config)
+                CoordinatorState(
+                    self.groups,
+                    self.topics,
+                    self.data.producers,
+                    config,
+                    self.data.producers.open_transactions,
+                )
             )
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.cluster.api_versions,
@@ -157,6 +175,8 @@ class Broker:
             ApiKey.DESCRIBE_ACLS: acls.describe_acls,
             ApiKey.CREATE_ACLS: acls.create_acls,
             ApiKey.DELETE_ACLS: acls.delete_acls,
+            ApiKey.WRITE_TXN_MARKERS: self.markers.write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: producers.describe_producers,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         # Not Heartbeat and OffsetFetch under an authorizer: their checks are on the generic path.

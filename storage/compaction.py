@@ -13,8 +13,13 @@ record (by offset) survives. The rules:
   max timestamp is older than ``now_ms - delete_retention_ms`` and it lies in a rewritten
   segment; otherwise it is kept, so consumers get ``delete.retention.ms`` to see the delete.
 * Records without a key are dropped (Kafka rejects them in compacted topics).
-* Control batches (transaction markers) are kept verbatim. Transactional data batches are
-  compacted like any other; aborted transactions are not taken into account.
+* Transactions: control batches (markers) are kept verbatim, always. A transactional batch of
+  an aborted transaction (its producer and offset inside an entry of a segment's
+  ``.txnindex`` whose marker is durable) is dropped from the rewritten segments and never
+  enters the key map. Every other transactional batch (committed, or still open) is kept
+  verbatim and does not enter the key map either: the cleaner does not judge whether it
+  committed, so it neither supersedes older records nor is superseded. The ``.txnindex``
+  entries of a group's segments are carried into the merged segment's.
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
   all survive is copied byte for byte; one that lost some is re-encoded from the survivors with
@@ -58,6 +63,7 @@ from storage.log import PartitionLog
 from storage.recovery import CLEANED_SUFFIX, cleaned_path
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from storage.time_index import NO_TIMESTAMP
+from storage.txn_index import TXN_INDEX_SUFFIX
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
 
@@ -290,6 +296,18 @@ class _Cleaner:
         self.plan = plan
         self.stats = plan.stats
         self.directory = snap.segments[0].log_path.parent
+        self.aborted: dict[int, list[tuple[int, int]]] = {}  # producer id -> (first, last)
+        for seg in snap.segments:
+            for e in list(seg.txn_index.entries()):
+                if e.last_offset < snap.flushed_offset:
+                    self.aborted.setdefault(e.producer_id, []).append(
+                        (e.first_offset, e.last_offset)
+                    )
+
+    def _is_aborted(self, h: BatchHeader) -> bool:
+        return any(
+            first <= h.base_offset <= last for first, last in self.aborted.get(h.producer_id, ())
+        )
 
     def run(self) -> None:
         snap = self.snap
@@ -331,7 +349,7 @@ class _Cleaner:
             for _, h, data in reader.scan(0, reader.size):
                 if h.next_offset > snap.flushed_offset:
                     return offsets
-                if h.is_control:
+                if h.is_control or h.is_transactional:
                     continue
                 droppable = in_sealed and h.max_timestamp < self.horizon
                 _map_keys(
@@ -349,7 +367,10 @@ class _Cleaner:
         for pos, h, data in reader.scan(0, reader.size):
             records_before += h.records_count
             out: bytes | tuple[int, int]
-            if h.is_control:
+            if h.is_transactional and not h.is_control and self._is_aborted(h):
+                unchanged = False  # an aborted transaction's batch: dropped
+                continue
+            if h.is_control or h.is_transactional:
                 n = keep_n = h.records_count
                 out = (pos, h.size)
             else:
@@ -458,6 +479,11 @@ class _Cleaner:
         _write_index(
             cleaned_path(self.directory, group.base, TIMEINDEX_SUFFIX),
             b"".join(_TIME_ENTRY.pack(t, r) for t, r in group.times),
+            snap.fsync,
+        )
+        _write_index(
+            cleaned_path(self.directory, group.base, TXN_INDEX_SUFFIX),
+            b"".join(e.encode() for seg in old for e in seg.txn_index.entries()),
             snap.fsync,
         )
         stats.segments_after += 1
