@@ -13,12 +13,12 @@ record (by offset) survives. The rules:
   max timestamp is older than ``now_ms - delete_retention_ms`` and it lies in a rewritten
   segment; otherwise it is kept, so consumers get ``delete.retention.ms`` to see the delete.
 * Records without a key are dropped (Kafka rejects them in compacted topics).
-* Transactions: control batches (markers) are kept verbatim, always. A transactional batch of
-  an aborted transaction (its producer and offset inside an entry of a segment's
-  ``.txnindex`` whose marker is durable) is dropped from the rewritten segments and never
-  enters the key map. Every other transactional batch (committed, or still open) is kept
-  verbatim and does not enter the key map either: the cleaner does not judge whether it
-  committed, so it neither supersedes older records nor is superseded. The ``.txnindex``
+* Transactions: control batches (markers) are kept verbatim, always. A transactional batch is
+  judged by its producer's next durable marker: after a COMMIT its records are compacted like
+  any other (they enter the key map when the marker is met, so they supersede only older
+  records); after an ABORT the batch is dropped from the rewritten segments and never enters
+  the key map; with no durable marker yet (an open transaction) it is kept verbatim and stays
+  out of the key map: the cleaner does not drop what it cannot judge. The ``.txnindex``
   entries of a group's segments are carried into the merged segment's.
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
@@ -64,6 +64,7 @@ from storage.recovery import CLEANED_SUFFIX, cleaned_path
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from storage.time_index import NO_TIMESTAMP
 from storage.txn_index import TXN_INDEX_SUFFIX
+from storage.txn_log import marker_of
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
 
@@ -226,6 +227,16 @@ def _map_keys(
         raise CorruptBatch(f"{n_data - pos} bytes left over after {count} records")
 
 
+def _merge_keys(offsets: dict[bytes, int], keys: dict[bytes, int]) -> None:
+    """Enter a committed transaction's keys: each supersedes only older records."""
+    for key, offset in keys.items():
+        current = offsets.get(key)
+        if current is None or (~current if current < 0 else current) < (
+            ~offset if offset < 0 else offset
+        ):
+            offsets[key] = offset
+
+
 def _records_bytes(h: BatchHeader, data: memoryview) -> bytes:
     payload = data[HEADER_SIZE:]
     if h.compression:
@@ -296,18 +307,8 @@ class _Cleaner:
         self.plan = plan
         self.stats = plan.stats
         self.directory = snap.segments[0].log_path.parent
-        self.aborted: dict[int, list[tuple[int, int]]] = {}  # producer id -> (first, last)
-        for seg in snap.segments:
-            for e in list(seg.txn_index.entries()):
-                if e.last_offset < snap.flushed_offset:
-                    self.aborted.setdefault(e.producer_id, []).append(
-                        (e.first_offset, e.last_offset)
-                    )
-
-    def _is_aborted(self, h: BatchHeader) -> bool:
-        return any(
-            first <= h.base_offset <= last for first, last in self.aborted.get(h.producer_id, ())
-        )
+        # base offset of a transactional batch -> committed (True) or aborted (False)
+        self.fate: dict[int, bool] = {}
 
     def run(self) -> None:
         snap = self.snap
@@ -344,16 +345,28 @@ class _Cleaner:
         """key -> offset of its newest durable record (``~offset`` for a droppable tombstone)."""
         snap = self.snap
         offsets: dict[bytes, int] = {}
+        # producer id -> (base offset, key map) of its transactional batches awaiting a marker
+        pending: dict[int, list[tuple[int, dict[bytes, int]]]] = {}
         for i, reader in enumerate(snap.readers):
             in_sealed = i < snap.sealed
             for _, h, data in reader.scan(0, reader.size):
                 if h.next_offset > snap.flushed_offset:
                     return offsets
-                if h.is_control or h.is_transactional:
+                if h.is_control:
+                    marker = marker_of(data) if h.is_transactional else None
+                    if marker is not None:
+                        for base, keys in pending.pop(h.producer_id, []):
+                            self.fate[base] = marker[0]
+                            if marker[0]:
+                                _merge_keys(offsets, keys)
                     continue
                 droppable = in_sealed and h.max_timestamp < self.horizon
+                target = offsets
+                if h.is_transactional:
+                    target = {}
+                    pending.setdefault(h.producer_id, []).append((h.base_offset, target))
                 _map_keys(
-                    _records_bytes(h, data), h.records_count, h.base_offset, offsets, droppable
+                    _records_bytes(h, data), h.records_count, h.base_offset, target, droppable
                 )
         return offsets
 
@@ -367,10 +380,11 @@ class _Cleaner:
         for pos, h, data in reader.scan(0, reader.size):
             records_before += h.records_count
             out: bytes | tuple[int, int]
-            if h.is_transactional and not h.is_control and self._is_aborted(h):
+            fate = self.fate.get(h.base_offset) if h.is_transactional else True
+            if fate is False and not h.is_control:
                 unchanged = False  # an aborted transaction's batch: dropped
                 continue
-            if h.is_control or h.is_transactional:
+            if h.is_control or fate is None:  # a marker, or a transaction not judged
                 n = keep_n = h.records_count
                 out = (pos, h.size)
             else:

@@ -15,7 +15,8 @@ segment rolls, the aborted-transaction indexes and the last stable offset.
   (markers read whole). The active segment, every segment recovery had to scan, and every sealed
   segment without its ``.txnindex`` lie after that snapshot, so their ``.txnindex`` is rebuilt
   from the replay. Start-up reads only the active segment's headers when snapshots are there;
-  a log without any (written before this existed) is replayed whole once;
+  a log without any (written before this existed) is replayed whole once, and a snapshot is
+  written when the replay reaches the active segment;
 * retention deletes snapshots below the new first segment (keeping the newest of them), a
   truncation deletes those above the new end and rebuilds the state.
 
@@ -156,6 +157,13 @@ class TxnLogMixin:
             log.warning("%s: producer snapshot at a roll failed: %s (rebuilt from the log"
                         " at the next start)", self._path.name, describe_error(e))
 
+    def _snapshot_quietly(self) -> None:
+        try:
+            self._write_snapshot()
+        except OSError as e:
+            log.warning("%s: writing a producer snapshot failed: %s", self._path.name,
+                        describe_error(e))
+
     def _write_snapshot(self) -> None:
         state = self._producers
         write_file(snapshot_path(self._path, state.offset), state.snapshot(),
@@ -224,7 +232,10 @@ class TxnLogMixin:
 
     def _replay(self, start: int) -> None:
         state = self._producers
+        active = self._segments[-1]
         for seg in self._segments:
+            if seg is active and start < seg.base_offset:
+                self._snapshot_quietly()  # the next start replays the active segment only
             if seg.next_offset <= start or seg.size == 0:
                 if seg.next_offset > start or seg is self._segments[-1]:
                     self._rebuild_index(seg, start, [])
