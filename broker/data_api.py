@@ -12,7 +12,7 @@ the last batches is answered with its original offset; idle producers are forgot
 ``producer.id.expiration.check.interval.ms``.
 
 Fetch serves whole batches up to the high watermark (what is durable), or, ``read_committed``,
-up to the last stable offset with the aborted transactions of the range (``broker.txn_reads``),
+up to the last stable offset with the aborted transactions of the range (``broker.txn_data``),
 and long-polls on ``max_wait_ms`` / ``min_bytes``. ListOffsets answers earliest, latest (the
 last stable offset for ``read_committed``), max-timestamp and
 by-timestamp queries; the last two find one batch from batch headers and decode only that one,
@@ -42,7 +42,7 @@ from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .connection import NO_RESPONSE, RequestContext
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from .topics import TopicError
-from .txn_reads import AllProducers, committed_view
+from .txn_data import AllProducers, committed_view, transactional_refusal
 
 if TYPE_CHECKING:
     from .config import Config
@@ -199,11 +199,17 @@ class DataApi:
             return self._legacy_produce(ctx, req)
         request = _Produce()
         checked = ctx.connection.authorizer is not None
+        txn_refused = transactional_refusal(ctx, req)
         for topic in req.topic_data:
             request.topics.append((topic.name, len(topic.partition_data)))
-            if checked and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic.name):
+            refusal = txn_refused
+            if not refusal and checked and not ctx.allowed(
+                Operation.WRITE, ResourceType.TOPIC, topic.name
+            ):
+                refusal = _TOPIC_REFUSED
+            if refusal:
                 for p in topic.partition_data:
-                    request.parts.append((p.index, None, Outcome(_TOPIC_REFUSED)))
+                    request.parts.append((p.index, None, Outcome(refusal)))
                 continue
             for p in topic.partition_data:
                 plog, outcome = self._produce_one(topic.name, p.index, p.records, ctx.version)

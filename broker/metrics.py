@@ -52,7 +52,7 @@ from .console.views import ConsoleState
 from .group_metrics import GroupSeries, GroupsSnapshot, read_groups
 from .offload import off_loop
 from .services import MetricsHooks
-from .txn_reads import OpenTxns
+from .txn_data import OpenTxns
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

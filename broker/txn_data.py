@@ -1,5 +1,5 @@
-"""What the data plane reads from the partitions' producer state: ``read_committed`` Fetch's
-aborted transactions, and every partition's producers taken together (the idle-producer
+"""Transactions in the data plane: ``read_committed`` Fetch's aborted transactions, Produce's
+transactional-id check, and every partition's producers taken together (the idle-producer
 sweep, the ``kcoord_producer_ids`` gauge, the open-transaction metrics).
 
 The state itself lives with each partition log (``storage.txn_log``, ``storage.producer_state``).
@@ -11,11 +11,37 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from protocol.batch import CorruptBatch, iter_headers
+from protocol.batch import TRANSACTIONAL_FLAG, CorruptBatch, iter_headers
+from protocol.errors import ErrorCode
 from storage.log import PartitionLog
+
+from .acl.model import Operation, ResourceType
+from .connection import RequestContext
 
 if TYPE_CHECKING:
     from .topics import TopicStore
+
+
+_ATTRIBUTES_AT = 22  # low byte of a v2 batch's attributes
+
+
+def transactional_refusal(ctx: RequestContext, req: Any) -> int:
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole Produce if it holds a transactional
+    batch and names no transactional id, or one the client may not WRITE (as Kafka answers);
+    else 0."""
+    has_txn = any(
+        p.records is not None
+        and len(p.records) > _ATTRIBUTES_AT
+        and p.records[_ATTRIBUTES_AT] & TRANSACTIONAL_FLAG
+        for t in req.topic_data
+        for p in t.partition_data
+    )
+    if not has_txn:
+        return 0
+    txn_id = req.transactional_id
+    if txn_id is None or not ctx.allowed(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return ErrorCode.transactional_id_authorization_failed
+    return 0
 
 
 def committed_view(plog: PartitionLog, offset: int, data: bytes) -> list[dict[str, Any]]:
