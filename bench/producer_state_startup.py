@@ -1,7 +1,8 @@
 """Start-up cost of rebuilding producer state (issue 16): how long ``PartitionLog.open`` takes
-for one partition written by idempotent and transactional producers, with the producer
-snapshots written at segment rolls, without any snapshot (the whole log replayed), and with the
-producer-state rebuild switched off (the log recovery alone, what start-up cost before).
+for one partition written by idempotent and transactional producers: after a clean close (its
+snapshot at the log end), after a crash (the snapshot of the last roll: the active segment is
+replayed), without any snapshot (the whole log replayed), and with the producer-state rebuild
+switched off (the log recovery alone: what start-up cost before).
 
 No broker: the log is built and opened in this process (fsync off while building). Prints JSON.
 
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -45,17 +47,22 @@ def build(path: Path, total_bytes: int, segment_bytes: int) -> dict[str, int]:
             log.append(encode_marker(1000 + pid, 0, batches % 3 != 0, 0, T0))
             markers += 1
     stats = dict(batches=batches, markers=markers, bytes=log.size_bytes,
-                 segments=len(log.segment_base_offsets))
+                 segments=len(log.segment_base_offsets), end=log.log_end_offset,
+                 active_segment_bytes=log._segments[-1].size)
     log.close()
     return stats
 
 
-def timed_open(path: Path, segment_bytes: int) -> float:
+def timed_open(path: Path, segment_bytes: int, drop: Callable[[int], bool]) -> float:
+    """Seconds to open the log after deleting the snapshots ``drop`` picks (by offset)."""
+    for name in os.listdir(path):
+        if name.endswith(".snapshot") and drop(int(name[:20])):
+            os.remove(path / name)
     subprocess.run(["sync"], check=False)
     started = time.perf_counter()
     log = PartitionLog.open(path, segment_bytes=segment_bytes, fsync=False)
     took = time.perf_counter() - started
-    log.close()
+    log.close()  # a clean close: writes the snapshot at the log end again
     return round(took, 3)
 
 
@@ -68,26 +75,28 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "t-0"
         built = build(path, args.mb << 20, segment_bytes)
-        with_snapshots = min(timed_open(path, segment_bytes) for _ in range(3))
+        end = built["end"]
+
+        def best(drop: Callable[[int], bool]) -> float:
+            return min(timed_open(path, segment_bytes, drop) for _ in range(3))
+
+        clean = best(lambda _o: False)
+        crash = best(lambda o: o == end)  # no snapshot at the end: the active segment replayed
         real = TxnLogMixin._txn_recover
         TxnLogMixin._txn_recover = lambda self: None  # type: ignore[method-assign]
         try:
-            recovery_only = min(timed_open(path, segment_bytes) for _ in range(3))
+            recovery_only = best(lambda _o: False)
         finally:
             TxnLogMixin._txn_recover = real  # type: ignore[method-assign]
-        no_snapshot = []
-        for _ in range(3):
-            for name in os.listdir(path):
-                if name.endswith(".snapshot"):
-                    os.remove(path / name)
-            no_snapshot.append(timed_open(path, segment_bytes))
+        whole = best(lambda _o: True)
     print(json.dumps(dict(
         log=built,
         segment_mb=args.segment_mb,
         open_seconds=dict(
             recovery_only=recovery_only,
-            with_snapshots=with_snapshots,
-            without_snapshots_whole_replay=min(no_snapshot),
+            after_clean_close=clean,
+            after_crash_active_segment_replayed=crash,
+            without_snapshots_whole_log_replayed=whole,
         ),
     ), indent=2))
 

@@ -520,6 +520,7 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
             try:
                 if self._offline is None:
                     self._flush_locked()
+                    self._txn_closing()
             finally:
                 self._closed = True
                 for seg in self._segments:

@@ -10,13 +10,16 @@ segment rolls, the aborted-transaction indexes and the last stable offset.
   up to which it accounts for the log, as Kafka's producer snapshots are named) and the sealed
   segment gets its ``.txnindex`` (empty if nothing was aborted in it): every sealed segment has
   one, so a missing one is known to be lost;
-* at open (:meth:`TxnLogMixin._txn_recover`) the newest readable snapshot at or below the
-  earliest segment that needs it is loaded and the batches after it are replayed, headers only
-  (markers read whole). The active segment, every segment recovery had to scan, and every sealed
-  segment without its ``.txnindex`` lie after that snapshot, so their ``.txnindex`` is rebuilt
-  from the replay. Start-up reads only the active segment's headers when snapshots are there;
-  a log without any (written before this existed) is replayed whole once, and a snapshot is
-  written when the replay reaches the active segment;
+* a clean close writes one more snapshot, at the log end;
+* at open (:meth:`TxnLogMixin._txn_recover`) the newest readable snapshot at or below the log
+  end -- and at or below the earliest sealed segment recovery had to scan or that lacks its
+  ``.txnindex`` -- is loaded and the batches after it are replayed, headers only (markers read
+  whole); the ``.txnindex`` of every segment the replay covers is rebuilt from it (the entries
+  before the snapshot's offset were made durable before the snapshot was written: rolls and
+  replays snapshot at a segment's base, a close after its flush). After a clean close nothing
+  is replayed; after a crash, the active segment's batches since its roll; a log without
+  snapshots (written before this existed) is replayed whole once, and a snapshot is written
+  when the replay reaches the active segment;
 * retention deletes snapshots below the new first segment (keeping the newest of them), a
   truncation deletes those above the new end and rebuilds the state.
 
@@ -169,6 +172,21 @@ class TxnLogMixin:
         write_file(snapshot_path(self._path, state.offset), state.snapshot(),
                    fsync=self._fsync, atomic=True)
 
+    def _txn_closing(self) -> None:
+        """A clean close: the state at the log end as a snapshot, so that the next start
+        replays nothing. Not fsynced: a torn one is detected and an older one replayed from."""
+        state = self._producers
+        if not self._segments or state.offset != self._segments[-1].next_offset:
+            return
+        path = snapshot_path(self._path, state.offset)
+        if path.exists():
+            return  # nothing appended since the last one
+        try:
+            write_file(path, state.snapshot(), fsync=False, atomic=True)
+        except OSError as e:
+            log.warning("%s: producer snapshot at close failed: %s", self._path.name,
+                        describe_error(e))
+
     def _txn_discard_rolls(self) -> None:
         """An append failed: the segments it sealed are active again (or deleted)."""
         self._sealed_pending = []
@@ -201,7 +219,7 @@ class TxnLogMixin:
             return
         end = segments[-1].next_offset
         first_base = segments[0].base_offset
-        need = segments[-1].base_offset
+        need = end  # a snapshot at or below the first segment whose .txnindex is rebuilt
         for seg in segments[:-1]:
             if seg.recovered or not seg.txn_index.path.exists():
                 need = min(need, seg.base_offset)

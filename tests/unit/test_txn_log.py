@@ -109,12 +109,26 @@ def test_state_and_indexes_are_rebuilt_at_open(tmp_path: Path) -> None:
     path = tmp_path / "t-0"
     log = open_log(path, segment_bytes=2_000)
     _random_history(log, random.Random(16), 400)
+    w = Writer(log)
+    w.data(9)
+    w.marker(9, False)  # an abort in the active segment
     assert len(log.segment_base_offsets) > 10
     live = state_of(log)
+    live_end = log.log_end_offset
     assert live[3], "some transactions were aborted"
+    assert live[4][-1][1], "the active segment has aborted transactions"  # type: ignore[index]
     log.close()
 
-    log = open_log(path, segment_bytes=2_000)  # from the last snapshot
+    log = open_log(path, segment_bytes=2_000)  # after a clean close: from its snapshot
+    assert state_of(log) == live
+    log.close()
+
+    for name in os.listdir(path):  # as after a crash: no snapshot at the log end, and the
+        if name.endswith(".snapshot") and int(name[:20]) == live_end:  # active .txnindex lost
+            os.remove(path / name)
+    active = log.segment_base_offsets[-1]
+    (path / f"{active:020d}.txnindex").unlink(missing_ok=True)
+    log = open_log(path, segment_bytes=2_000)  # from the snapshot of the last roll
     assert state_of(log) == live
     log.close()
 
