@@ -283,11 +283,15 @@ class ProducerState:
         for first, _ in self._open.values():
             lso = min(lso, first)
             break  # opened in offset order: the first is the earliest
-        if self._ending:
-            self._ending = [(f, m) for f, m in self._ending if m >= high_watermark]
-            for first, _ in self._ending:
-                lso = min(lso, first)
+        self.forget_ended(high_watermark)
+        for first, _ in self._ending:
+            lso = min(lso, first)
         return lso
+
+    def forget_ended(self, high_watermark: int) -> None:
+        """Transactions whose marker lies below ``high_watermark`` no longer hold the LSO."""
+        if self._ending and self._ending[0][1] < high_watermark:
+            self._ending = [(f, m) for f, m in self._ending if m >= high_watermark]
 
     def open_transactions(self) -> list[tuple[int, int, int]]:
         """(producer id, first offset, start time ms) of each open transaction, oldest first."""

@@ -91,6 +91,7 @@ class TxnLogMixin:
     _lock: threading.Lock
     _fsync: bool
     _dir_dirty: bool
+    _flushed_offset: int
     _producers: ProducerState
     _sealed_pending: list[Segment]
 
@@ -127,6 +128,7 @@ class TxnLogMixin:
         """Account for batches just appended (``assigned``: position in ``buf``, header)."""
         self._txn_after_roll()
         state = self._producers
+        state.forget_ended(self._flushed_offset)  # bounded even if nobody asks for the LSO
         for pos, h in assigned:
             if h.producer_id < 0:
                 state.offset = h.next_offset
@@ -171,6 +173,23 @@ class TxnLogMixin:
         state = self._producers
         write_file(snapshot_path(self._path, state.offset), state.snapshot(),
                    fsync=self._fsync, atomic=True)
+        self._prune_snapshots()
+
+    def _prune_snapshots(self) -> None:
+        """Keep, per segment, the snapshot nearest its base (a rebuild of its ``.txnindex``
+        starts there), and the newest one; delete the rest (earlier clean closes)."""
+        offsets = snapshot_offsets(self._path)
+        keep = set(offsets[-1:])
+        seen: set[int] = set()
+        for offset in offsets:
+            segment = bisect_right(self._bases, offset)
+            if segment not in seen:
+                seen.add(segment)
+                keep.add(offset)
+        for offset in offsets:
+            if offset not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    snapshot_path(self._path, offset).unlink()
 
     def _txn_closing(self) -> None:
         """A clean close: the state at the log end as a snapshot, so that the next start
@@ -183,6 +202,7 @@ class TxnLogMixin:
             return  # nothing appended since the last one
         try:
             write_file(path, state.snapshot(), fsync=False, atomic=True)
+            self._prune_snapshots()
         except OSError as e:
             log.warning("%s: producer snapshot at close failed: %s", self._path.name,
                         describe_error(e))

@@ -229,3 +229,24 @@ def test_compaction_judges_transactions_by_their_markers(
     headers = [h for _, h in iter_headers(log.read(0, 1 << 20), verify_crc=True)]
     assert headers
     log.close()
+
+
+def test_snapshots_stay_one_per_segment_and_the_newest(tmp_path: Path) -> None:
+    path = tmp_path / "t-0"
+    for round_ in range(8):  # clean closes inside segments, and rolls
+        log = open_log(path, segment_bytes=3_000)
+        w = Writer(log)
+        w.seq = {p.producer_id: p.last_sequence + 1 for p in log.producer_state.producers()}
+        for _ in range(5):
+            w.data(1, 2, txn=False, value=b"v" * 100)
+        if round_ == 7:
+            live = state_of(log)
+        log.close()
+    log = open_log(path, segment_bytes=3_000)
+    assert state_of(log) == live
+    snaps = sorted(int(n[:20]) for n in os.listdir(path) if n.endswith(".snapshot"))
+    bases = log.segment_base_offsets
+    assert len(bases) > 3
+    assert len(snaps) <= len(bases) + 1
+    assert snaps[-1] == log.log_end_offset
+    log.close()
