@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from protocol.apis import ApiKey
+from protocol.batch import iter_headers
 from protocol.errors import ErrorCode
 from protocol.record_encoding import build_batch
 
@@ -183,6 +184,24 @@ class Txns:
         )
         return int(resp.topics[0].partitions[0].offset)
 
+    def fetch(self, isolation: int, offset: int = 0) -> tuple[int, list[tuple[int, int]], list[int]]:
+        """(last stable offset, aborted transactions, base offsets of the batches returned)."""
+        resp = self.c.request(
+            ApiKey.FETCH, 12, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20,
+            isolation_level=isolation, session_id=0, session_epoch=-1, rack_id="",
+            forgotten_topics_data=[],
+            topics=[dict(topic=self.topic, partitions=[dict(
+                partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=1 << 20)])],
+        )
+        part = resp.responses[0].partitions[0]
+        assert part.error_code == 0
+        aborted = [(int(a.producer_id), int(a.first_offset))
+                   for a in (part.aborted_transactions or ())]
+        data = bytes(part.records or b"")
+        return int(part.last_stable_offset), aborted, [
+            h.base_offset for _, h in iter_headers(data, verify_crc=True)]
+
     def producers(self) -> dict[int, Any]:
         resp = self.c.request(
             ApiKey.DESCRIBE_PRODUCERS, 0,
@@ -211,11 +230,18 @@ def test_read_committed_over_committed_and_aborted_transactions(broker: BrokerPr
         assert w.latest(0) == 8
         assert w.latest(1) == 1  # the last stable offset: a0, the open transaction's first
         assert _committed(broker, expect=2, timeout=3) == [b"p0"]  # nothing past the LSO
+        assert w.fetch(1) == (1, [], [0])
+        assert w.fetch(0) == (1, [], [0, 1, 3, 4, 5, 6])  # read_uncommitted: everything
 
         assert w.end(1001, True) == 0
         assert w.latest(1) == 3  # b0 now holds it
         assert w.end(1002, False) == 0
         assert w.latest(1) == w.latest(0) == 10
+        lso, aborted, bases = w.fetch(1)
+        assert (lso, aborted) == (10, [(1002, 3)])  # b0..b2 are dropped by the consumer
+        assert bases == [0, 1, 3, 4, 5, 6, 8, 9]  # the markers at 8 and 9 too
+        # from the abort's marker on: it is still listed (its marker is in range), as in Kafka
+        assert w.fetch(1, offset=9) == (10, [(1002, 3)], [9])
         visible = [b"p0", b"a0", b"a1", b"p1", b"a2"]
         assert _committed(broker, expect=len(visible) + 1, timeout=3) == visible
         everything = _consume(broker.bootstrap, "txn", 1, "read_uncommitted", expect=8,
@@ -236,6 +262,7 @@ def test_read_committed_over_committed_and_aborted_transactions(broker: BrokerPr
     try:
         w.seq = {1003: 1}
         assert w.latest(1) == 10  # the open transaction still holds the LSO
+        assert w.fetch(1)[:2] == (10, [(1002, 3)])  # the .txnindex rebuilt
         assert _committed(broker, expect=len(visible) + 1, timeout=3) == visible
         assert w.producers()[1003].current_txn_start_offset == 10
         # the sequence carried across the restart: a gap or a retry is recognised
