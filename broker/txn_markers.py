@@ -155,8 +155,11 @@ class MarkerWriter:
         allowed = ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
         answers = []
         for m in req.markers:
-            wanted = [(t.name, int(p)) for t in m.topics for p in t.partition_indexes]
-            if allowed:
+            wanted: list[Where] = [(t.name, int(p)) for t in m.topics for p in t.partition_indexes]
+            codes: dict[Where, int]
+            if m.producer_id < 0 or m.producer_epoch < 0:  # no producer: nothing to end
+                codes = dict.fromkeys(wanted, ErrorCode.invalid_request)
+            elif allowed:
                 codes = await self.write_markers(
                     int(m.producer_id),
                     int(m.producer_epoch),
