@@ -157,6 +157,8 @@ class TxnLogMixin:
         try:
             for seg in sealed:
                 seg.txn_index.ensure_file()
+                if self._fsync:
+                    seg.txn_index.sync()  # durable before the snapshot that relies on it
             self._write_snapshot()
         except OSError as e:
             log.warning("%s: producer snapshot at a roll failed: %s (rebuilt from the log"
@@ -267,6 +269,8 @@ class TxnLogMixin:
             start = max(offset, first_base)
             break
         self._replay(start)
+        for seg in segments:
+            seg.recovered = False  # rebuilt: a later rebuild (a truncation) need not redo it
 
     def _replay(self, start: int) -> None:
         state = self._producers
