@@ -13,6 +13,7 @@ import pytest
 from broker.app import Broker
 from broker.config import Config
 from broker.metrics import _transaction_metrics
+from broker.txn_markers import MarkerWriter
 from protocol.errors import ErrorCode
 from protocol.record_encoding import build_batch
 from storage.txn_index import AbortedTxn
@@ -81,7 +82,8 @@ async def test_markers_are_written_durably_and_offsets_partitions_delegated(
 async def test_without_an_offsets_marker_the_offsets_partitions_are_not_available(
     broker: Broker,
 ) -> None:
-    got = await broker.markers.write_markers(5, 0, True, 0, [("__consumer_offsets", 1)])
+    writer = MarkerWriter(broker.topics, broker.flusher)  # no offsets_marker given
+    got = await writer.write_markers(5, 0, True, 0, [("__consumer_offsets", 1)])
     assert got == {("__consumer_offsets", 1): ErrorCode.coordinator_not_available}
 
 
