@@ -279,13 +279,19 @@ class ProducerState:
     def last_stable_offset(self, high_watermark: int) -> int:
         """The first offset of the earliest open transaction (or of one whose marker is not
         below ``high_watermark`` yet), else ``high_watermark``."""
+        self.forget_ended(high_watermark)
+        return self.stable_offset_at(high_watermark)
+
+    def stable_offset_at(self, high_watermark: int) -> int:
+        """:meth:`last_stable_offset` without forgetting anything (the LSO recorded with an
+        aborted transaction, whose marker is not durable yet)."""
         lso = high_watermark
         for first, _ in self._open.values():
             lso = min(lso, first)
             break  # opened in offset order: the first is the earliest
-        self.forget_ended(high_watermark)
-        for first, _ in self._ending:
-            lso = min(lso, first)
+        for first, marker in self._ending:
+            if marker >= high_watermark:
+                lso = min(lso, first)
         return lso
 
     def forget_ended(self, high_watermark: int) -> None:

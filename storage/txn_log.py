@@ -141,7 +141,7 @@ class TxnLogMixin:
                     done.producer_id,
                     done.first_offset,
                     done.last_offset,
-                    state.last_stable_offset(h.next_offset),
+                    state.stable_offset_at(h.next_offset),
                 )
                 try:
                     seg.txn_index.append(entry)
@@ -296,7 +296,7 @@ class TxnLogMixin:
                     if done is not None and done.aborted:
                         found.append(AbortedTxn(done.producer_id, done.first_offset,
                                                 done.last_offset,
-                                                state.last_stable_offset(h.next_offset)))
+                                                state.stable_offset_at(h.next_offset)))
             self._rebuild_index(seg, start, found)
         state.offset = max(state.offset, self._segments[-1].next_offset)
 

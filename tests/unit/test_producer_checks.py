@@ -152,3 +152,15 @@ def test_snapshot_restores_the_same_state() -> None:
     for bad in (blob[:-1], blob[:10] + bytes([blob[10] ^ 1]) + blob[11:], b""):
         with pytest.raises(CorruptSnapshot):
             ProducerState(60_000, clock).restore(bad)
+
+
+def test_recording_an_abort_does_not_release_a_marker_not_yet_durable() -> None:
+    s = ProducerState(60_000, Clock())
+    s.apply(header(0, pid=1, seq=0, txn=True))
+    s.apply(header(1, pid=2, seq=0, txn=True))
+    s.apply(marker_header(2, pid=1), (True, 0))
+    s.apply(marker_header(3, pid=2), (False, 0))
+    assert s.stable_offset_at(4) == 4  # what the abort's index entry records
+    assert s.last_stable_offset(2) == 0  # the high watermark is still below both markers
+    assert s.last_stable_offset(3) == 1
+    assert s.last_stable_offset(4) == 4

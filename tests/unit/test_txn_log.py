@@ -77,6 +77,7 @@ def test_lso_moves_with_transactions_and_aborts_are_indexed(tmp_path: Path) -> N
     assert log.last_stable_offset(commit) == a  # marker not below the high watermark yet
     assert log.last_stable_offset(log.log_end_offset) == b
     abort = w.marker(2, False)  # 5
+    assert log.last_stable_offset(abort) == b  # the abort's marker is not durable yet
     assert log.last_stable_offset(log.log_end_offset) == log.log_end_offset == 6
     entry = AbortedTxn(2, b, abort, 6)
     assert log.aborted_transactions(0, 6) == [entry]
