@@ -39,6 +39,7 @@ from .log_retention import LogRetention
 from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
 from .offset_api import OffsetApi
 from .producer_ids import ProducerIdBlocks
+from .producers_api import ProducersApi
 from .sasl.api import SaslApi
 from .sasl.credentials import CredentialStore
 from .sasl.users_api import UsersApi
@@ -46,7 +47,7 @@ from .services import MetricsHooks
 from .topic_configs import TopicConfigs
 from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
 from .txn_api import TxnApi
-from .txn_marker_fallback import LogMarkerWriter
+from .txn_markers import MarkerWriter
 from .txn_offset_api import TxnOffsetApi
 from .txn_runtime import TxnRuntime
 
@@ -95,11 +96,17 @@ class Broker:
             self.metrics = BrokerMetrics()
         hooks = self.metrics.hooks() if self.metrics is not None else MetricsHooks()
         fsync = config["log.flush.interval.messages"] == 1
+        producer_expiration_ms = config["producer.id.expiration.ms"]
         # Every segment and index file of this broker shares one bounded pool of descriptors.
         self.file_pool = FilePool(config["log.max.open.files"])
         self.topics = TopicStore(
             config.data_dir,
-            LogSettings(config["log.segment.bytes"], config["log.index.interval.bytes"], fsync),
+            LogSettings(
+                config["log.segment.bytes"],
+                config["log.index.interval.bytes"],
+                fsync,
+                producer_expiration_ms,
+            ),
             PartitionLimits(config["max.broker.partitions"], config["max.partitions.per.request"]),
             pool=self.file_pool,
             configs=TopicConfigs(
@@ -118,15 +125,17 @@ class Broker:
         self.retention = LogRetention(config, self.topics)
         self.data = DataApi(config, self.topics, self.flusher, hooks)
         self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
-        # The transaction coordinator. LogMarkerWriter stands in for the data plane's marker
-        # writer (broker/txn_markers.py), whose offsets_marker is GroupRuntime.write_txn_marker.
+        # The transaction coordinator (issue 16): markers go to the data partitions through the
+        # data plane's MarkerWriter, to __consumer_offsets through the group runtime.
+        self.markers = MarkerWriter(
+            self.topics, self.flusher, offsets_marker=self.groups.write_txn_marker
+        )
+        producers = ProducersApi(self.topics)
         self.transactions = TxnRuntime(
             config,
             self.topics,
             self.flusher,
-            write_markers=LogMarkerWriter(
-                self.topics, self.flusher, offsets_marker=self.groups.write_txn_marker
-            ).write_markers,
+            write_markers=self.markers.write_markers,
             allocate_producer_id=ProducerIdBlocks(config.data_dir, fsync=fsync).allocate,
         )
         txn = TxnApi(
@@ -147,7 +156,13 @@ class Broker:
         )
         if self.metrics is not None:
             self.metrics.observe(
-                CoordinatorState(self.groups, self.topics, self.data.producers, config)
+                CoordinatorState(
+                    self.groups,
+                    self.topics,
+                    self.data.producers,
+                    config,
+                    self.data.producers.open_transactions,
+                )
             )
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: self.cluster.api_versions,
@@ -189,6 +204,8 @@ class Broker:
             ApiKey.DESCRIBE_ACLS: acls.describe_acls,
             ApiKey.CREATE_ACLS: acls.create_acls,
             ApiKey.DELETE_ACLS: acls.delete_acls,
+            ApiKey.WRITE_TXN_MARKERS: self.markers.write_txn_markers,
+            ApiKey.DESCRIBE_PRODUCERS: producers.describe_producers,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         # Not Heartbeat and OffsetFetch under an authorizer: their checks are on the generic path.

@@ -5,12 +5,16 @@ appends it as it is (offsets patched into the batch header) in arrival order per
 (``broker.appender``: big or compressed batches are checked in worker threads) and acknowledges
 only once the group-commit fsync has it on disk. A refused batch gets its error code and a short
 ``error_message``, and nothing is appended for that partition; an append or fsync that fails
-with an I/O error is answered KAFKA_STORAGE_ERROR. Idempotent producers' retried batches are
-answered with their original offset (``storage.producer_state``, whose idle producers are
-forgotten every ``producer.id.expiration.check.interval.ms``).
+with an I/O error is answered KAFKA_STORAGE_ERROR. Idempotent and transactional producers'
+batches are checked against the partition's producer state (``storage.producer_state``: epoch,
+sequence, open transaction; kept with the log, so it survives a restart): a retry of one of
+the last batches is answered with its original offset; idle producers are forgotten every
+``producer.id.expiration.check.interval.ms``.
 
-Fetch serves whole batches up to the high watermark (what is durable) and long-polls on
-``max_wait_ms`` / ``min_bytes``. ListOffsets answers earliest, latest, max-timestamp and
+Fetch serves whole batches up to the high watermark (what is durable), or, ``read_committed``,
+up to the last stable offset with the aborted transactions of the range (``broker.txn_data``),
+and long-polls on ``max_wait_ms`` / ``min_bytes``. ListOffsets answers earliest, latest (the
+last stable offset for ``read_committed``), max-timestamp and
 by-timestamp queries; the last two find one batch from batch headers and decode only that one,
 with bounded decompression (in a worker thread when it is big or compressed). A stored batch
 that cannot be decoded is answered at batch granularity and logged.
@@ -32,13 +36,13 @@ from protocol.legacy import encode_legacy_produce_response
 from protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
 from protocol.validate import Refused, check_batch
 from storage.log import LogClosed, OffsetOutOfRange, PartitionLog
-from storage.producer_state import ProducerStateTable
 
 from .acl.model import Operation, ResourceType
 from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .connection import NO_RESPONSE, RequestContext
 from .offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from .topics import TopicError
+from .txn_data import AllProducers, committed_view, transactional_refusal
 
 if TYPE_CHECKING:
     from .config import Config
@@ -51,7 +55,7 @@ log = logging.getLogger("kcoord.data")
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
-_SEQUENCE_WRAP = 2**31  # producer sequence numbers wrap to 0 after int32 max, as in Kafka
+READ_COMMITTED = 1
 
 
 def high_watermark(plog: PartitionLog) -> int:
@@ -115,9 +119,7 @@ class DataApi:
         self.flusher = flusher
         self._observe_append = metrics.log_append
         self.decompression_limit = decompression_limit(config["message.max.bytes"])
-        self.producers = ProducerStateTable(
-            config["producer.id.expiration.ms"], lambda: int(time.monotonic() * 1000)
-        )
+        self.producers = AllProducers(topics)
         self.appender = Appender(self._append_checked, limit=self.decompression_limit)
         self._expiry: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Future[Any]] = set()
@@ -138,7 +140,7 @@ class DataApi:
 
     def _expire_producers(self) -> None:
         try:
-            gone = self.producers.expire()
+            gone = self.producers.expire()  # every partition's
             if gone:
                 log.info(
                     "forgot %d idle producer state(s); %d left", gone, len(self.producers)
@@ -152,11 +154,17 @@ class DataApi:
             return self._legacy_produce(ctx, req)
         request = _Produce()
         checked = ctx.connection.authorizer is not None
+        txn_refused = transactional_refusal(ctx, req)
         for topic in req.topic_data:
             request.topics.append((topic.name, len(topic.partition_data)))
-            if checked and not ctx.allowed(Operation.WRITE, ResourceType.TOPIC, topic.name):
+            refusal = txn_refused
+            if not refusal and checked and not ctx.allowed(
+                Operation.WRITE, ResourceType.TOPIC, topic.name
+            ):
+                refusal = _TOPIC_REFUSED
+            if refusal:
                 for p in topic.partition_data:
-                    request.parts.append((p.index, None, Outcome(_TOPIC_REFUSED)))
+                    request.parts.append((p.index, None, Outcome(refusal)))
                 continue
             for p in topic.partition_data:
                 plog, outcome = self._produce_one(topic.name, p.index, p.records, ctx.version)
@@ -283,14 +291,13 @@ class DataApi:
         """Append a checked batch (the appender calls this in arrival order), unless it is a
         retry of one of its producer's last batches."""
         topic, partition = where
-        idempotent = h.producer_id >= 0
-        last_seq = (h.base_sequence + h.last_offset_delta) % _SEQUENCE_WRAP
-        if idempotent:
-            earlier = self.producers.find(
-                topic, partition, h.producer_id, h.producer_epoch, h.base_sequence, last_seq
-            )
-            if earlier is not None:
-                return Outcome(ErrorCode.none, earlier, must_sync=True)
+        if h.producer_id >= 0:
+            verdict = plog.producer_state.check(h)
+            if verdict.duplicate_of >= 0:
+                return Outcome(ErrorCode.none, verdict.duplicate_of, must_sync=True)
+            if verdict.error_code:
+                log.info("produce to %s-%d refused: %s", topic, partition, verdict.message)
+                return Outcome(verdict.error_code, message=verdict.message)
         try:
             started = time.perf_counter()
             base, _last = plog.append(records)
@@ -306,10 +313,6 @@ class DataApi:
         except OSError as e:  # disk full, I/O error, an offline log directory
             log.error("append to %s-%d failed: %r", topic, partition, e)
             return Outcome(ErrorCode.kafka_storage_error, message=f"append failed: {e}")
-        if idempotent:
-            self.producers.record(
-                topic, partition, h.producer_id, h.producer_epoch, h.base_sequence, last_seq, base
-            )
         return Outcome(ErrorCode.none, base, must_sync=True)
 
     def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:
@@ -327,12 +330,15 @@ class DataApi:
         deadline = time.monotonic() + max_wait_ms / 1000.0
         big = is_big(sum(len(t.partitions) for t in req.topics))
         refused = _refused_topics(ctx, Operation.READ, (t.topic for t in req.topics))
+        committed = int(req.isolation_level) == READ_COMMITTED
         while True:
             waiter = self.topics.appended_future()
             if big:
-                responses, total, errors = await run_sliced(self._fetch_once(req, refused))
+                responses, total, errors = await run_sliced(
+                    self._fetch_once(req, refused, committed)
+                )
             else:
-                responses, total, errors = run_now(self._fetch_once(req, refused))
+                responses, total, errors = run_now(self._fetch_once(req, refused, committed))
             remaining = deadline - time.monotonic()
             if total >= min_bytes or errors or remaining <= 0 or ctx.connection.closed:
                 break
@@ -346,10 +352,11 @@ class DataApi:
         return ctx.respond(**fields)
 
     def _fetch_once(
-        self, req: Any, refused: frozenset[str]
+        self, req: Any, refused: frozenset[str], committed: bool
     ) -> Sliced[tuple[list[dict[str, Any]], int, bool]]:
         """One look at every partition asked for: (responses, bytes found, any errors);
-        those of ``refused`` topics answer TOPIC_AUTHORIZATION_FAILED."""
+        those of ``refused`` topics answer TOPIC_AUTHORIZATION_FAILED. ``committed``:
+        read_committed, up to the last stable offset."""
         budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
         total = 0
         errors = False
@@ -388,17 +395,21 @@ class DataApi:
                     parts.append(entry)
                     continue
                 hw = high_watermark(plog)
+                lso = plog.last_stable_offset(hw)
                 start = plog.log_start_offset
-                entry.update(high_watermark=hw, last_stable_offset=hw, log_start_offset=start)
+                entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
                 offset = p.fetch_offset
+                upto = lso if committed else hw
                 if offset < start or offset > hw:
                     entry["error_code"] = ErrorCode.offset_out_of_range
                     errors = True
-                elif offset < hw and budget > 0:
+                elif offset < upto and budget > 0:
                     limit = min(p.partition_max_bytes, budget) if p.partition_max_bytes > 0 else 0
                     if limit > 0 or total == 0:
                         try:
-                            data = _cap(plog.read(offset, max(limit, 1)), hw)
+                            data = _cap(plog.read(offset, max(limit, 1)), upto)
+                            if committed:
+                                entry["aborted_transactions"] = committed_view(plog, offset, data)
                         except OSError as e:  # an unreadable segment, a log gone offline
                             log.error("fetch from %s-%d failed: %s", t.topic, p.partition, e)
                             entry["error_code"] = ErrorCode.kafka_storage_error
@@ -438,6 +449,7 @@ class DataApi:
         # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
         lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
         refused = _refused_topics(ctx, Operation.DESCRIBE, (t.name for t in req.topics))
+        committed = int(req.isolation_level) == READ_COMMITTED
         work = 0
         for t in req.topics:
             parts = []
@@ -461,7 +473,8 @@ class DataApi:
                     elif plog.offline is not None:
                         entry["error_code"] = ErrorCode.kafka_storage_error
                     elif p.timestamp == LATEST:
-                        entry["offset"] = high_watermark(plog)
+                        hw = high_watermark(plog)
+                        entry["offset"] = plog.last_stable_offset(hw) if committed else hw
                     elif p.timestamp == EARLIEST:
                         entry["offset"] = plog.log_start_offset
                     elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:

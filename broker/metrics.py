@@ -52,6 +52,7 @@ from .console.views import ConsoleState
 from .group_metrics import GroupSeries, GroupsSnapshot, read_groups
 from .offload import off_loop
 from .services import MetricsHooks
+from .txn_data import OpenTxns
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -89,9 +90,11 @@ class CoordinatorState:
     runtime: GroupRuntime
     topics: TopicStore
     producers: Sized
-    """The idempotent producer states held (``DataApi.producers``)."""
+    """The producer states held (``DataApi.producers``)."""
     config: Config
     """Read at each scrape for ``metrics.max.groups`` (groups with series of their own)."""
+    transactions: Callable[[], list[OpenTxns]] | None = None
+    """The partitions with open transactions (``AllProducers.open_transactions``)."""
 
 
 class BrokerMetrics:
@@ -323,12 +326,36 @@ class _CoordinatorCollector(Collector):
             "Idempotent producer states held for de-duplication (one per partition written).",
             value=len(source.producers),
         )
+        if source.transactions is not None:
+            yield from _transaction_metrics(source.transactions())
         if runtime.load_seconds is not None:
             yield GaugeMetricFamily(
                 "kcoord_offsets_load_seconds",
                 "Time to load every __consumer_offsets partition at start-up.",
                 value=runtime.load_seconds,
             )
+
+
+def _transaction_metrics(partitions: list[OpenTxns]) -> Iterator[Metric]:
+    """Per partition with open transactions: how many, and the oldest one's age (a stuck
+    last stable offset shows there first)."""
+    ongoing = GaugeMetricFamily(
+        "kcoord_partition_ongoing_transactions",
+        "Open transactions in a partition (they hold back its last stable offset).",
+        labels=["topic", "partition"],
+    )
+    age = GaugeMetricFamily(
+        "kcoord_partition_oldest_transaction_age_seconds",
+        "Age of the oldest open transaction in a partition.",
+        labels=["topic", "partition"],
+    )
+    now_ms = time.time() * 1000
+    for p in partitions:
+        labels = [p.topic, str(p.partition)]
+        ongoing.add_metric(labels, p.count)
+        age.add_metric(labels, max(0.0, (now_ms - p.oldest_start_ms) / 1000))
+    yield ongoing
+    yield age
 
 
 def _add_group(

@@ -34,6 +34,7 @@ import asyncio
 import logging
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +88,7 @@ class LogSettings:
     segment_bytes: int
     index_interval_bytes: int
     fsync: bool
+    producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +226,7 @@ class TopicStore:
             fsync=s.fsync,
             compacted=topic.compact,
             pool=self.pool,
+            producer_expiration_ms=s.producer_expiration_ms,
         )
         self._checkpoints.restore_start(name, partition, plog)
         self._checkpoints.check_lost(name, partition, plog)
@@ -268,6 +271,12 @@ class TopicStore:
         if topic is None or not 0 <= index < len(topic.partitions):
             return None
         return topic.partitions[index]
+
+    def all_partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
+        """(topic, index, log) of every partition held."""
+        for topic in list(self.topics.values()):
+            for i, plog in enumerate(topic.partitions):
+                yield topic.name, i, plog
 
     def pending(self, name: str) -> Reservation | None:
         """The change of ``name`` under way (a creation or added partitions), if any."""
@@ -407,6 +416,7 @@ class TopicStore:
             index_interval_bytes=s.index_interval_bytes,
             fsync=s.fsync,
             pool=self.pool,
+            producer_expiration_ms=s.producer_expiration_ms,
         )
 
     def complete(self, res: Reservation, logs: list[PartitionLog]) -> Topic:

@@ -53,6 +53,8 @@ class ApiKey(IntEnum):
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
+    WRITE_TXN_MARKERS = 27
+    DESCRIBE_PRODUCERS = 61
 
 
 # api key -> (min version, max version) advertised in ApiVersions.
@@ -96,6 +98,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is gone from Kafka 4's clients (and from kio)
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 # Versions we advertise but cannot decode with kio; the broker answers them by hand.

@@ -18,8 +18,9 @@ record (by offset) survives. The rules:
   ABORT drops them. While the marker is not (yet) below the flushed offset they are pending:
   kept, and superseding nothing, so a later abort cannot leave a key without its older
   value; the first tombstone after a pending record of its key is kept too, even if
-  superseded or droppable (on replay it removes that pending record). Control batches (markers) are always kept verbatim, so
-  no kept transactional record loses its marker.
+  superseded or droppable (on replay it removes that pending record). Control batches
+  (markers) are always kept verbatim, so no kept transactional record loses its marker. The
+  ``.txnindex`` entries of a group's segments are carried into the merged segment's.
 * A batch keeps its base offset, last offset delta (so its offset span), timestamps,
   compression codec, producer id/epoch, base sequence and leader epoch. A batch whose records
   all survive is copied byte for byte; one that lost some is re-encoded from the survivors with
@@ -64,6 +65,7 @@ from storage.log import PartitionLog
 from storage.recovery import CLEANED_SUFFIX, cleaned_path
 from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from storage.time_index import NO_TIMESTAMP
+from storage.txn_index import TXN_INDEX_SUFFIX
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
 
@@ -538,6 +540,11 @@ class _Cleaner:
         _write_index(
             cleaned_path(self.directory, group.base, TIMEINDEX_SUFFIX),
             b"".join(_TIME_ENTRY.pack(t, r) for t, r in group.times),
+            snap.fsync,
+        )
+        _write_index(  # the aborted transactions of the merged segments, for read_committed
+            cleaned_path(self.directory, group.base, TXN_INDEX_SUFFIX),
+            b"".join(e.encode() for seg in old for e in seg.txn_index.entries()),
             snap.fsync,
         )
         stats.segments_after += 1

@@ -22,6 +22,9 @@ must be called from one thread at a time (the broker's event loop). ``flush`` ma
 and so may ``begin_cleaning`` and reading through the private handles it returns. This module
 does plain blocking file I/O and never touches asyncio or sockets.
 
+Producer state, snapshots, the aborted-transaction indexes and the last stable offset are
+``storage.txn_log``'s (mixed in).
+
 Compaction: ``storage.compaction`` decides what to keep and ``storage.cleaning`` (mixed into
 ``PartitionLog``) hands the cleaner a snapshot and swaps the cleaned files in. The log start
 offset, rolls by time and deleting old segments are ``storage.retention``'s (mixed in too). Crash leftovers
@@ -36,7 +39,7 @@ import shutil
 import threading
 import uuid
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +52,7 @@ from storage.offline import LogOffline, report_unopenable, report_went_offline
 from storage.recovery import recover_segments
 from storage.retention import RetentionMixin
 from storage.segment import Segment
+from storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, TxnLogMixin
 
 
 class OffsetOutOfRange(Exception):
@@ -65,7 +69,7 @@ class LogClosed(RuntimeError):
     """The log was closed or deleted."""
 
 
-class PartitionLog(CleaningMixin, RetentionMixin):
+class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
     """The segments of one partition. Create with :meth:`open` (or :meth:`fresh` for a
     directory :meth:`initialize` just made, or :meth:`offline_log`)."""
 
@@ -79,6 +83,8 @@ class PartitionLog(CleaningMixin, RetentionMixin):
         fsync: bool,
         pool: FilePool | None = None,
         offline: LogOffline | None = None,
+        producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self._path = path
         self._segments = segments
@@ -98,6 +104,7 @@ class PartitionLog(CleaningMixin, RetentionMixin):
         self._swaps = 0  # bumped by replace_sealed: tells suspended iterators to re-resolve
         self._cleaning = False
         self._start_offset = segments[0].base_offset if segments else -1
+        self._txn_init(producer_expiration_ms, clock)
 
     # -- opening and recovery --------------------------------------------------------------
 
@@ -111,11 +118,15 @@ class PartitionLog(CleaningMixin, RetentionMixin):
         fsync: bool = True,
         compacted: bool = False,
         pool: FilePool | None = None,
+        producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
+        clock: Callable[[], int] | None = None,
     ) -> PartitionLog:
-        """Open (creating if needed) the partition directory ``path`` and recover it.
+        """Open (creating if needed) the partition directory ``path`` and recover it, its
+        producer state too (``storage.txn_log``).
 
         ``compacted``: the log is compacted, so offsets may legitimately be missing between
-        segments (otherwise a gap is reported as lost data).
+        segments (otherwise a gap is reported as lost data). ``clock``: wall clock in ms for
+        the producer state.
         """
         if not 0 < segment_bytes <= INT32_MAX:
             raise ValueError(f"segment_bytes must be in 1..{INT32_MAX}")
@@ -131,14 +142,18 @@ class PartitionLog(CleaningMixin, RetentionMixin):
             compacted=compacted,
             pool=pool,
         )
-        return cls(
+        plog = cls(
             path,
             segments,
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
             fsync=fsync,
             pool=pool,
+            producer_expiration_ms=producer_expiration_ms,
+            clock=clock,
         )
+        plog._txn_recover()
+        return plog
 
     @staticmethod
     def initialize(path: Path, *, fsync: bool = True) -> None:
@@ -157,6 +172,8 @@ class PartitionLog(CleaningMixin, RetentionMixin):
         index_interval_bytes: int = 4096,
         fsync: bool = True,
         pool: FilePool | None = None,
+        producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
+        clock: Callable[[], int] | None = None,
     ) -> PartitionLog:
         """The log of a directory :meth:`initialize` just made, built without any file I/O
         (the new partition holds no descriptor until it is used)."""
@@ -167,6 +184,8 @@ class PartitionLog(CleaningMixin, RetentionMixin):
             index_interval_bytes=index_interval_bytes,
             fsync=fsync,
             pool=pool,
+            producer_expiration_ms=producer_expiration_ms,
+            clock=clock,
         )
 
     @classmethod
@@ -275,6 +294,7 @@ class PartitionLog(CleaningMixin, RetentionMixin):
                     )
                     i = j
             except BaseException as e:
+                self._txn_discard_rolls()
                 for seg in self._segments[n_segments:]:
                     with contextlib.suppress(OSError):
                         seg.delete_files()
@@ -295,6 +315,7 @@ class PartitionLog(CleaningMixin, RetentionMixin):
                         e, f"offsets {active.base_offset} to {old_next - 1} are lost"
                     ) from e
                 raise
+        self._txn_appended(buf, assigned)
         return first, next_offset - 1
 
     def _fits(self, seg: Segment, extra: int, h: BatchHeader) -> bool:
@@ -307,6 +328,7 @@ class PartitionLog(CleaningMixin, RetentionMixin):
     def _roll(self, base_offset: int) -> Segment:
         seg = Segment.create(self._path, base_offset, self._index_interval_bytes, self._pool)
         self._segments[-1].seal()  # sealed: its indexes are complete on disk
+        self._sealed_pending.append(self._segments[-1])  # storage.txn_log: _txn_after_roll
         self._dirty.append(self._segments[-1])
         self._segments.append(seg)
         self._bases.append(base_offset)
@@ -386,6 +408,7 @@ class PartitionLog(CleaningMixin, RetentionMixin):
             if pos is not None:
                 seg.truncate(pos, seg.header_at(pos).base_offset)
             self._flushed_offset = min(self._flushed_offset, self.log_end_offset)
+        self._txn_truncated(self.log_end_offset)
         if self._fsync:
             self.flush()
 
@@ -497,6 +520,7 @@ class PartitionLog(CleaningMixin, RetentionMixin):
             try:
                 if self._offline is None:
                     self._flush_locked()
+                    self._txn_closing()
             finally:
                 self._closed = True
                 for seg in self._segments:
@@ -553,6 +577,7 @@ def open_or_offline(
     fsync: bool = True,
     compacted: bool = False,
     pool: FilePool | None = None,
+    producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
 ) -> PartitionLog:
     """:meth:`PartitionLog.open`, or, if the partition cannot be opened (an I/O error, an
     unreadable directory or segment, anything recovery cannot handle), an offline log; the
@@ -565,6 +590,7 @@ def open_or_offline(
             fsync=fsync,
             compacted=compacted,
             pool=pool,
+            producer_expiration_ms=producer_expiration_ms,
         )
     except Exception as e:
         report_unopenable(path, e)

@@ -54,14 +54,17 @@ from storage.segment import (
     Segment,
 )
 from storage.time_index import TimeIndex
+from storage.txn_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger("kcoord.storage")
 
-SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)$")
 CLEANED_SUFFIX = ".cleaned"  # a cleaned segment file being written (phase 1 of compaction)
 SWAP_SUFFIX = ".swap"  # a cleaned segment file committed to replace its group (phase 2)
-CLEANER_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)(\.cleaned|\.swap)$")
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+CLEANER_FILE = re.compile(
+    r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)(\.cleaned|\.swap)$"
+)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def cleaned_path(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -183,13 +186,15 @@ def recover_segments(
         is_last = i == len(segments) - 1
         if is_last or not seg.load_sealed():
             c = seg.recover()
-            if index_bases.get(seg.base_offset) != set(INDEX_SUFFIXES):
+            if not {INDEX_SUFFIX, TIMEINDEX_SUFFIX} <= index_bases.get(seg.base_offset, set()):
                 dir_changed = True  # recover() created an index file
             if c is not None:
                 cut = (seg, c)
+                seg.recovered = True
                 kept.append(seg)
                 dropped = segments[i + 1 :]
                 break
+            seg.recovered = True  # its .txnindex is rebuilt too (storage.txn_log)
             if not is_last:
                 _seal_quietly(seg)
         kept.append(seg)

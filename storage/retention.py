@@ -68,6 +68,12 @@ class RetentionMixin:
     def _roll(self, base_offset: int) -> Segment:
         raise NotImplementedError
 
+    def _txn_after_roll(self) -> None:
+        raise NotImplementedError
+
+    def _txn_segments_deleted(self) -> None:
+        raise NotImplementedError
+
     @property
     def log_end_offset(self) -> int:
         raise NotImplementedError
@@ -113,6 +119,7 @@ class RetentionMixin:
             if self._segments[-1] is not active:
                 return False
             self._roll(active.next_offset)
+        self._txn_after_roll()
         return True
 
     # -- deleting old segments ---------------------------------------------------------------
@@ -178,6 +185,8 @@ class RetentionMixin:
             self._swaps += 1  # suspended iterators re-resolve their position
             for seg in gone:
                 seg.delete_files()
+        self._txn_after_roll()
+        self._txn_segments_deleted()
         if self._fsync:
             fsync_dir(self._path)
         log.info(

@@ -1,5 +1,5 @@
-"""One log segment: a ``<base>.log`` file of v2 record batches, its ``<base>.index`` and
-``<base>.timeindex``.
+"""One log segment: a ``<base>.log`` file of v2 record batches, its ``<base>.index``,
+``<base>.timeindex`` and ``<base>.txnindex`` (aborted transactions, ``storage.txn_index``).
 
 A segment owns its three files and the per-segment bookkeeping: valid byte size, next offset,
 the sparse offset index, the time index, and the segment's largest batch timestamp with the
@@ -41,13 +41,14 @@ from protocol.batch import (
 from storage.files import DEFAULT_POOL, FilePool, FileReadOnly, ManagedFile
 from storage.index import INT32_MAX, OffsetIndex, pwrite_all
 from storage.time_index import NO_TIMESTAMP, TimeIndex
+from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 
 log = logging.getLogger("kcoord.storage")
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+INDEX_SUFFIXES = (INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 SCAN_CHUNK = 8 << 20  # whole-batch scans (recovery, replay)
 WALK_CHUNK = 16 << 10  # header-only walks near an index entry
@@ -99,10 +100,12 @@ class Segment:
         self.log_path = log_file or directory / (stem + LOG_SUFFIX)
         self.index = OffsetIndex(directory / (stem + INDEX_SUFFIX), base_offset, pool)
         self.time_index = TimeIndex(directory / (stem + TIMEINDEX_SUFFIX), base_offset, pool)
+        self.txn_index = TxnIndex(directory / (stem + TXN_INDEX_SUFFIX))
         self.index_interval_bytes = index_interval_bytes
         self.size = 0  # bytes of whole, valid batches
         self.next_offset = base_offset  # one past the last offset held
         self.writable = True  # False if recovery could not cut a bad tail off the file
+        self.recovered = False  # scanned batch by batch at open (its .txnindex is rebuilt)
         self._log = ManagedFile(self.log_path, pool)
         self._bytes_since_index = 0
         self.max_timestamp = NO_TIMESTAMP
@@ -296,6 +299,7 @@ class Segment:
         if index:
             self.index.sync()
             self.time_index.sync()
+        self.txn_index.sync()
         return synced
 
     def sync_existing(self) -> None:
@@ -305,6 +309,7 @@ class Segment:
             if f.path.exists():
                 with f as fd:
                     os.fsync(fd)
+        self.txn_index.sync()
 
     def unlinked(self) -> bool:
         """Whether the ``.log`` file was deleted under us (no link left, or gone)."""
@@ -323,6 +328,7 @@ class Segment:
         except to this, so an index without its ``.log`` means the ``.log`` was lost."""
         self.index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self._log.close()
         with contextlib.suppress(FileNotFoundError):
             self.log_path.unlink()
@@ -397,6 +403,7 @@ class Segment:
         self._log.written()
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(next_offset)
+        self.txn_index.truncate_from(next_offset)
         self.size = position
         self.next_offset = next_offset
         last = len(self.index)

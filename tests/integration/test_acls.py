@@ -464,3 +464,42 @@ def test_txn_offset_commit_needs_write_on_the_transactional_id_and_read_on_group
     allow(admin, ("TOPIC", "t", "LITERAL", "READ", "ALLOW"))
     assert txn_commit() == ErrorCode.none
     assert committed(admin, "tg") == {}  # pending until the transaction's marker
+
+
+def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, int]) -> None:
+    """WriteTxnMarkers needs CLUSTER_ACTION on the cluster, DescribeProducers READ on the
+    topic, a transactional Produce WRITE on its transactional id (issue 16)."""
+    from protocol.record_encoding import build_batch
+
+    _b, sasl = broker
+    admin = admin_of(sasl, "admin")
+    create_topic(sasl, "t")
+    allow(admin, ("TOPIC", "t", "LITERAL", "WRITE", "ALLOW"))
+    batch = build_batch([(None, b"v", (), 1_700_000_000_000)], producer_id=77, producer_epoch=0,
+                        base_sequence=0, is_transactional=True)
+
+    def produce(user: str, txn_id: str) -> int:
+        answer = raw(sasl, user, ApiKey.PRODUCE, 9, transactional_id=txn_id, acks=-1,
+                     timeout=5000,
+                     topic_data=[dict(name="t", partition_data=[dict(index=0, records=batch)])])
+        return int(answer.responses[0].partition_responses[0].error_code)
+
+    def markers(user: str) -> int:
+        answer = raw(sasl, user, ApiKey.WRITE_TXN_MARKERS, 1, markers=[dict(
+            producer_id=77, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            topics=[dict(name="t", partition_indexes=[0])])])
+        return int(answer.markers[0].topics[0].partitions[0].error_code)
+
+    def producers(user: str) -> tuple[int, list[int]]:
+        answer = raw(sasl, user, ApiKey.DESCRIBE_PRODUCERS, 0,
+                     topics=[dict(name="t", partition_indexes=[0])])
+        part = answer.topics[0].partitions[0]
+        return int(part.error_code), [int(p.producer_id) for p in part.active_producers]
+
+    assert produce("alice", "tx-a") == ErrorCode.transactional_id_authorization_failed
+    allow(admin, ("TRANSACTIONAL_ID", "tx-a", "LITERAL", "WRITE", "ALLOW"))
+    assert produce("alice", "tx-a") == ErrorCode.none
+    assert markers("alice") == ErrorCode.cluster_authorization_failed
+    assert producers("alice")[0] == ErrorCode.topic_authorization_failed
+    assert producers("admin") == (ErrorCode.none, [77])
+    assert markers("admin") == ErrorCode.none

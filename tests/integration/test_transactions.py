@@ -6,9 +6,7 @@ middle of a transaction comes back with it Ongoing, which is then aborted (by it
 a new producer with the same transactional id), and one SIGKILLed right after a commit was
 answered completes it after the restart; ``kcoord transactions abort`` aborts a hanging
 transaction; kafka-python's transactional producer works; ACLs refuse the transactional id.
-
-Markers are written by the coordinator's stand-in writer (broker/txn_marker_fallback.py) until
-the data plane's replaces it; read_committed filtering is the data plane's and not checked here.
+(read_committed reading is tested in test_txn_data.py and test_exactly_once.py.)
 """
 
 from __future__ import annotations

@@ -398,7 +398,12 @@ def test_recovery_of_sealed_segment_without_index_drops_later_segments(
     assert log.segment_base_offsets == bases[:2]
     assert log.log_end_offset == bases[1] + 1
     assert sorted(os.listdir(path)) == sorted(
-        f"{b:020d}{ext}" for b in bases[:2] for ext in (".log", ".index", ".timeindex")
+        [
+            f"{b:020d}{ext}"
+            for b in bases[:2]
+            for ext in (".log", ".index", ".timeindex", ".txnindex")
+        ]
+        + [f"{bases[1]:020d}.snapshot"]  # the producer snapshot of the roll; later ones deleted
     )
     msgs = [r.getMessage() for r in caplog.records if r.name == "kcoord.storage"]
     assert len(msgs) == 1 and "deleted" in msgs[0]

@@ -113,7 +113,7 @@ def test_a_gap_without_any_file_left_is_reported_unless_compacted(
     log = _filled(path)
     bases = log.segment_base_offsets
     log.close()
-    for suffix in (".index", ".timeindex", ".log"):
+    for suffix in (".index", ".timeindex", ".txnindex", ".log"):  # every file of the segment
         (path / (SEG.format(bases[1]) + suffix)).unlink()
     with caplog.at_level(logging.ERROR, logger="kcoord.storage"):
         open_log(path, segment_bytes=500, compacted=True).close()

@@ -265,8 +265,8 @@ async def test_concurrent_end_txn_and_a_failed_write(tmp_path: Path) -> None:
         await b.stop()
 
 
-async def test_stand_in_marker_writer_appends_control_batches(tmp_path: Path) -> None:
-    from broker.txn_marker_fallback import LogMarkerWriter
+async def test_the_marker_writer_appends_control_batches(tmp_path: Path) -> None:
+    from broker.txn_markers import MarkerWriter
     from protocol.batch import HEADER_SIZE, parse_header
     from protocol.control import decode_marker, is_marker_batch
     from protocol.records import decode_key_values
@@ -280,7 +280,7 @@ async def test_stand_in_marker_writer_appends_control_batches(tmp_path: Path) ->
 
     try:
         b.topics.create("t", 1)
-        writer = LogMarkerWriter(b.topics, b.flusher, offsets_marker)
+        writer = MarkerWriter(b.topics, b.flusher, offsets_marker)
         got = await writer.write_markers(7, 3, True, 0, [TP, OFFSETS, ("gone", 0)])
         assert got == {TP: 0, OFFSETS: 0, ("gone", 0): E.unknown_topic_or_partition}
         assert offsets_calls == [(3, 7, 3, True, 0)]
