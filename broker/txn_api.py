@@ -30,6 +30,8 @@ log = logging.getLogger("kcoord.transactions")
 
 _E = ErrorCode
 _TXN = ResourceType.TRANSACTIONAL_ID
+_SETTLE_S = 1.0
+"""How long EndTxn waits for its transaction's markers before answering anyway."""
 
 
 def _fenced_for(code: int, version: int, first_version: int) -> int:
@@ -214,7 +216,19 @@ class TxnApi:
         )
         if isinstance(result, int):
             return answer(result)
-        return self._written(self.runtime.write(result), answer)
+        return self._ended(txn_id, self.runtime.write(result), answer)
+
+    async def _ended(
+        self, txn_id: str, written: Awaitable[int], answer: Callable[[int], Any]
+    ) -> Any:
+        """EndTxn's answer: once the decision is durable, and, for up to
+        :data:`_SETTLE_S`, once its markers are written too. Kafka answers before the markers;
+        on one node they take a moment, and a client whose next transaction finds this one
+        still completing gets CONCURRENT_TRANSACTIONS and backs off (100 ms in librdkafka)."""
+        code = await written
+        if code == 0:
+            await self.runtime.settled(txn_id, _SETTLE_S)
+        return answer(code)
 
     # KIP-664 tools --------------------------------------------------------------------------------
     def list_transactions(self, ctx: RequestContext, req: Any) -> Any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,6 +100,8 @@ class TxnRuntime:
         self.loaded = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._completing: set[str] = set()
+        self._completions: dict[str, asyncio.Task[None]] = {}
+        """The task writing each completing transaction's markers and Complete record."""
         self._cleaned_size: dict[int, int] = {}
 
     # start-up and the topic ---------------------------------------------------------------------
@@ -268,7 +271,12 @@ class TxnRuntime:
     def _complete_later(self, txn_id: str) -> None:
         if txn_id not in self._completing:
             self._completing.add(txn_id)
-            self._spawn(self._complete(txn_id))
+            task = self._completions[txn_id] = self._spawn(self._complete(txn_id))
+            task.add_done_callback(functools.partial(self._forget_completion, txn_id))
+
+    def _forget_completion(self, txn_id: str, task: asyncio.Task[None]) -> None:
+        if self._completions.get(txn_id) is task:
+            del self._completions[txn_id]
 
     async def _complete(self, txn_id: str) -> None:
         """Write the markers of ``txn_id``'s prepared transaction, then its Complete* record."""
@@ -318,6 +326,13 @@ class TxnRuntime:
         """For tests and tools: until ``txn_id`` is not preparing any more."""
         while txn_id in self._completing:
             await asyncio.sleep(0.01)
+
+    async def settled(self, txn_id: str, timeout_s: float) -> None:
+        """Until ``txn_id``'s markers and Complete record are written, or ``timeout_s``."""
+        task = self._completions.get(txn_id)
+        if task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
 
     # periodic jobs --------------------------------------------------------------------------------
     async def abort_timed_out(self) -> None:
