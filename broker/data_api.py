@@ -449,7 +449,7 @@ class DataApi:
         # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
         lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
         refused = _refused_topics(ctx, Operation.DESCRIBE, (t.name for t in req.topics))
-        committed = int(req.isolation_level) == READ_COMMITTED
+        committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED  # v2+
         work = 0
         for t in req.topics:
             parts = []

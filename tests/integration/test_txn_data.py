@@ -176,12 +176,15 @@ class Txns:
         )
         return int(resp.markers[0].topics[0].partitions[0].error_code)
 
-    def latest(self, isolation: int) -> int:
-        resp = self.c.request(
-            ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=isolation,
-            topics=[dict(name=self.topic, partitions=[
-                dict(partition_index=0, current_leader_epoch=-1, timestamp=-1)])],
-        )
+    def latest(self, isolation: int | None) -> int:
+        """ListOffsets LATEST, v7 with an isolation level, or v1 (None: it has none)."""
+        partitions = [dict(partition_index=0, current_leader_epoch=-1, timestamp=-1)]
+        if isolation is None:
+            resp = self.c.request(ApiKey.LIST_OFFSETS, 1, replica_id=-1,
+                                  topics=[dict(name=self.topic, partitions=partitions)])
+        else:
+            resp = self.c.request(ApiKey.LIST_OFFSETS, 7, replica_id=-1, isolation_level=isolation,
+                                  topics=[dict(name=self.topic, partitions=partitions)])
         return int(resp.topics[0].partitions[0].offset)
 
     def fetch(self, isolation: int, offset: int = 0) -> tuple[int, list[tuple[int, int]], list[int]]:
@@ -227,7 +230,7 @@ def test_read_committed_over_committed_and_aborted_transactions(broker: BrokerPr
         w.plain(b"p1")
         w.produce(1001, [b"a2"])
         w.produce(1002, [b"b1", b"b2"])
-        assert w.latest(0) == 8
+        assert w.latest(0) == w.latest(None) == 8  # v1 has no isolation level: uncommitted
         assert w.latest(1) == 1  # the last stable offset: a0, the open transaction's first
         assert _committed(broker, expect=2, timeout=3) == [b"p0"]  # nothing past the LSO
         assert w.fetch(1) == (1, [], [0])
