@@ -194,6 +194,21 @@ def fetched_offsets(
     )
 
 
+def committing_group(
+    groups: OffsetGroups, group_id: str, generation_id: int, now_ms: int
+) -> tuple[OffsetGroup, bool] | int:
+    """The group an (Txn)OffsetCommit goes to, and whether it was created for it; or the
+    error. As in Kafka, an unknown group is created for a commit without a generation (an
+    Empty standalone group, C2), and a commit with one gets ILLEGAL_GENERATION (a member of a
+    group this coordinator does not know: an old generation)."""
+    group = groups.offset_group(group_id)
+    if group is not None:
+        return group, False
+    if generation_id >= 0:
+        return ErrorCode.illegal_generation
+    return groups.create_standalone(group_id, now_ms), True
+
+
 class OffsetManager:
     """The committed offsets of one shard (see the module docstring)."""
 
@@ -246,13 +261,10 @@ class OffsetManager:
         ILLEGAL_GENERATION; so an anonymous-generation commit carrying a member or instance id
         leaves an Empty group behind (removed by the next retention check)."""
         groups = self._groups
-        group = groups.offset_group(req.group_id)
-        created = group is None
-        if group is None:
-            if req.generation_id >= 0:
-                # A member of a group this coordinator does not know: an old generation.
-                return ErrorCode.illegal_generation
-            group = groups.create_standalone(req.group_id, now_ms)
+        found = committing_group(groups, req.group_id, req.generation_id, now_ms)
+        if isinstance(found, int):
+            return found
+        group, created = found
         error = group.validate_offset_commit(
             req.member_id, req.group_instance_id, req.generation_id, req.api_version
         )

@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from coordinator.messages import TxnMarkerRequest, TxnMarkerResponse, TxnOffsetCommitRequest
-from coordinator.offsets import OffsetGroups, OffsetManager
+from coordinator.offsets import OffsetGroups, OffsetManager, committing_group
 from coordinator.output import Operation
 from coordinator.schemas import OffsetCommitKey, OffsetCommitValue, decode_offset_commit_value
 from coordinator.txn_pending import PendingOffset, TopicPartition, TxnCommitWriteFailed
@@ -67,12 +67,10 @@ class TxnOffsets:
         if req.producer_id < 0:
             return ErrorCode.invalid_producer_id_mapping
         groups = self._groups
-        group = groups.offset_group(req.group_id)
-        created = group is None
-        if group is None:
-            if req.generation_id >= 0:
-                return ErrorCode.illegal_generation
-            group = groups.create_standalone(req.group_id, now_ms)
+        found = committing_group(groups, req.group_id, req.generation_id, now_ms)
+        if isinstance(found, int):
+            return found
+        group, created = found
         error = group.validate_offset_commit(
             req.member_id,
             req.group_instance_id,
