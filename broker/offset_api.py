@@ -115,6 +115,45 @@ def _error_on_every_partition(req: Any, error: int) -> m.OffsetFetchResponse:
     )
 
 
+def refuse_every_partition(topics: Any, error: int, errors: dict[tuple[str, int], int]) -> None:
+    """A group-level refusal of an (Txn)OffsetCommit: ``error`` for every partition named."""
+    for t in topics:
+        for p in t.partitions:
+            errors[(t.name, p.partition_index)] = error
+
+
+def commit_partitions(
+    ctx: RequestContext,
+    topics: Any,
+    store: TopicStore,
+    has_epoch: bool,
+    errors: dict[tuple[str, int], int],
+) -> list[tuple[str, tuple[m.OffsetCommitPartition, ...]]]:
+    """The partitions of an (Txn)OffsetCommit's ``topics`` that may be committed, by topic;
+    the others get their error in ``errors``: TOPIC_AUTHORIZATION_FAILED without READ on the
+    topic, UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist."""
+    checked = ctx.connection.authorizer is not None
+    out = []
+    new, cls = tuple.__new__, m.OffsetCommitPartition  # per partition: skip _make's frame
+    for t in topics:
+        if checked and not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name):
+            refuse_every_partition((t,), _TOPIC_REFUSED, errors)
+            continue
+        topic = store.get(t.name)
+        count = len(topic.partitions) if topic is not None else 0
+        parts = []
+        for p in t.partitions:
+            index = p.partition_index
+            if not 0 <= index < count:
+                errors[(t.name, index)] = ErrorCode.unknown_topic_or_partition
+                continue
+            epoch = p.committed_leader_epoch if has_epoch else -1
+            parts.append(new(cls, (index, p.committed_offset, epoch, p.committed_metadata)))
+        if parts:
+            out.append((t.name, tuple(parts)))
+    return out
+
+
 class OffsetApi:
     def __init__(self, config: Config, runtime: GroupRuntime, topics: TopicStore) -> None:
         self.runtime = runtime
@@ -131,32 +170,10 @@ class OffsetApi:
 
     def _offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
-        checked = ctx.connection.authorizer is not None
-        if checked and not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
-            for t in req.topics:
-                for p in t.partitions:
-                    unknown[(t.name, p.partition_index)] = _GROUP_REFUSED
+        if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+            refuse_every_partition(req.topics, _GROUP_REFUSED, unknown)
             return self._commit_answer(ctx, req, unknown, None)
-        topics = []
-        new, cls = tuple.__new__, m.OffsetCommitPartition  # per partition: skip _make's frame
-        has_epoch = ctx.version >= 6
-        for t in req.topics:
-            if checked and not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name):
-                for p in t.partitions:
-                    unknown[(t.name, p.partition_index)] = _TOPIC_REFUSED
-                continue
-            topic = self.topics.get(t.name)
-            count = len(topic.partitions) if topic is not None else 0
-            parts = []
-            for p in t.partitions:
-                index = p.partition_index
-                if not 0 <= index < count:
-                    unknown[(t.name, index)] = ErrorCode.unknown_topic_or_partition
-                    continue
-                epoch = p.committed_leader_epoch if has_epoch else -1
-                parts.append(new(cls, (index, p.committed_offset, epoch, p.committed_metadata)))
-            if parts:
-                topics.append((t.name, tuple(parts)))
+        topics = commit_partitions(ctx, req.topics, self.topics, ctx.version >= 6, unknown)
         if not topics:
             return self._commit_answer(ctx, req, unknown, None)
         request = m.OffsetCommitRequest(

@@ -19,6 +19,7 @@ from .acl.model import Operation, ResourceType
 from .connection import RequestContext
 from .group_api import then
 from .group_runtime import GroupRuntime
+from .offset_api import commit_partitions, refuse_every_partition
 from .topics import TopicStore
 
 
@@ -35,34 +36,9 @@ class TxnOffsetApi:
             refused = ErrorCode.group_authorization_failed
         errors: dict[tuple[str, int], int] = {}
         if refused is not None:
-            for t in req.topics:
-                for p in t.partitions:
-                    errors[(t.name, p.partition_index)] = refused
+            refuse_every_partition(req.topics, refused, errors)
             return self._answer(ctx, req, errors, None)
-        has_epoch = ctx.version >= 2
-        topics = []
-        for t in req.topics:
-            if not ctx.allowed(Operation.READ, ResourceType.TOPIC, t.name):
-                for p in t.partitions:
-                    errors[(t.name, p.partition_index)] = ErrorCode.topic_authorization_failed
-                continue
-            topic = self.topics.get(t.name)
-            count = len(topic.partitions) if topic is not None else 0
-            parts = []
-            for p in t.partitions:
-                if not 0 <= p.partition_index < count:
-                    errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
-                    continue
-                parts.append(
-                    m.OffsetCommitPartition(
-                        p.partition_index,
-                        p.committed_offset,
-                        p.committed_leader_epoch if has_epoch else -1,
-                        p.committed_metadata,
-                    )
-                )
-            if parts:
-                topics.append((t.name, tuple(parts)))
+        topics = commit_partitions(ctx, req.topics, self.topics, ctx.version >= 2, errors)
         if not topics:
             return self._answer(ctx, req, errors, None)
         request = m.TxnOffsetCommitRequest(
