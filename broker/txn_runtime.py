@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -99,9 +98,9 @@ class TxnRuntime:
         self.logs: list[PartitionLog] | None = None
         self.loaded = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._completing: set[str] = set()
         self._completions: dict[str, asyncio.Task[None]] = {}
-        """The task writing each completing transaction's markers and Complete record."""
+        """The task writing each completing transaction's markers and Complete record (the
+        task removes itself when it ends)."""
         self._cleaned_size: dict[int, int] = {}
 
     # start-up and the topic ---------------------------------------------------------------------
@@ -269,14 +268,8 @@ class TxnRuntime:
 
     # markers --------------------------------------------------------------------------------------
     def _complete_later(self, txn_id: str) -> None:
-        if txn_id not in self._completing:
-            self._completing.add(txn_id)
-            task = self._completions[txn_id] = self._spawn(self._complete(txn_id))
-            task.add_done_callback(functools.partial(self._forget_completion, txn_id))
-
-    def _forget_completion(self, txn_id: str, task: asyncio.Task[None]) -> None:
-        if self._completions.get(txn_id) is task:
-            del self._completions[txn_id]
+        if txn_id not in self._completions:
+            self._completions[txn_id] = self._spawn(self._complete(txn_id))
 
     async def _complete(self, txn_id: str) -> None:
         """Write the markers of ``txn_id``'s prepared transaction, then its Complete* record."""
@@ -320,12 +313,7 @@ class TxnRuntime:
                     return
                 await asyncio.sleep(_MARKER_BACKOFF[1])
         finally:
-            self._completing.discard(txn_id)
-
-    async def wait_completed(self, txn_id: str) -> None:
-        """For tests and tools: until ``txn_id`` is not preparing any more."""
-        while txn_id in self._completing:
-            await asyncio.sleep(0.01)
+            del self._completions[txn_id]
 
     async def settled(self, txn_id: str, timeout_s: float) -> None:
         """Until ``txn_id``'s markers and Complete record are written, or ``timeout_s``."""
