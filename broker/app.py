@@ -208,13 +208,14 @@ class Broker:
             ApiKey.DESCRIBE_PRODUCERS: producers.describe_producers,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
-        # Not Heartbeat and OffsetFetch under an authorizer: their checks are on the generic path.
+        # Not the heartbeats and OffsetFetch under an authorizer: its checks are on the generic path.
         self.direct_handlers: dict[int, DirectHandler] = {
             ApiKey.API_VERSIONS: self.cluster.api_versions_direct,
         }
         if self.authorizer is None:
             self.direct_handlers[ApiKey.HEARTBEAT] = g.heartbeat_direct
             self.direct_handlers[ApiKey.OFFSET_FETCH] = o.offset_fetch_direct
+            self.direct_handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = cg.heartbeat_direct
         self.listeners = parse_listeners(config)
         limits = ConnectionLimits(config)
         self._on_refused = hooks.refused

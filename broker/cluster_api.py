@@ -74,7 +74,7 @@ class ClusterApi:
     def api_versions(self, ctx: RequestContext, req: Any) -> Any:
         return self._api_versions_body(ctx.version)
 
-    def api_versions_direct(self, frame: Frame, version: int, correlation_id: int) -> bytes:
+    def api_versions_direct(self, frame: Frame, version: int, correlation_id: int, client_host: str) -> bytes:
         """The hot path: every client opens every connection with ApiVersions, and the answer
         depends on the version alone. The body is still decoded, so garbage closes the
         connection as on the generic path. (ApiVersions answers always use header v0.)"""

@@ -35,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from protocol.apis import SUPPORTED, ApiKey, is_flexible, is_supported
 from protocol.codec import DecodeError, decode_request, encode_response, response_type
@@ -45,15 +45,12 @@ from protocol.headers import HeaderError, RequestHeader, parse_request_header
 from protocol.responses import build
 
 from .acl.model import AclAuthorizer, Operation, ResourceType, operations_bits
-from .admission import SMALL_REQUEST
+from .admission import SMALL_REQUEST, RequestMemory
+from .config import Config
 from .limits import ConnectionLimits
 from .listeners import ANONYMOUS, Listener, principal_of
 from .offload import gc_paused
-
-if TYPE_CHECKING:
-    from .admission import RequestMemory
-    from .config import Config
-    from .services import MetricsHooks
+from .services import MetricsHooks
 
 log = logging.getLogger("kcoord.connection")
 
@@ -106,9 +103,10 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Any]
-DirectHandler = Callable[[Frame, int, int], "bytes | None"]
-"""``(frame, version, correlation_id)`` -> the whole response frame, or None to fall back to
-the generic path. For the hottest requests: decodes the frame itself, answers at once."""
+DirectHandler = Callable[[Frame, int, int, str], "bytes | None"]
+"""``(frame, version, correlation_id, client_host)`` -> the whole response frame, or None to
+fall back to the generic path. For the hottest requests: decodes the frame itself, answers at
+once."""
 
 _HEAD = struct.Struct(">hhi")
 _BEFORE_AUTHENTICATION = frozenset(
@@ -503,7 +501,7 @@ class Connection(asyncio.Protocol):
         metered = self._metered
         started = time.perf_counter() if metered else 0.0
         try:
-            data = direct(frame, version, correlation_id)
+            data = direct(frame, version, correlation_id, self.client_host)
         except DecodeError as e:
             self.abort(str(e))
             return True

@@ -12,7 +12,9 @@ from collections import defaultdict
 from typing import Any
 
 from coordinator.consumer import messages as cm
+from protocol.consumer_heartbeat import decode_steady_heartbeat, steady_answer
 from protocol.errors import ErrorCode
+from protocol.framing import Frame
 from protocol.responses import to_millis
 
 from .acl.model import UNKNOWN_OPERATIONS, Operation, ResourceType
@@ -59,6 +61,16 @@ class ConsumerGroupApi:
         p = runtime.partition_of(req.group_id)
         result = runtime.submit(p, runtime.shard(p).consumer_group_heartbeat, request)
         return then(result, lambda r: self._heartbeat_answer(ctx, r))
+
+    def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int, client_host: str) -> bytes | None:
+        """The hot path: a steady heartbeat (protocol/consumer_heartbeat.py) answered with a
+        whole response frame; None when the generic path must answer."""
+        fields = decode_steady_heartbeat(frame, version)
+        if fields is None:
+            return None
+        client_id, group_id, member_id, epoch = fields
+        interval = self.runtime.consumer_heartbeat(group_id, member_id, epoch, client_id, "/" + client_host)
+        return None if interval is None else steady_answer(correlation_id, member_id, epoch, interval)
 
     @staticmethod
     def _heartbeat_answer(ctx: RequestContext, r: cm.ConsumerGroupHeartbeatResponse) -> Any:

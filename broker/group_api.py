@@ -254,7 +254,7 @@ class GroupApi:
         result = runtime.submit(p, runtime.shard(p).heartbeat, request)
         return then(result, lambda r: self._heartbeat_body(ctx.version, r.error))
 
-    def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int) -> bytes | None:
+    def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int, client_host: str) -> bytes | None:
         """The hot path: a Heartbeat decoded straight from the frame and answered with a whole
         response frame, no header object, no Output. None when the generic path must answer."""
         group_id, generation_id, member_id, instance_id = decode_heartbeat(

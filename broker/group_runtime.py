@@ -383,6 +383,20 @@ class GroupRuntime:
             self._reschedule(sr)
         return error
 
+    def consumer_heartbeat(
+        self, group_id: str, member_id: str, member_epoch: int, client_id: str, client_host: str
+    ) -> int | None:
+        """A steady ConsumerGroupHeartbeat answered on the spot (the heartbeat interval to
+        answer); None when it is not one, or when the owning shard has outputs waiting."""
+        sr = self._idle_shard(group_id)
+        if sr is None:
+            return None
+        shard = sr.shard
+        interval = shard.consumer_heartbeat_now(group_id, member_id, member_epoch, client_id, client_host, now_ms())
+        if shard.next_wakeup() != sr.timer_at:
+            self._reschedule(sr)
+        return interval
+
     def fetch_offsets(
         self,
         group_id: str,

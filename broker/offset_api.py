@@ -23,7 +23,7 @@ from protocol.codec import RawBody, decode_request_frame, encode_body
 from protocol.errors import ErrorCode
 from protocol.framing import Frame
 from protocol.offset_fetch import MAX_VERSION as OFFSET_FETCH_DIRECT_MAX
-from protocol.offset_fetch import encode_offset_fetch_response
+from protocol.offset_fetch import Wanted, decode_offset_fetch_request, encode_offset_fetch_response
 
 from .acl.model import Operation, ResourceType
 from .connection import RequestContext
@@ -42,7 +42,7 @@ _LOST = ErrorCode.unknown_server_error  # a partition the shard did not answer (
 _GROUP_REFUSED = ErrorCode.group_authorization_failed
 _TOPIC_REFUSED = ErrorCode.topic_authorization_failed
 
-Wanted = tuple[tuple[str, tuple[int, ...]], ...] | None
+
 
 
 def _wanted(topics: Any) -> Wanted:
@@ -103,14 +103,14 @@ def _big_commit_body(
     return _commit_body(ctx, _commit_shape(req, unknown, r))
 
 
-def _error_on_every_partition(req: Any, error: int) -> m.OffsetFetchResponse:
+def _error_on_every_partition(wanted: Wanted, error: int) -> m.OffsetFetchResponse:
     """OffsetFetch v0/v1 have no top-level error: Kafka reports a group-level error on every
     requested partition, with no offset."""
     return m.OffsetFetchResponse(
         error,
         tuple(
-            (t.name, tuple(m.FetchedOffset(p, -1, -1, "", error) for p in t.partition_indexes))
-            for t in req.topics or ()
+            (name, tuple(m.FetchedOffset(p, -1, -1, "", error) for p in partitions))
+            for name, partitions in wanted or ()
         ),
     )
 
@@ -316,11 +316,12 @@ class OffsetApi:
         require_stable = bool(getattr(req, "require_stable", False))
         if ctx.version >= 8:
             return self._offset_fetch_groups(ctx, req, require_stable)
-        result = self._fetch_checked(ctx, req.group_id, _wanted(req.topics), require_stable)
+        wanted = _wanted(req.topics)
+        result = self._fetch_checked(ctx, req.group_id, wanted, require_stable)
 
         def body(r: m.OffsetFetchResponse) -> Any:
             if ctx.version < 2 and r.error:
-                r = _error_on_every_partition(req, r.error)
+                r = _error_on_every_partition(wanted, r.error)
             return ctx.respond(throttle_time=0, topics=self._topics_out(r), error_code=r.error)
 
         def finish(r: m.OffsetFetchResponse) -> Any:
@@ -330,23 +331,28 @@ class OffsetApi:
 
         return then(result, finish)
 
-    def offset_fetch_direct(self, frame: Frame, version: int, correlation_id: int) -> bytes | None:
+    def offset_fetch_direct(
+        self, frame: Frame, version: int, correlation_id: int, client_host: str
+    ) -> bytes | None:
         """The hot path of OffsetFetch v0-v7 (monitoring tools poll it for every group): the
         shard's answer written straight to the wire by protocol/offset_fetch.py. None when the
         generic path must answer (v8+, or the shard has commits still becoming durable)."""
         if version > OFFSET_FETCH_DIRECT_MAX:
             return None
-        req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame, self._max_elements)
-        wanted = _wanted(req.topics)
-        if self._is_big_fetch(req.group_id, wanted):
+        fields = decode_offset_fetch_request(frame, version)
+        if fields is not None:
+            group_id, wanted, require_stable = fields
+        else:  # not the usual frame: the generic decoder (DecodeError on a malformed one)
+            req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame, self._max_elements)
+            group_id, wanted = req.group_id, _wanted(req.topics)
+            require_stable = version >= 7 and bool(req.require_stable)
+        if self._is_big_fetch(group_id, wanted):
             return None  # the generic path keeps the loop free
-        r = self.runtime.fetch_offsets(
-            req.group_id, wanted, version >= 7 and bool(req.require_stable)
-        )
+        r = self.runtime.fetch_offsets(group_id, wanted, require_stable)
         if r is None:
             return None
         if version < 2 and r.error:
-            r = _error_on_every_partition(req, r.error)
+            r = _error_on_every_partition(wanted, r.error)
         return encode_offset_fetch_response(version, correlation_id, r.error, r.topics)
 
     async def _offset_fetch_groups(self, ctx: RequestContext, req: Any, require_stable: bool) -> Any:

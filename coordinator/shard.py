@@ -56,6 +56,7 @@ from coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from coordinator.consumer.steady import steady_heartbeat
 from coordinator.consumer.topics import NO_TOPICS, TopicsView
 from coordinator.deletion import DeleteWriteFailed, delete_groups, undo_delete
 from coordinator.messages import (
@@ -323,6 +324,16 @@ class GroupShard:
                     group, member_id, group_instance_id, generation_id, now_ms
                 )
         return error
+
+    def consumer_heartbeat_now(
+        self, group_id: str, member_id: str, member_epoch: int, client_id: str, client_host: str, now_ms: int
+    ) -> int | None:
+        """A steady ConsumerGroupHeartbeat (coordinator/consumer/steady.py) without the Output
+        plumbing: the heartbeat interval to answer; None when it must take the full path."""
+        self._op.not_reentered()
+        if self._gate(group_id, empty_id_ok=False) is not None or group_id in self.classic.groups:
+            return None
+        return steady_heartbeat(self.consumer, group_id, member_id, member_epoch, client_id, client_host, now_ms)
 
     def leave_group(self, handle: Hashable, req: LeaveGroupRequest, now_ms: int) -> Output:
         """LeaveGroup (H3); v3+ batches members."""

@@ -27,7 +27,7 @@ def decode_heartbeat(
     frame: Frame, version: int, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> HeartbeatFields:
     """The fields of a whole Heartbeat request frame (header included, size prefix excluded)."""
-    if version >= 4:
+    if version >= 4 and isinstance(frame, bytes):  # (a bytearray frame is a big one)
         # The usual v4 frame: no tagged fields, strings under 127 bytes (one-byte lengths), no
         # group instance id. Anything else, or anything out of bounds, takes the generic path.
         try:

@@ -1,4 +1,5 @@
-"""OffsetFetch answers (v0-v7) encoded by hand, straight from the coordinator's values.
+"""OffsetFetch v0-v7 read and answered by hand: requests straight from the frame, answers straight
+from the coordinator's values.
 
 Monitoring tools poll the committed offsets of every group over and over; building a kio entity
 per partition just to serialise it costs more than the lookup itself. This writes the whole
@@ -6,6 +7,9 @@ response frame from ``(name, ((partition, offset, leader_epoch, metadata, error)
 tuples. Wire layout by version: v0/v1 topics only; v2 adds the top-level error; v3 the throttle
 time; v5 each partition's leader epoch; v6 is flexible (compact lengths, tagged fields,
 response header v1). v8+ (several groups per request) stays with the generic encoder.
+
+:func:`decode_offset_fetch_request` reads the usual request the same way (short names, no tagged
+fields); any other frame, malformed ones included, is left to the generic decoder.
 """
 
 from __future__ import annotations
@@ -13,10 +17,15 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from .framing import Frame
+
 FetchedPartition = tuple[int, int, int, "str | None", int]
 """(partition, committed offset, committed leader epoch, metadata, error code)."""
 
 MAX_VERSION = 7
+
+Wanted = tuple[tuple[str, tuple[int, ...]], ...] | None
+"""The partitions a request names by topic; None for all of the group's."""
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -87,7 +96,10 @@ def encode_offset_fetch_response(
             parts.append(raw)
             parts.append(_I32.pack(len(partitions)))
         for p in partitions:
-            parts.append(_partition(version, p))
+            if not p[3] and flexible:  # the usual partition, in one call
+                parts.append(_EMPTY_V6.pack(p[0], p[1], p[2], 1, p[4], 0))
+            else:
+                parts.append(_partition(version, p))
         if flexible:
             parts.append(b"\x00")
     if version >= 2:
@@ -97,3 +109,98 @@ def encode_offset_fetch_response(
     size = 4 + sum(map(len, parts))
     parts[0] = _HEAD.pack(size, correlation_id)
     return b"".join(parts)
+
+
+def decode_offset_fetch_request(frame: Frame, version: int) -> tuple[str, Wanted, bool] | None:
+    """(group id, wanted partitions, require stable) of a whole OffsetFetch v0-v7 request frame
+    (size prefix excluded) with short strings and no tagged fields; None for any other frame (the
+    generic decoder reads it, and refuses what is malformed)."""
+    if not isinstance(frame, bytes) or not 0 <= version <= MAX_VERSION:
+        return None
+    flexible = version >= 6
+    try:
+        size = (frame[8] << 8) | frame[9]  # the client id
+        pos = 10 if size == 0xFFFF else 10 + size
+        if size != 0xFFFF and size >= 0x8000:
+            return None
+        if flexible:
+            if frame[pos]:  # the request header's tagged fields
+                return None
+            pos += 1
+            size = frame[pos] - 1
+            if not 0 <= size < 0x7F:
+                return None
+            pos += 1
+        else:
+            size = (frame[pos] << 8) | frame[pos + 1]
+            if size >= 0x8000:
+                return None
+            pos += 2
+        group_id = frame[pos : pos + size].decode()
+        pos += size
+        wanted: Wanted
+        if flexible:
+            count = frame[pos] - 1  # topics: one-byte compact length (under 127 topics)
+            if count >= 0x7F:
+                return None
+            pos += 1
+        else:
+            count = _I32.unpack_from(frame, pos)[0]
+            if count >= 0x7F:
+                return None
+            pos += 4
+        if count < 0:
+            if version < 2:
+                return None  # null topics only from v2 on
+            wanted = None
+        else:
+            topics: list[tuple[str, tuple[int, ...]]] = []
+            for _ in range(count):
+                if flexible:
+                    size = frame[pos] - 1
+                    if not 0 <= size < 0x7F:
+                        return None
+                    pos += 1
+                else:
+                    size = (frame[pos] << 8) | frame[pos + 1]
+                    if size >= 0x8000:
+                        return None
+                    pos += 2
+                name = frame[pos : pos + size].decode()
+                pos += size
+                if flexible:
+                    n = frame[pos] - 1
+                    if not 0 <= n < 0x7F:
+                        return None
+                    pos += 1
+                else:
+                    n = _I32.unpack_from(frame, pos)[0]
+                    if not 0 <= n < 0x7F:  # (more: the generic decoder and its element limit)
+                        return None
+                    pos += 4
+                if pos + 4 * n > len(frame):
+                    return None
+                partitions = struct.unpack_from(f">{n}i", frame, pos)
+                pos += 4 * n
+                if flexible:
+                    if frame[pos]:  # the topic's tagged fields
+                        return None
+                    pos += 1
+                topics.append((name, partitions))
+            wanted = tuple(topics)
+        require_stable = False
+        if version >= 7:
+            stable = frame[pos]
+            if stable > 1:
+                return None
+            require_stable = stable == 1
+            pos += 1
+        if flexible:
+            if frame[pos]:  # the request's tagged fields
+                return None
+            pos += 1
+        if pos != len(frame):
+            return None
+    except (IndexError, UnicodeDecodeError, struct.error):
+        return None
+    return group_id, wanted, require_stable
