@@ -15,6 +15,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+import compiled
+
 from .config import Config, ConfigError
 from .listeners import parse_listeners, server_ssl_context
 from .sasl.users import add_parser as add_users_parser
@@ -151,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         for warning in config.warnings:
             logging.getLogger("kcoord").warning("%s", warning)
+        logging.getLogger("kcoord").info("%s", compiled.describe())
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at run time

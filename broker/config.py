@@ -5,7 +5,8 @@ variables ``KCOORD_<NAME>`` (upper case, dots as underscores) ← ``--set NAME=V
 Setting names are Apache Kafka's wherever Kafka has the setting. An unknown name or a value of the
 wrong type stops start-up with a message naming the setting and the values it accepts.
 ``KCOORD_*`` environment variables that name no setting are reported in ``Config.warnings``
-(the environment is shared with other programs) rather than refused.
+(the environment is shared with other programs) rather than refused; ``KCOORD_PURE_PYTHON``
+is not a setting but says which build of the hot modules runs (:mod:`compiled`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from compiled import PURE_ENV
 
 
 class ConfigError(ValueError):
@@ -517,7 +520,7 @@ class Config:
         for key, raw in env.items():
             if key in by_env:
                 cfg.set(by_env[key], raw, f"env {key}")
-            elif key.startswith("KCOORD_"):
+            elif key.startswith("KCOORD_") and key != PURE_ENV:
                 cfg.warnings.append(
                     f"environment variable {key} names no setting, ignored (a setting's variable"
                     " is KCOORD_ + its name upper-cased with dots as underscores)"

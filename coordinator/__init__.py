@@ -46,3 +46,5 @@ event of each completed rebalance, both types, and the bounded per-group history
 keeps of them), ``rebalance_replay`` (that history rebuilt from a partition's records at
 start-up).
 """
+
+import compiled  # noqa: F401  (first: where a compiled build exists, its modules load in place of ours)

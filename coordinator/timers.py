@@ -44,6 +44,7 @@ class Timers:
         self._kinds: dict[int, TimerKind] = {}
         self._next_token = 1
         self._compact_at = COMPACT_MIN
+        self.compactions = 0  # how often stale entries were swept out
 
     def register(self, kind: int, handling: TimerKind) -> None:
         if kind in self._kinds:
@@ -75,6 +76,7 @@ class Timers:
         return token
 
     def _compact(self) -> None:
+        self.compactions += 1
         kinds = self._kinds
         self.entries = [e for e in self.entries if kinds[e[2]].live(e)]
         heapq.heapify(self.entries)

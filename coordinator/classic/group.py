@@ -57,7 +57,7 @@ _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 _CAN_REBALANCE = frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY})
 
 
-class IllegalStateTransition(RuntimeError):
+class IllegalStateTransition(Exception):
     """A transition not allowed by C4: always a coordinator bug."""
 
 

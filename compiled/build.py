@@ -1,0 +1,185 @@
+"""Builds the compiled hot modules with mypyc: ``python -m compiled.build [--if-stale]``.
+
+:data:`MODULES` is the one list of what is compiled: the codecs on the request path, the frame
+loop, the group and offsets managers and the record encoding, chosen by profile (bench/compare.py).
+They are compiled as one mypyc group into ``compiled/_build/`` (see :mod:`compiled` for how the
+result is found and when it is not used); the build is made in a scratch directory and swapped in
+whole, so a failed or interrupted build leaves the previous one (or none) in place. A compiled
+module binds its functions and classes early: modules whose tests inject faults by replacing
+their functions (the storage segments, the appender) stay interpreted, and so do the two codecs
+mypyc cannot take as written (protocol/codec.py's ``bytes`` subclass, protocol/records.py).
+
+Needs a C compiler, the Python headers and mypy (which ships mypyc; the ``compile`` extra pins it).
+Exit status: 0 built or already current, 2 no compiler or headers here (nothing to do), 1 the build
+failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from compiled import BUILD_DIR, MANIFEST, PACKAGE_DIR, ROOT, extension_suffix, source_digest
+
+MODULES = (
+    "protocol/framing.py",
+    "protocol/headers.py",
+    "protocol/heartbeat.py",
+    "protocol/consumer_heartbeat.py",
+    "protocol/offset_fetch.py",
+    "protocol/record_encoding.py",
+    "protocol/record_scan.py",
+    "protocol/responses.py",
+    "protocol/tags.py",
+    "protocol/batch.py",
+    "protocol/javahash.py",
+    "protocol/apis.py",
+    "coordinator/timers.py",
+    "coordinator/offsets.py",
+    "coordinator/classic/group.py",
+    "coordinator/classic/join.py",
+    "coordinator/classic/manager.py",
+    "coordinator/classic/groups.py",
+    "coordinator/shard.py",
+    "coordinator/messages.py",
+    "coordinator/schemas.py",
+    "coordinator/loading.py",
+    "coordinator/rebalances.py",
+    "coordinator/output.py",
+    "coordinator/subscription.py",
+    "coordinator/offset_groups.py",
+    "coordinator/write_size.py",
+    "coordinator/consumer/manager.py",
+    "coordinator/consumer/group.py",
+    "coordinator/consumer/member.py",
+    "coordinator/consumer/target.py",
+    "coordinator/consumer/steady.py",
+    "broker/connection.py",
+    "broker/group_runtime.py",
+    "broker/offset_api.py",
+    "broker/group_api.py",
+    "broker/consumer_group_api.py",
+)
+GROUP = "compiled.kcoord"  # the shared library: compiled/_build/compiled/kcoord__mypyc.<suffix>
+
+
+def missing_toolchain() -> str | None:
+    """Why nothing can be compiled here, or None."""
+    cc = os.environ.get("CC", "gcc").split()[0]
+    if shutil.which(cc) is None and shutil.which("cc") is None:
+        return "no C compiler (gcc or cc)"
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not header.exists():
+        return f"no Python headers ({header}; Debian: python3-dev)"
+    try:
+        import mypyc  # noqa: F401
+    except ImportError:
+        return "no mypyc (pip install mypy)"
+    return None
+
+
+def is_current() -> bool:
+    """A build exists for this interpreter and every source still matches it."""
+    try:
+        manifest = json.loads(MANIFEST.read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("suffix") != extension_suffix() or sorted(manifest.get("sources", [])) != sorted(MODULES):
+        return False
+    try:
+        return all(
+            source_digest(ROOT / e["source"]) == e["sha256"]
+            for e in manifest["modules"].values()
+            if e.get("source")
+        )
+    except OSError:
+        return False
+
+
+def _module_name(source: str) -> str:
+    return source.removesuffix(".py").replace("/", ".")
+
+
+def build() -> None:
+    """Compile :data:`MODULES` into a scratch directory, then swap it in as ``_build``."""
+    import mypy.version
+
+    digests = {src: source_digest(ROOT / src) for src in MODULES}
+    scratch = Path(tempfile.mkdtemp(prefix="_build-", dir=PACKAGE_DIR))
+    try:
+        script = (
+            "import sys\n"
+            "from setuptools import setup\n"
+            "from mypyc.build import mypycify\n"
+            "out, temp, *paths = sys.argv[1:]\n"
+            f"setup(name='kcoord-compiled', py_modules=[], packages=[],\n"
+            f"      ext_modules=mypycify(paths, opt_level='3', group_name={GROUP!r}, target_dir=temp + '/c'),\n"
+            "      script_args=['build_ext', '--build-lib', out, '--build-temp', temp])\n"
+        )
+        out, temp = scratch / "out", scratch / "temp"
+        # The setup script runs in an empty directory (the project's pyproject.toml would make
+        # setuptools read the project's metadata); mypyc finds the sources through MYPYPATH.
+        env = dict(os.environ, MYPYPATH=str(ROOT))
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(out), str(temp), *[str(ROOT / m) for m in MODULES]],
+            cwd=scratch, env=env, capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"mypyc failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        suffix = extension_suffix()
+        modules: dict[str, dict[str, str]] = {}
+        for src in MODULES:
+            name = _module_name(src)
+            file = name.replace(".", "/") + suffix
+            if not (out / file).exists():
+                raise RuntimeError(f"mypyc made no {file}")
+            modules[name] = {"file": file, "source": src, "sha256": digests[src]}
+        group_file = GROUP.replace(".", "/") + "__mypyc" + suffix
+        if not (out / group_file).exists():
+            raise RuntimeError(f"mypyc made no {group_file}")
+        modules[GROUP + "__mypyc"] = {"file": group_file}
+        manifest = {
+            "suffix": suffix, "mypyc": mypy.version.__version__, "sources": list(MODULES),
+            "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "modules": modules,
+        }
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        old = PACKAGE_DIR / f"_build-old-{os.getpid()}"
+        if BUILD_DIR.exists():
+            BUILD_DIR.rename(old)
+        (out).rename(BUILD_DIR)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--if-stale", action="store_true", help="do nothing if the build is current")
+    args = p.parse_args()
+    if args.if_stale and is_current():
+        return 0
+    why = missing_toolchain()
+    if why is not None:
+        print(f"kcoord: not compiling the hot modules: {why}; pure Python runs instead", file=sys.stderr)
+        return 2
+    print(f"kcoord: compiling {len(MODULES)} hot modules with mypyc (a minute or two)", file=sys.stderr)
+    started = time.monotonic()
+    try:
+        build()
+    except RuntimeError as e:
+        print(f"kcoord: {e}", file=sys.stderr)
+        return 1
+    print(f"kcoord: compiled in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
