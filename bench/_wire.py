@@ -8,9 +8,11 @@ to check error codes), and the event loop is uvloop's when it is installed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import struct
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -27,8 +29,10 @@ CLIENT_ID = b"kcoord-bench"
 # The versions the bench speaks, per API: the newest all three brokers answer. The mock advertises
 # ApiVersions v2, OffsetFetch v6, JoinGroup v6 and SyncGroup v4 at most, and closes the connection
 # on JoinGroup v6 and SyncGroup v4 (its flexible versions) all the same. Checked against each broker.
-VERSIONS = {18: 2, 12: 4, 9: 6, 11: 5, 14: 3, 8: 8}
-API_NAMES = {18: "ApiVersions", 12: "Heartbeat", 9: "OffsetFetch", 11: "JoinGroup", 14: "SyncGroup", 8: "OffsetCommit"}
+# ConsumerGroupHeartbeat (KIP-848) v1: the member names itself, as Kafka 4 clients do.
+VERSIONS = {18: 2, 12: 4, 9: 6, 11: 5, 14: 3, 8: 8, 68: 1}
+API_NAMES = {18: "ApiVersions", 12: "Heartbeat", 9: "OffsetFetch", 11: "JoinGroup", 14: "SyncGroup", 8: "OffsetCommit",
+             68: "ConsumerGroupHeartbeat"}
 
 # A ConsumerProtocolSubscription / ConsumerProtocolAssignment v0 with no topics and no user data.
 EMPTY_CONSUMER_PROTOCOL = b"\x00\x00" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff"
@@ -158,6 +162,43 @@ async def join(conn: Conn, group: str, session_timeout_ms: int, rebalance_timeou
     return Member(group, member_id, generation)
 
 
+class ConsumerMember:
+    """A KIP-848 group member joined with a raw ConsumerGroupHeartbeat (the group's only member)."""
+
+    def __init__(self, group: str, member_id: str, epoch: int) -> None:
+        self.group = group
+        self.member_id = member_id
+        self.epoch = epoch
+
+    def heartbeat_frame(self, correlation: int, version: int = VERSIONS[68]) -> bytes:
+        """A steady heartbeat: nothing changed, so every optional field is null."""
+        return frame(68, version, correlation, group_id=self.group, member_id=self.member_id,
+                     member_epoch=self.epoch, rebalance_timeout=-1, topic_partitions=None)
+
+
+async def join_consumer(conn: Conn, group: str, topic: str, rebalance_timeout_ms: int,
+                        versions: dict[int, int] = VERSIONS) -> ConsumerMember:
+    """Join ``group`` (KIP-848) subscribed to ``topic``, then acknowledge the assignment the
+    first answer gave, so that later heartbeats are steady ones."""
+    member_id = str(uuid.uuid4())
+    resp = await conn.request(
+        68, versions[68], group_id=group, member_id=member_id, member_epoch=0,
+        rebalance_timeout=rebalance_timeout_ms, subscribed_topic_names=[topic], topic_partitions=[],
+    )
+    if int(resp.error_code) != 0:
+        raise RuntimeError(f"ConsumerGroupHeartbeat {group}: error {int(resp.error_code)}")
+    member_id, epoch = resp.member_id or member_id, int(resp.member_epoch)
+    owned = [dict(topic_id=t.topic_id, partitions=list(t.partitions)) for t in resp.assignment.topic_partitions] \
+        if resp.assignment is not None else []
+    resp = await conn.request(
+        68, versions[68], group_id=group, member_id=member_id, member_epoch=epoch,
+        rebalance_timeout=-1, topic_partitions=owned,
+    )
+    if int(resp.error_code) != 0:
+        raise RuntimeError(f"ConsumerGroupHeartbeat {group}: error {int(resp.error_code)}")
+    return ConsumerMember(group, member_id, int(resp.member_epoch))
+
+
 class _Pipeline(asyncio.Protocol):
     """Keeps ``depth`` requests in flight on one connection until the deadline or the budget.
 
@@ -167,8 +208,13 @@ class _Pipeline(asyncio.Protocol):
     """
 
     def __init__(self, frames: Sequence[bytes], depth: int, budget: int,
-                 check: Callable[[bytes], list[int]] | None, sample_every: int) -> None:
+                 check: Callable[[bytes], list[int]] | None, sample_every: int,
+                 latencies: list[float] | None = None) -> None:
         self.frames = frames
+        # With ``latencies``: each request's round trip, from the time it was written (depth 1
+        # measures the broker's answer time; deeper pipelines add the wait behind the others).
+        self.latencies = latencies
+        self.sent_at: collections.deque[float] = collections.deque()
         self.depth = depth
         self.deadline = 0.0
         self.budget = budget  # requests this connection may send
@@ -194,6 +240,8 @@ class _Pipeline(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(b"".join(frames[(start + i) % count] for i in range(n)))
         self.sent += n
+        if self.latencies is not None:
+            self.sent_at.extend([time.perf_counter()] * n)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -231,7 +279,12 @@ class _Pipeline(asyncio.Protocol):
         if not completed:
             return
         self.done += completed
-        if time.perf_counter() < self.deadline:
+        now = time.perf_counter()
+        if self.latencies is not None:
+            sent_at, record = self.sent_at.popleft, self.latencies.append
+            for _ in range(completed):
+                record(now - sent_at())
+        if now < self.deadline:
             self._send(completed)
         if self.done >= self.sent and not self.finished.done():
             self.finished.set_result(None)
@@ -247,21 +300,24 @@ _PRIME = frame(18, 0, 0)
 
 async def pipelined(port: int, frames_per_conn: Sequence[Sequence[bytes]], depth: int, seconds: float,
                     budget: int | Sequence[int], check: Callable[[bytes], list[int]] | None = None,
-                    sample_every: int = 1000, cpu: Callable[[], float] | None = None) -> dict[str, Any]:
+                    sample_every: int = 1000, cpu: Callable[[], float] | None = None,
+                    latencies: bool = False) -> dict[str, Any]:
     """Pipeline pre-encoded frames over one connection per entry of ``frames_per_conn``.
 
     Each connection keeps ``depth`` requests in flight, cycling over its frames, until
     ``seconds`` have passed or it has sent its ``budget`` of requests (one number for all, or one
     per connection); then it waits for what is in flight. The clock starts once every connection
     is open and has answered one ApiVersions; ``cpu`` (the broker's CPU seconds) is read when it
-    starts and when it stops, as is this process's.
+    starts and when it stops, as is this process's. With ``latencies``, the answer also has the
+    round-trip percentiles of every request (``latency_ms``).
     """
     loop = asyncio.get_running_loop()
     budgets = [budget] * len(frames_per_conn) if isinstance(budget, int) else list(budget)
     protocols: list[_Pipeline] = []
     try:
         for frames, b in zip(frames_per_conn, budgets, strict=True):
-            factory = functools.partial(_Pipeline, frames, depth, b, check, sample_every)
+            factory = functools.partial(_Pipeline, frames, depth, b, check, sample_every,
+                                        [] if latencies else None)
             _, proto = await loop.create_connection(factory, "127.0.0.1", port)
             protocols.append(proto)
         await asyncio.wait_for(asyncio.gather(*(p.ready for p in protocols)), 60)
@@ -278,7 +334,7 @@ async def pipelined(port: int, frames_per_conn: Sequence[Sequence[bytes]], depth
         for p in protocols:
             if p.transport is not None:
                 p.transport.close()
-    return {
+    out: dict[str, Any] = {
         "requests": sum(p.done for p in protocols),
         "seconds": elapsed,
         "broker_cpu_s": broker_cpu,
@@ -286,6 +342,21 @@ async def pipelined(port: int, frames_per_conn: Sequence[Sequence[bytes]], depth
         "checked": sum(p.checked for p in protocols),
         "errors": sum(p.errors for p in protocols),
     }
+    if latencies:
+        out["latency_ms"] = percentiles_ms([t for p in protocols for t in p.latencies or ()])
+    return out
+
+
+def percentiles_ms(seconds: list[float]) -> dict[str, float] | None:
+    """p50, p99, p99.9 and max of ``seconds``, in milliseconds."""
+    if not seconds:
+        return None
+    seconds.sort()
+    last = len(seconds) - 1
+    pick = {"p50": 0.50, "p99": 0.99, "p999": 0.999}
+    out = {name: round(seconds[min(last, int(q * len(seconds)))] * 1000, 3) for name, q in pick.items()}
+    out["max"] = round(seconds[-1] * 1000, 3)
+    return out
 
 
 def checker(api_key: int, version: int) -> Callable[[bytes], list[int]]:
