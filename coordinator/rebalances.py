@@ -304,13 +304,17 @@ def as_json(event: RebalanceCompleted) -> dict[str, object]:
     }
 
 
+_NEEDS_QUOTES = re.compile(r'[ "=\\]')
+"""A character that makes a logfmt value quoted."""
+
+
 def log_fields(event: RebalanceCompleted) -> str:
     """The structured log line of an event: ``key=value`` pairs (logfmt), values quoted when
     they hold spaces or quotes."""
     parts = []
     for key, value in as_json(event).items():
         text = "" if value is None else str(value)
-        if not text or any(c in text for c in ' "=\\'):
+        if not text or _NEEDS_QUOTES.search(text):
             text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
         parts.append(f"{key}={text}")
     return " ".join(parts)

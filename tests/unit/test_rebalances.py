@@ -116,6 +116,8 @@ def test_log_fields_is_logfmt() -> None:
     assert "start_ms=1000 end_ms=1025 duration_ms=25 generation=3" in line
     assert "members_before=3 members_after=2 partitions_moved=4" in line
     assert as_json(e)["end_ms"] == 1025
+    odd = RebalanceCompleted("a=b", 1, 1, "c\\d", 0, group_type="", member=None)
+    assert log_fields(odd).startswith('group="a=b" type="" trigger=other member="" reason="c\\\\d" ')
 
 
 def observed(shard: Any) -> list[RebalanceCompleted]:
