@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -131,7 +131,21 @@ def finish(
         started_ms=start.started_ms,
         members_before=start.members_before,
         partitions_moved=moved(start.owners_before, owners),
-    ), Settled(members, owners)
+    ), Settled(members, owners) if owners else _settled_without_owners(members)
+
+
+_NO_OWNERS_SETTLED: dict[int, Settled] = {}
+
+
+def _settled_without_owners(members: int) -> Settled:
+    """A :class:`Settled` of ``members`` members owning nothing, shared (never changed): idle
+    groups without an assignment keep no object of their own."""
+    settled = _NO_OWNERS_SETTLED.get(members)
+    if settled is None:
+        settled = Settled(members)
+        if len(_NO_OWNERS_SETTLED) < 1024:
+            _NO_OWNERS_SETTLED[members] = settled
+    return settled
 
 
 # ---- classic assignments (ConsumerProtocolAssignment) -------------------------------------------
@@ -166,43 +180,65 @@ def classic_owners(members: Iterable[tuple[str, bytes]]) -> Owners:
 
 
 # ---- the history ------------------------------------------------------------------------------
-@dataclass(slots=True)
 class _GroupHistory:
-    events: deque[RebalanceCompleted]
-    ends: deque[int]
-    """End times of the rebalances of the last hour (at most MAX_ENDS): counts per hour."""
-    total: int = 0
+    """A group's events after its second rebalance (its first is kept alone: see
+    :class:`RebalanceHistory`). Lists, not deques: an empty deque takes a block of 64 slots,
+    and the history of 10,000 idle groups was most of their memory."""
+
+    __slots__ = ("ends", "events", "total")
+
+    def __init__(self, events: list[RebalanceCompleted], ends: list[int], total: int) -> None:
+        self.events = events
+        self.ends = ends
+        """End times of the rebalances of the last hour (at most MAX_ENDS): counts per hour."""
+        self.total = total
 
 
 MAX_ENDS = 250
 HOUR_MS = 3_600_000
 
 
+def _end(event: RebalanceCompleted) -> int:
+    return event.started_ms + event.duration_ms
+
+
 @dataclass(slots=True)
 class RebalanceHistory:
-    """The last ``per_group`` rebalances of each group (at most ``max_groups`` groups)."""
+    """The last ``per_group`` rebalances of each group (at most ``max_groups`` groups).
+
+    A group that rebalanced once (most idle groups) is kept as its one event, without a
+    :class:`_GroupHistory` around it."""
 
     per_group: int = 20
     max_groups: int = 10_000
-    _groups: OrderedDict[str, _GroupHistory] = field(default_factory=OrderedDict)
+    _groups: OrderedDict[str, _GroupHistory | RebalanceCompleted] = field(default_factory=OrderedDict)
 
     def record(self, event: RebalanceCompleted) -> None:
         """Keep ``event`` (the oldest of its group goes when it has ``per_group``)."""
-        history = self._groups.get(event.group_id)
+        groups = self._groups
+        history = groups.get(event.group_id)
         if history is None:
-            history = self._groups[event.group_id] = _GroupHistory(
-                deque(maxlen=self.per_group), deque(maxlen=MAX_ENDS)
-            )
-            while len(self._groups) > self.max_groups:
-                self._groups.popitem(last=False)
-        else:
-            self._groups.move_to_end(event.group_id)
-        history.events.append(event)
-        end = event.started_ms + event.duration_ms
+            groups[event.group_id] = event if self.per_group > 0 else _GroupHistory([], [_end(event)], 1)
+            while len(groups) > self.max_groups:
+                groups.popitem(last=False)
+            return
+        groups.move_to_end(event.group_id)
+        if not isinstance(history, _GroupHistory):
+            history = groups[event.group_id] = _GroupHistory([history], [_end(history)], 1)
+        events = history.events
+        events.append(event)
+        if len(events) > self.per_group:
+            del events[: len(events) - self.per_group]
+        end = _end(event)
         ends = history.ends
-        while ends and ends[0] < end - HOUR_MS:
-            ends.popleft()
+        old = 0
+        while old < len(ends) and ends[old] < end - HOUR_MS:
+            old += 1
+        if old:
+            del ends[:old]
         ends.append(end)
+        if len(ends) > MAX_ENDS:
+            del ends[: len(ends) - MAX_ENDS]
         history.total += 1
 
     def restore(self, events: Iterable[RebalanceCompleted]) -> None:
@@ -215,11 +251,17 @@ class RebalanceHistory:
 
     def events(self, group_id: str) -> list[RebalanceCompleted]:
         history = self._groups.get(group_id)
-        return list(history.events) if history is not None else []
+        if history is None:
+            return []
+        if isinstance(history, _GroupHistory):
+            return list(history.events)
+        return [history]
 
     def last(self, group_id: str) -> RebalanceCompleted | None:
         history = self._groups.get(group_id)
-        return history.events[-1] if history is not None and history.events else None
+        if isinstance(history, _GroupHistory):
+            return history.events[-1] if history.events else None
+        return history
 
     def count_since(self, group_id: str, since_ms: int) -> int:
         """Rebalances of the group that ended at or after ``since_ms`` (of the last
@@ -227,11 +269,15 @@ class RebalanceHistory:
         history = self._groups.get(group_id)
         if history is None:
             return 0
-        return sum(1 for end in history.ends if end >= since_ms)
+        if isinstance(history, _GroupHistory):
+            return sum(1 for end in history.ends if end >= since_ms)
+        return 1 if _end(history) >= since_ms else 0
 
     def total(self, group_id: str) -> int:
         history = self._groups.get(group_id)
-        return history.total if history is not None else 0
+        if history is None:
+            return 0
+        return history.total if isinstance(history, _GroupHistory) else 1
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -258,13 +304,17 @@ def as_json(event: RebalanceCompleted) -> dict[str, object]:
     }
 
 
+_NEEDS_QUOTES = re.compile(r'[ "=\\]')
+"""A character that makes a logfmt value quoted."""
+
+
 def log_fields(event: RebalanceCompleted) -> str:
     """The structured log line of an event: ``key=value`` pairs (logfmt), values quoted when
     they hold spaces or quotes."""
     parts = []
     for key, value in as_json(event).items():
         text = "" if value is None else str(value)
-        if not text or any(c in text for c in ' "=\\'):
+        if not text or _NEEDS_QUOTES.search(text):
             text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
         parts.append(f"{key}={text}")
     return " ".join(parts)

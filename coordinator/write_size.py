@@ -7,7 +7,8 @@ turn away a request whose records could not fit before building any of them:
 
 - :func:`offset_commit_floor` and :func:`join_record_floor` are *floors*, computed from a
   request's sizes alone: never more than the batch the request would really produce, so a
-  request whose write would have fit is never refused on their word;
+  request whose write would have fit is never refused on their word (:func:`join_record_fits`
+  compares the join's floor with a limit, from the request's lengths alone when they are small);
 - :func:`group_record_batch_size` and :func:`tombstones_batch_size` are exact, for records
   about to be written: a group record, and the tombstones of a deletion (which must be
   refused before anything is forgotten, since a deletion cannot be undone).
@@ -31,6 +32,7 @@ from protocol.record_encoding import kv_record_size, kv_run_size
 
 __all__ = [
     "group_record_batch_size",
+    "join_record_fits",
     "join_record_floor",
     "offset_commit_floor",
     "tombstones_batch_size",
@@ -121,6 +123,23 @@ def join_record_floor(req: JoinGroupRequest) -> int:
     )
     key = group_metadata_key_size(min(_utf8_size(req.group_id), _MAX_STRING))
     return HEADER_SIZE + kv_record_size(0, key, group_metadata_value_size(value))
+
+
+_JOIN_RECORD_FIXED = 256
+"""More than a one-member group record's batch takes besides its strings and its metadata
+(the batch header aside): lengths, counts, timeouts, the record's own framing."""
+
+
+def join_record_fits(req: JoinGroupRequest, limit: int) -> bool:
+    """``join_record_floor(req) <= limit``, answered from the request's lengths when they are
+    clearly small enough (every join but the largest): at most 4 UTF-8 bytes per character."""
+    chars = len(req.group_id) + len(req.client_id) + len(req.client_host) + len(req.protocol_type)
+    if req.group_instance_id is not None:
+        chars += len(req.group_instance_id)
+    smallest = min((len(metadata) for _, metadata in req.protocols), default=0)
+    if HEADER_SIZE + _JOIN_RECORD_FIXED + 4 * chars + smallest <= limit:
+        return True
+    return join_record_floor(req) <= limit
 
 
 def _clip(text: str | None) -> str | None:

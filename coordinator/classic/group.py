@@ -249,8 +249,12 @@ class ClassicGroup:
         self.pending_members[member_id] = token  # type: ignore[index]
 
     def drop_pending(self, member_id: str) -> None:
-        if member_id in self.pending_members:
-            del self.pending_members[member_id]  # type: ignore[attr-defined]
+        pending = self.pending_members
+        if member_id in pending:
+            if len(pending) == 1:
+                self.pending_members = _NONE  # back to the shared empty mapping
+            else:
+                del pending[member_id]  # type: ignore[attr-defined]
 
     def _statics(self) -> dict[str, str]:
         if type(self.static_members) is not dict:

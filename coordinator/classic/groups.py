@@ -12,8 +12,8 @@ members and answering whatever they had parked, forgetting Dead groups, and the 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-import uuid
 from collections.abc import Callable, Hashable
 
 from coordinator.classic.group import ClassicGroup, GroupState, JoinTimer, Member
@@ -54,13 +54,50 @@ def shared_protocols(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[st
 _MEMBER_ID_PREFIX_MAX = 0x7FFF - 37  # "-" + a UUID after it, in a string field of a record
 
 
+_UUID_POOL_BYTES = 16 * 256
+_UUID_VERSION_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID_VERSION_SET = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
+
+
+class _RandomUuids:
+    """Random (version 4) UUIDs as text, as ``str(uuid.uuid4())`` writes them, from the same
+    source (``os.urandom``) read 4 KiB at a time rather than 16 bytes per id."""
+
+    __slots__ = ("_at", "_pool")
+    _pool: bytes
+    """Random bytes drawn ahead; ``_at`` is where the next id's 16 start."""
+    _at: int
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the bytes drawn so far (a forked child must not hand out its parent's ids)."""
+        self._pool = b""
+        self._at = 0
+
+    def next(self) -> str:
+        at = self._at
+        if at >= len(self._pool):
+            self._pool = os.urandom(_UUID_POOL_BYTES)
+            at = 0
+        self._at = at + 16
+        n = int.from_bytes(self._pool[at : at + 16], "big")
+        h = "%032x" % ((n & _UUID_VERSION_CLEAR) | _UUID_VERSION_SET)
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_uuids = _RandomUuids()
+os.register_at_fork(after_in_child=_uuids.reset)
+
+
 def default_member_id(prefix: str) -> str:
     """B3: ``prefix-UUID``; a prefix so long that the id would not fit in a record's string
     field (or a response's) is cut short."""
     if len(prefix) * 4 > _MEMBER_ID_PREFIX_MAX:
         raw = prefix.encode("utf-8")[:_MEMBER_ID_PREFIX_MAX]
         prefix = raw.decode("utf-8", errors="ignore")
-    return f"{prefix}-{uuid.uuid4()}"
+    return f"{prefix}-{_uuids.next()}"
 
 
 def join_error(member_id: str, error: int) -> JoinGroupResponse:
@@ -224,7 +261,10 @@ class ClassicGroups:
             )
         else:
             self.arm_join(group, now_ms + group.rebalance_timeout_ms(), initial=False)
-        log.info(
+        # A new group's first rebalance (as many as groups are created) is said at INFO by its
+        # completion line alone; a later one's start is worth a line of its own.
+        log.log(
+            logging.INFO if group.generation else logging.DEBUG,
             "group %s preparing to rebalance (generation %d): %s",
             group.group_id,
             group.generation,

@@ -27,7 +27,7 @@ from coordinator.classic.groups import (
 from coordinator.config import GroupConfig
 from coordinator.messages import JoinGroupRequest, JoinGroupResponse
 from coordinator.output import Operation
-from coordinator.write_size import join_record_floor
+from coordinator.write_size import join_record_fits
 from protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class JoinGroupHandler:
         config = self.config
         if not config.min_session_timeout_ms <= req.session_timeout_ms <= config.max_session_timeout_ms:
             self._op.reply(handle, join_error(req.member_id, ErrorCode.invalid_session_timeout))
-        elif join_record_floor(req) > config.max_batch_bytes:
+        elif not join_record_fits(req, config.max_batch_bytes):
             # No group record holding this member could ever be written: Kafka would fail the
             # group's SyncGroup with UNKNOWN_SERVER_ERROR at every generation. Say so now,
             # without taking the metadata into the group.

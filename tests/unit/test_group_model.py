@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 
@@ -79,6 +80,9 @@ def test_B3_default_member_ids_are_prefix_dash_uuid() -> None:
         r"client-a-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", mid
     )
     assert default_member_id("x") != default_member_id("x")
+    ids = [default_member_id("p")[2:] for _ in range(600)]  # past one pool of random bytes
+    assert len(set(ids)) == len(ids)
+    assert all(str(u := uuid.UUID(i)) == i and u.version == 4 and u.variant == uuid.RFC_4122 for i in ids)
 
 
 def test_B4_add_sets_type_leader_votes_awaiting() -> None:

@@ -82,6 +82,29 @@ def test_history_keeps_the_last_n_per_group_and_bounds_groups() -> None:
     assert len(h.events("c")) == 1
 
 
+def test_history_of_one_event_then_more() -> None:
+    # A group's first event is kept on its own; the second makes it a full history.
+    h = RebalanceHistory(per_group=2)
+    h.record(event("a", 0))
+    assert h.events("a") == [event("a", 0)] and h.last("a") == event("a", 0)
+    assert (h.total("a"), h.count_since("a", 0), h.count_since("a", 1)) == (1, 1, 0)
+    h.record(event("a", 100))
+    h.record(event("a", 200))
+    assert h.events("a") == [event("a", 100), event("a", 200)] and h.last("a") == event("a", 200)
+    assert (h.total("a"), h.count_since("a", 0), h.count_since("a", 101)) == (3, 3, 1)
+    h.record(event("a", 201 + 3_600_000))  # the first three ended more than an hour before
+    assert (h.total("a"), h.count_since("a", 0)) == (4, 1)
+
+
+def test_history_of_no_events_per_group_still_counts() -> None:
+    h = RebalanceHistory(per_group=0)
+    h.restore([event("a", 0)])
+    h.record(event("a", 100))
+    assert h.events("a") == [] and h.last("a") is None
+    assert (h.total("a"), h.count_since("a", 0), h.count_since("a", 100)) == (2, 2, 1)
+    assert list(h) == ["a"] and len(h) == 1
+
+
 def test_log_fields_is_logfmt() -> None:
     e = RebalanceCompleted(
         "g 1", 3, 2, 'member m "x" left', 25, group_type="classic", trigger=MEMBER_LEFT,
@@ -93,6 +116,8 @@ def test_log_fields_is_logfmt() -> None:
     assert "start_ms=1000 end_ms=1025 duration_ms=25 generation=3" in line
     assert "members_before=3 members_after=2 partitions_moved=4" in line
     assert as_json(e)["end_ms"] == 1025
+    odd = RebalanceCompleted("a=b", 1, 1, "c\\d", 0, group_type="", member=None)
+    assert log_fields(odd).startswith('group="a=b" type="" trigger=other member="" reason="c\\\\d" ')
 
 
 def observed(shard: Any) -> list[RebalanceCompleted]:

@@ -23,6 +23,7 @@ from coordinator.schemas import (
 from coordinator.shard import GroupShard
 from coordinator.write_size import (
     group_record_batch_size,
+    join_record_fits,
     join_record_floor,
     offset_commit_floor,
     tombstones_batch_size,
@@ -198,6 +199,28 @@ def test_join_record_floor_counts_only_the_smallest_metadata() -> None:
     assert join_record_floor(both) == join_record_floor(small) < 200
     big = _join("g", [("big", b"x" * 5_000_000)], "c", None, "consumer")
     assert join_record_floor(big) > 5_000_000
+
+
+@_fast
+@given(
+    group=names,
+    protocols=st.lists(st.tuples(names, st.binary(max_size=600)), max_size=3),
+    client_id=names,
+    instance=st.one_of(st.none(), names),
+    protocol_type=names,
+    slack=st.integers(-3, 700),
+)
+def test_join_record_fits_answers_as_the_floor_does(
+    group: str,
+    protocols: list[tuple[str, bytes]],
+    client_id: str,
+    instance: str | None,
+    protocol_type: str,
+    slack: int,
+) -> None:
+    req = _join(group, protocols, client_id, instance, protocol_type)
+    limit = join_record_floor(req) + slack
+    assert join_record_fits(req, limit) == (slack >= 0)
 
 
 # ---- offset commits: the floor against what the shard really writes ---------------------------
