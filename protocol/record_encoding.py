@@ -211,12 +211,55 @@ def _varint_table(n: int) -> list[bytes]:
 _SMALL_VARINTS = _varint_table(1 << 14)  # zig-zag varints of 0..16383, precomputed
 
 
+_NULL_LENGTH = b"\x01"  # the zig-zag varint of -1: a null key or value
+
+
 def _varint_bytes(value: int) -> bytes:
     if 0 <= value < len(_SMALL_VARINTS):
         return _SMALL_VARINTS[value]
     out = bytearray()
     write_varint(out, value)
     return bytes(out)
+
+
+def _kv_records(pairs: Sequence[tuple[bytes, bytes | None]]) -> bytes:
+    """The records of :func:`encode_kv_batch`, each after its length: attributes 0, timestamp
+    delta 0, offset delta i, key, value (null: length -1), no headers.
+
+    A coordinator batch holds one record per committed partition, so this is a hot loop: the
+    pieces of every record go into one list joined once (no bytes object built per record),
+    and the varints come from the precomputed table (offset deltas, keys, values and records
+    are nearly always short)."""
+    parts: list[bytes] = []
+    extend = parts.extend
+    small, limit = _SMALL_VARINTS, len(_SMALL_VARINTS)
+    varint = _varint_bytes
+    for i, (key, value) in enumerate(pairs):
+        delta = small[i] if i < limit else varint(i)
+        key_size = len(key)
+        key_size_varint = small[key_size] if key_size < limit else varint(key_size)
+        if value is None:
+            value, value_size_varint = b"", _NULL_LENGTH
+        else:
+            value_size = len(value)
+            value_size_varint = small[value_size] if value_size < limit else varint(value_size)
+        # attributes + timestamp delta (2 bytes), the varints, key, value, header count (1)
+        body = (
+            3 + len(delta) + len(key_size_varint) + key_size + len(value_size_varint) + len(value)
+        )
+        extend(
+            (
+                small[body] if body < limit else varint(body),
+                b"\x00\x00",
+                delta,
+                key_size_varint,
+                key,
+                value_size_varint,
+                value,
+                b"\x00",
+            )
+        )
+    return b"".join(parts)
 
 
 def encode_kv_batch(
@@ -235,17 +278,7 @@ def encode_kv_batch(
     commit passes its producer id and epoch, ``is_transactional`` and base sequence 0, as
     Kafka's coordinator runtime writes it.
     """
-    parts: list[bytes] = []
-    append = parts.append
-    varint = _varint_bytes
-    for i, (key, value) in enumerate(pairs):
-        # attributes 0, timestamp delta 0, offset delta i, key, value, no headers
-        head = b"\x00\x00" + varint(i) + varint(len(key)) + key
-        tail = b"\x01\x00" if value is None else varint(len(value)) + value + b"\x00"
-        body = head + tail
-        append(varint(len(body)))
-        append(body)
-    payload = b"".join(parts)
+    payload = _kv_records(pairs)
     size = HEADER_SIZE + len(payload)
     out = bytearray(size)
     count = len(pairs)
