@@ -116,7 +116,7 @@ def test_log_fields_is_logfmt() -> None:
     assert "start_ms=1000 end_ms=1025 duration_ms=25 generation=3" in line
     assert "members_before=3 members_after=2 partitions_moved=4" in line
     assert as_json(e)["end_ms"] == 1025
-    odd = RebalanceCompleted("a=b", 1, 1, "c\\d", 0, group_type="", member=None)
+    odd = RebalanceCompleted("a=b", 1, 1, "c\\d", 0, group_type="", member="")
     assert log_fields(odd).startswith('group="a=b" type="" trigger=other member="" reason="c\\\\d" ')
 
 
