@@ -16,7 +16,7 @@ from coordinator.loading import LatestRecords
 from coordinator.rebalance_replay import HistoryReplay
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.control import decode_marker
-from protocol.records import decode_key_values
+from protocol.key_values import decode_key_values
 from storage.log import PartitionLog
 
 from .topics import OFFSETS_TOPIC

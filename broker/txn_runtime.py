@@ -32,8 +32,8 @@ from coordinator.transactions.records import decode_key, decode_value, encode_ke
 from protocol.batch import HEADER_SIZE, CorruptBatch
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
+from protocol.key_values import decode_key_values
 from protocol.record_encoding import encode_kv_batch
-from protocol.records import decode_key_values
 from storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from storage.log import PartitionLog
 

@@ -1,7 +1,7 @@
 """Decoding one ``__consumer_offsets`` segment into Arrow record batches (no Spark here).
 
 Two views of a segment, both produced with the coordinator's own codecs
-(``coordinator.schemas``) on top of ``protocol.records.decode_key_values``:
+(``coordinator.schemas``) on top of ``protocol.key_values.decode_key_values``:
 
 * **commits**: every offset commit record, fully decoded (the ``offset_commits`` table).
 * **state**: what survives compaction *within the segment* -- the newest record per offset key
@@ -37,7 +37,8 @@ from coordinator.schemas import (
     decode_offset_commit_value,
 )
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
-from protocol.records import decode_key_values, decode_records
+from protocol.key_values import decode_key_values
+from protocol.records import decode_records
 
 from . import fs
 from .consumer_groups import STATE_FIELDS, consumer_row

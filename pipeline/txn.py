@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from protocol.batch import HEADER_SIZE, BatchHeader
 from protocol.control import decode_marker
-from protocol.records import decode_key_values
+from protocol.key_values import decode_key_values
 
 from . import fs
 from .logs import SegmentRef, _walk_headers, list_segments

@@ -57,8 +57,9 @@ from dataclasses import dataclass, field
 from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from protocol.compression import decompress
 from protocol.control import decode_marker
+from protocol.key_values import decode_key_values
 from protocol.record_encoding import encode_batch
-from protocol.records import decode_batch, decode_key_values, read_varint
+from protocol.records import decode_batch, read_varint
 from storage.cleaning import CleaningSnapshot
 from storage.index import INT32_MAX, pwrite_all
 from storage.log import PartitionLog

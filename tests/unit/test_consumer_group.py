@@ -566,8 +566,8 @@ def test_offset_fetch_v9_from_a_member_checks_its_epoch() -> None:
 def test_a_compacted_log_reloads_the_same_groups(seed: int, drop_tombstones: bool, tmp_path: Any) -> None:
     from coordinator.loading import LatestRecords
     from protocol.batch import HEADER_SIZE
+    from protocol.key_values import decode_key_values
     from protocol.record_encoding import encode_kv_batch
-    from protocol.records import decode_key_values
     from storage.compaction import compact
     from storage.log import PartitionLog
 

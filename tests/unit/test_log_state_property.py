@@ -27,8 +27,8 @@ from coordinator.rebalance_replay import HistoryReplay
 from coordinator.shard import GroupShard
 from protocol.batch import HEADER_SIZE
 from protocol.control import encode_marker
+from protocol.key_values import decode_key_values
 from protocol.record_encoding import encode_kv_batch
-from protocol.records import decode_key_values
 from storage.compaction import compact
 from storage.log import PartitionLog
 

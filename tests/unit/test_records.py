@@ -636,8 +636,9 @@ def test_encode_kv_batch_matches_build_batch() -> None:
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_decode_key_values_matches_full_decode(codec: int) -> None:
     from protocol.batch import HEADER_SIZE, parse_header
+    from protocol.key_values import decode_key_values
     from protocol.record_encoding import build_batch
-    from protocol.records import decode_batch, decode_key_values
+    from protocol.records import decode_batch
 
     entries = [
         (None if i % 7 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v" * (i * 3), (("h", b"x"),) if i % 2 else (), 1_000 + i)

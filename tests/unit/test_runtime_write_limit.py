@@ -16,7 +16,7 @@ from coordinator.shard import Output
 from protocol.batch import HEADER_SIZE
 from protocol.errors import ErrorCode
 from protocol.javahash import partition_for
-from protocol.records import decode_key_values
+from protocol.key_values import decode_key_values
 from tests.integration.rawclient import RawClient
 
 GROUP = "limited"

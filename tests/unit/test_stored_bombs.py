@@ -16,8 +16,8 @@ from broker.config import Config
 from pipeline.logs import first_record_at_or_after
 from protocol.batch import HEADER_SIZE, compute_crc, parse_header
 from protocol.compression import Compression, DecompressionLimitExceeded, compress
+from protocol.key_values import decode_key_values
 from protocol.record_encoding import build_batch
-from protocol.records import decode_key_values
 from storage.compaction import compact
 from storage.log import PartitionLog
 

@@ -269,7 +269,7 @@ async def test_the_marker_writer_appends_control_batches(tmp_path: Path) -> None
     from broker.txn_markers import MarkerWriter
     from protocol.batch import HEADER_SIZE, parse_header
     from protocol.control import decode_marker, is_marker_batch
-    from protocol.records import decode_key_values
+    from protocol.key_values import decode_key_values
 
     b = await _broker(tmp_path / "data", Markers())
     offsets_calls: list[tuple[int, int, int, bool, int]] = []
