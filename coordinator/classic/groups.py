@@ -381,14 +381,8 @@ class ClassicGroups:
             owners=_owners(group),
             now_ms=now_ms,
         )
-        log.info(
-            "rebalance completed: group=%s generation=%d members=%d reason=%r duration_ms=%d",
-            done.group_id,
-            done.generation,
-            done.members,
-            done.reason,
-            done.duration_ms,
-        )
+        # The broker logs each completed rebalance once, as a structured line (logger
+        # kcoord.rebalance), from the event the observer is handed.
         if self.rebalance_observer is not None:
             self.rebalance_observer(done)
 

@@ -194,7 +194,7 @@ class ClassicGroupManager:
             member.assignment = assignment[mid]
         handles = state.propagate_assignment(group, ErrorCode.none, now_ms)
         group.transition_to(GroupState.STABLE, now_ms)
-        # At INFO the "rebalance completed" line says as much.
+        # At INFO the rebalance's structured line (logger kcoord.rebalance) says as much.
         log.debug("group %s is Stable at generation %d", group.group_id, group.generation)
         state.rebalance_completed(group, now_ms)
         self._op.on_failure(SyncWriteFailed(group.group_id, group.generation, tuple(handles)))

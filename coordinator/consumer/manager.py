@@ -494,11 +494,7 @@ class ConsumerGroupManager:
             now_ms=now_ms,
         )
         group.rebalance = None
-        log.info(
-            "rebalance completed: group %s epoch %d, %d members, %d ms (%s)",
-            *(done.group_id, done.generation, done.members, done.duration_ms, done.reason),
-        )
-        if self.rebalance_observer is not None:
+        if self.rebalance_observer is not None:  # the broker logs it (logger kcoord.rebalance)
             self.rebalance_observer(done)
 
     # ---- timers --------------------------------------------------------------------------

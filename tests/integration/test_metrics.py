@@ -88,7 +88,8 @@ def test_metric_values_after_a_known_sequence(tmp_path: Path) -> None:
         assert value(s, "kcoord_groups", state="PreparingRebalance") == 0
         assert value(s, "kcoord_requests_total", api="JoinGroup") >= 3  # type: ignore[operator]
         assert value(s, "kcoord_requests_total", api="SyncGroup") >= 3  # type: ignore[operator]
-        assert "rebalance completed: group=mg generation=1 members=3 reason=" in broker.log()
+        line = next(x for x in broker.log().splitlines() if "kcoord.rebalance rebalance group=mg " in x)
+        assert " type=classic " in line and " generation=1 " in line and " members_after=3 " in line
 
         # Lag L = 17, per partition as kafka_exporter reports it.
         lags = {p: value(s, "kafka_consumergroup_lag", consumergroup="mg", topic="m", partition=str(p)) for p in range(3)}
