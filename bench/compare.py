@@ -111,8 +111,9 @@ def start(name: str, tmp: Path, tag: str, settings: dict[str, object] | None = N
             for topic, parts in TOPICS.items():
                 broker.create_topic(topic, parts)
         versions = wire.run(wire.supported_versions(broker.port))
+        # ConsumerGroupHeartbeat is optional: measured where it is advertised (_no_consumer_protocol).
         missing = {wire.API_NAMES[k]: versions.get(k) for k, v in wire.VERSIONS.items()
-                   if not (versions.get(k, (1, -1))[0] <= v <= versions.get(k, (1, -1))[1])}
+                   if k != 68 and not (versions.get(k, (1, -1))[0] <= v <= versions.get(k, (1, -1))[1])}
         if missing:
             raise Unavailable(f"does not support the versions the bench speaks: {missing}")
     except BaseException:
@@ -224,7 +225,7 @@ def raw(broker: Broker, args: argparse.Namespace) -> list[dict[str, Any]]:
     for api in args.apis.split(","):
         key = {"Heartbeat": 12, "ConsumerGroupHeartbeat": 68, "OffsetFetch": 9, "ApiVersions": 18}[api]
         if key == 68:  # joined just before they heartbeat: well inside their session timeout
-            consumers = wire.run(consumer_members())
+            consumers = _no_consumer_protocol(broker) or wire.run(consumer_members())
         if key == 68 and isinstance(consumers, str):
             out.append({"api": api, "version": v[key], "error": f"no KIP-848 members: {consumers}"})
             log(f"  {broker.name} raw {api}: {out[-1]['error']}")
@@ -252,6 +253,17 @@ def raw(broker: Broker, args: argparse.Namespace) -> list[dict[str, Any]]:
             log(f"  {broker.name} raw {api} x{conns}: {out[-1]['requests_per_s']}/s, "
                 f"{out[-1]['broker_cpu_us_per_op']} us cpu/req, errors {res['errors']}")
     return out
+
+
+def _no_consumer_protocol(broker: Broker) -> str | None:
+    """Why KIP-848 heartbeats are not measured on ``broker``, or None."""
+    if broker.name == "mock":
+        # It advertises ConsumerGroupHeartbeat v1, but the holder process dies on the first
+        # join below (every later connection is refused): measured on kcoord alone.
+        return "librdkafka's mock cluster exits on a ConsumerGroupHeartbeat join"
+    if 68 not in wire.run(wire.supported_versions(broker.port)):
+        return "ConsumerGroupHeartbeat is not advertised"
+    return None
 
 
 # scenario 2: offset commits ----------------------------------------------------------------------
@@ -624,8 +636,8 @@ def main() -> None:
     p.add_argument("--brokers", default=",".join(BROKERS))
     p.add_argument("--seconds", type=float, default=5.0, help="per raw / commit measurement")
     p.add_argument("--max-requests", type=int, default=5_000_000, help="per raw / commit measurement, over all connections")
-    p.add_argument("--apis", default="Heartbeat,ConsumerGroupHeartbeat,OffsetFetch,ApiVersions",
-                   help="the heartbeats first: their members idle later")
+    p.add_argument("--apis", default="Heartbeat,OffsetFetch,ApiVersions,ConsumerGroupHeartbeat",
+                   help="Heartbeat first (its members idle later); KIP-848 members join just before theirs")
     p.add_argument("--conns", default="1,8,64")
     p.add_argument("--depth", type=int, default=16, help="requests in flight per raw connection")
     p.add_argument("--raw-session-timeout-ms", type=int, default=30_000,
