@@ -111,6 +111,46 @@ def encode_offset_fetch_response(
     return b"".join(parts)
 
 
+class _Unusual(Exception):
+    """Not the usual request frame: the generic decoder reads it."""
+
+
+def _string(frame: bytes, pos: int, flexible: bool) -> tuple[str, int]:
+    """A non-null string at ``pos`` (flexible: compact, one length byte) and where it ends."""
+    if flexible:
+        size = frame[pos] - 1
+        pos += 1
+        if not 0 <= size < 0x7F:
+            raise _Unusual
+    else:
+        size = (frame[pos] << 8) | frame[pos + 1]
+        pos += 2
+        if size >= 0x8000:
+            raise _Unusual
+    return frame[pos : pos + size].decode(), pos + size
+
+
+def _count(frame: bytes, pos: int, flexible: bool) -> tuple[int, int]:
+    """An array's length at ``pos`` (-1: null), under 127 (more: kio and its element limit),
+    and where its elements start."""
+    if flexible:
+        n = frame[pos] - 1
+        pos += 1
+    else:
+        n = _I32.unpack_from(frame, pos)[0]
+        pos += 4
+    if n >= 0x7F:
+        raise _Unusual
+    return n, pos
+
+
+def _no_tags(frame: bytes, pos: int) -> int:
+    """Past an empty tagged-field section at ``pos``."""
+    if frame[pos]:
+        raise _Unusual
+    return pos + 1
+
+
 def decode_offset_fetch_request(frame: Frame, version: int) -> tuple[str, Wanted, bool] | None:
     """(group id, wanted partitions, require stable) of a whole OffsetFetch v0-v7 request frame
     (size prefix excluded) with short strings and no tagged fields; None for any other frame (the
@@ -119,75 +159,31 @@ def decode_offset_fetch_request(frame: Frame, version: int) -> tuple[str, Wanted
         return None
     flexible = version >= 6
     try:
-        size = (frame[8] << 8) | frame[9]  # the client id
-        pos = 10 if size == 0xFFFF else 10 + size
-        if size != 0xFFFF and size >= 0x8000:
+        size = (frame[8] << 8) | frame[9]  # the client id, skipped
+        if size == 0xFFFF:
+            size = 0
+        elif size >= 0x8000:
             return None
+        pos = 10 + size
         if flexible:
-            if frame[pos]:  # the request header's tagged fields
-                return None
-            pos += 1
-            size = frame[pos] - 1
-            if not 0 <= size < 0x7F:
-                return None
-            pos += 1
-        else:
-            size = (frame[pos] << 8) | frame[pos + 1]
-            if size >= 0x8000:
-                return None
-            pos += 2
-        group_id = frame[pos : pos + size].decode()
-        pos += size
-        wanted: Wanted
-        if flexible:
-            count = frame[pos] - 1  # topics: one-byte compact length (under 127 topics)
-            if count >= 0x7F:
-                return None
-            pos += 1
-        else:
-            count = _I32.unpack_from(frame, pos)[0]
-            if count >= 0x7F:
-                return None
-            pos += 4
-        if count < 0:
-            if version < 2:
-                return None  # null topics only from v2 on
-            wanted = None
-        else:
+            pos = _no_tags(frame, pos)  # the request header's
+        group_id, pos = _string(frame, pos, flexible)
+        count, pos = _count(frame, pos, flexible)
+        wanted: Wanted = None
+        if count >= 0:
             topics: list[tuple[str, tuple[int, ...]]] = []
             for _ in range(count):
-                if flexible:
-                    size = frame[pos] - 1
-                    if not 0 <= size < 0x7F:
-                        return None
-                    pos += 1
-                else:
-                    size = (frame[pos] << 8) | frame[pos + 1]
-                    if size >= 0x8000:
-                        return None
-                    pos += 2
-                name = frame[pos : pos + size].decode()
-                pos += size
-                if flexible:
-                    n = frame[pos] - 1
-                    if not 0 <= n < 0x7F:
-                        return None
-                    pos += 1
-                else:
-                    n = _I32.unpack_from(frame, pos)[0]
-                    if not 0 <= n < 0x7F:  # (more: the generic decoder and its element limit)
-                        return None
-                    pos += 4
-                if pos + 4 * n > len(frame):
+                name, pos = _string(frame, pos, flexible)
+                n, pos = _count(frame, pos, flexible)
+                if n < 0 or pos + 4 * n > len(frame):
                     return None
-                partitions = struct.unpack_from(f">{n}i", frame, pos)
+                topics.append((name, struct.unpack_from(f">{n}i", frame, pos)))
                 pos += 4 * n
                 if flexible:
-                    if frame[pos]:  # the topic's tagged fields
-                        return None
-                    pos += 1
-                topics.append((name, partitions))
+                    pos = _no_tags(frame, pos)  # the topic's
             wanted = tuple(topics)
+        elif version < 2:
+            return None  # null topics only from v2 on
         require_stable = False
         if version >= 7:
             stable = frame[pos]
@@ -196,11 +192,9 @@ def decode_offset_fetch_request(frame: Frame, version: int) -> tuple[str, Wanted
             require_stable = stable == 1
             pos += 1
         if flexible:
-            if frame[pos]:  # the request's tagged fields
-                return None
-            pos += 1
+            pos = _no_tags(frame, pos)  # the request's
         if pos != len(frame):
             return None
-    except (IndexError, UnicodeDecodeError, struct.error):
+    except (IndexError, UnicodeDecodeError, struct.error, _Unusual):
         return None
     return group_id, wanted, require_stable
