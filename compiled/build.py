@@ -27,7 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from compiled import BUILD_DIR, MANIFEST, PACKAGE_DIR, ROOT, extension_suffix, source_digest
+from compiled import (
+    BUILD_DIR,
+    MANIFEST,
+    PACKAGE_DIR,
+    ROOT,
+    extension_suffix,
+    source_digest,
+    usable_build,
+)
 
 MODULES = (
     "protocol/framing.py",
@@ -89,21 +97,11 @@ def missing_toolchain() -> str | None:
 
 
 def is_current() -> bool:
-    """A build exists for this interpreter and every source still matches it."""
-    try:
-        manifest = json.loads(MANIFEST.read_text())
-    except (OSError, ValueError):
+    """A build of exactly :data:`MODULES` exists, usable here (this interpreter, every source
+    unchanged)."""
+    if usable_build(MANIFEST, ROOT, {})[0] is None:
         return False
-    if manifest.get("suffix") != extension_suffix() or sorted(manifest.get("sources", [])) != sorted(MODULES):
-        return False
-    try:
-        return all(
-            source_digest(ROOT / e["source"]) == e["sha256"]
-            for e in manifest["modules"].values()
-            if e.get("source")
-        )
-    except OSError:
-        return False
+    return sorted(json.loads(MANIFEST.read_text()).get("sources", [])) == sorted(MODULES)
 
 
 def _module_name(source: str) -> str:
