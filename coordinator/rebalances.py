@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import struct
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -92,10 +93,14 @@ class RebalanceStart:
     reason: str
     members_before: int
     owners_before: Owners
+    member: str = ""
+    """The member id the reason names, as the manager holds it ("": none given)."""
 
 
-def begin(now_ms: int, reason: str, settled: Settled) -> RebalanceStart:
-    return RebalanceStart(now_ms, reason, settled.members, settled.owners)
+def begin(now_ms: int, reason: str, settled: Settled, member: str = "") -> RebalanceStart:
+    """``member``: the id ``reason`` names, if any (the event then shares it; see
+    :class:`RebalanceCompleted`)."""
+    return RebalanceStart(now_ms, reason, settled.members, settled.owners, member)
 
 
 def moved(before: Mapping[tuple[str, int], str], after: Mapping[tuple[str, int], str]) -> int:
@@ -118,12 +123,18 @@ def finish(
     group's new :class:`Settled`."""
     if start is None:
         start = RebalanceStart(now_ms, "unknown", members, owners)
-    trigger, member = classify(start.reason)
+    reason = start.reason
+    trigger, member = classify(reason)
+    head, tail = reason, None
+    if member and member == start.member:
+        member = start.member  # the manager's string, not the copy read out of the text
+        before, _, after = reason.partition(member)
+        head, tail = sys.intern(before), sys.intern(after)
     return RebalanceCompleted(
         group_id,
         generation,
         members,
-        start.reason,
+        head,
         now_ms - start.started_ms,
         group_type=group_type,
         trigger=trigger,
@@ -131,6 +142,7 @@ def finish(
         started_ms=start.started_ms,
         members_before=start.members_before,
         partitions_moved=moved(start.owners_before, owners),
+        reason_tail=tail,
     ), Settled(members, owners) if owners else _settled_without_owners(members)
 
 
