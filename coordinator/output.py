@@ -108,7 +108,7 @@ class RebalanceCompleted:
 
     The manager's reason text is :attr:`reason`. Kept whole in ``reason_head`` unless it names
     :attr:`member`: then the text around the member's id is kept (``reason_head``,
-    ``reason_tail``, both interned: few distinct ones) and the id is the one :attr:`member`
+    ``reason_tail``, both shared: few distinct ones) and the id is the one :attr:`member`
     holds, so that a group's stored event repeats neither its id nor its text."""
 
     group_id: str

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import struct
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -128,7 +127,7 @@ def finish(
     if member and member == start.member:
         member = start.member  # the manager's string, not the copy read out of the text
         before, _, after = reason.partition(member)
-        head, tail = sys.intern(before), sys.intern(after)
+        head, tail = _shared_text(before), _shared_text(after)
     return RebalanceCompleted(
         group_id,
         generation,
@@ -143,6 +142,23 @@ def finish(
         partitions_moved=moved(start.owners_before, owners),
         reason_tail=tail,
     ), Settled(members, owners) if owners else _settled_without_owners(members)
+
+
+_SHARED_TEXTS_MAX = 4096
+_shared_texts: dict[str, str] = {}
+
+
+def _shared_text(text: str) -> str:
+    """One copy of the texts around member ids in reasons (few distinct ones: "new member ",
+    " joined"...). A table of our own rather than ``sys.intern``: interned strings are dropped
+    and interned again whenever no event holds them, and that churn grows the interned dict."""
+    found = _shared_texts.get(text)
+    if found is not None:
+        return found
+    if len(_shared_texts) >= _SHARED_TEXTS_MAX:
+        _shared_texts.clear()
+    _shared_texts[text] = text
+    return text
 
 
 _NO_OWNERS_SETTLED: dict[int, Settled] = {}
