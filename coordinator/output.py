@@ -104,12 +104,17 @@ class RebalanceCompleted:
     """A rebalance that ended (the group became Stable, or Empty at a new generation), for
     the runtime's metrics and history (built by ``coordinator.rebalances.finish``).
     ``duration_ms`` runs from the first PreparingRebalance (or epoch bump); ``generation`` is
-    the classic generation or the consumer group's epoch; ``members`` is the count after."""
+    the classic generation or the consumer group's epoch; ``members`` is the count after.
+
+    The manager's reason text is :attr:`reason`. Kept whole in ``reason_head`` unless it names
+    :attr:`member`: then the text around the member's id is kept (``reason_head``,
+    ``reason_tail``, both shared: few distinct ones) and the id is the one :attr:`member`
+    holds, so that a group's stored event repeats neither its id nor its text."""
 
     group_id: str
     generation: int
     members: int
-    reason: str
+    reason_head: str
     duration_ms: int
     group_type: str = "classic"
     trigger: str = "other"
@@ -118,6 +123,13 @@ class RebalanceCompleted:
     started_ms: int = 0
     members_before: int = 0
     partitions_moved: int = 0
+    reason_tail: str | None = None
+    """None: ``reason_head`` is the whole reason; else what follows :attr:`member` in it."""
+
+    @property
+    def reason(self) -> str:
+        tail = self.reason_tail
+        return self.reason_head if tail is None else self.reason_head + self.member + tail
 
 
 def map_store_error(error: int) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import struct
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -92,10 +91,14 @@ class RebalanceStart:
     reason: str
     members_before: int
     owners_before: Owners
+    member: str = ""
+    """The member id the reason names, as the manager holds it ("": none given)."""
 
 
-def begin(now_ms: int, reason: str, settled: Settled) -> RebalanceStart:
-    return RebalanceStart(now_ms, reason, settled.members, settled.owners)
+def begin(now_ms: int, reason: str, settled: Settled, member: str = "") -> RebalanceStart:
+    """``member``: the id ``reason`` names, if any (the event then shares it; see
+    :class:`RebalanceCompleted`)."""
+    return RebalanceStart(now_ms, reason, settled.members, settled.owners, member)
 
 
 def moved(before: Mapping[tuple[str, int], str], after: Mapping[tuple[str, int], str]) -> int:
@@ -118,12 +121,18 @@ def finish(
     group's new :class:`Settled`."""
     if start is None:
         start = RebalanceStart(now_ms, "unknown", members, owners)
-    trigger, member = classify(start.reason)
+    reason = start.reason
+    trigger, member = classify(reason)
+    head, tail = reason, None
+    if member and member == start.member:
+        member = start.member  # the manager's string, not the copy read out of the text
+        before, _, after = reason.partition(member)
+        head, tail = _shared_text(before), _shared_text(after)
     return RebalanceCompleted(
         group_id,
         generation,
         members,
-        start.reason,
+        head,
         now_ms - start.started_ms,
         group_type=group_type,
         trigger=trigger,
@@ -131,7 +140,25 @@ def finish(
         started_ms=start.started_ms,
         members_before=start.members_before,
         partitions_moved=moved(start.owners_before, owners),
+        reason_tail=tail,
     ), Settled(members, owners) if owners else _settled_without_owners(members)
+
+
+_SHARED_TEXTS_MAX = 4096
+_shared_texts: dict[str, str] = {}
+
+
+def _shared_text(text: str) -> str:
+    """One copy of the texts around member ids in reasons (few distinct ones: "new member ",
+    " joined"...). A table of our own rather than ``sys.intern``: interned strings are dropped
+    and interned again whenever no event holds them, and that churn grows the interned dict."""
+    found = _shared_texts.get(text)
+    if found is not None:
+        return found
+    if len(_shared_texts) >= _SHARED_TEXTS_MAX:
+        _shared_texts.clear()
+    _shared_texts[text] = text
+    return text
 
 
 _NO_OWNERS_SETTLED: dict[int, Settled] = {}
@@ -207,11 +234,13 @@ class RebalanceHistory:
     """The last ``per_group`` rebalances of each group (at most ``max_groups`` groups).
 
     A group that rebalanced once (most idle groups) is kept as its one event, without a
-    :class:`_GroupHistory` around it."""
+    :class:`_GroupHistory` around it. The groups are a plain dict in the order they last
+    changed (a group moves to the end by being taken out and put back): an OrderedDict's
+    links cost 66 bytes a group."""
 
     per_group: int = 20
     max_groups: int = 10_000
-    _groups: OrderedDict[str, _GroupHistory | RebalanceCompleted] = field(default_factory=OrderedDict)
+    _groups: dict[str, _GroupHistory | RebalanceCompleted] = field(default_factory=dict)
 
     def record(self, event: RebalanceCompleted) -> None:
         """Keep ``event`` (the oldest of its group goes when it has ``per_group``)."""
@@ -220,11 +249,12 @@ class RebalanceHistory:
         if history is None:
             groups[event.group_id] = event if self.per_group > 0 else _GroupHistory([], [_end(event)], 1)
             while len(groups) > self.max_groups:
-                groups.popitem(last=False)
+                del groups[next(iter(groups))]  # the least recently changed
             return
-        groups.move_to_end(event.group_id)
+        del groups[event.group_id]  # put back at the end below: the most recently changed
         if not isinstance(history, _GroupHistory):
-            history = groups[event.group_id] = _GroupHistory([history], [_end(history)], 1)
+            history = _GroupHistory([history], [_end(history)], 1)
+        groups[event.group_id] = history
         events = history.events
         events.append(event)
         if len(events) > self.per_group:

@@ -123,6 +123,20 @@ class JoinTimer:
 
 _NONE: Mapping[str, Any] = MappingProxyType({})
 
+_ONE_VOTE_EACH_MAX = 1024
+_one_vote_each_of: dict[frozenset[str], Mapping[str, int]] = {}
+
+
+def _one_vote_each(names: frozenset[str]) -> Mapping[str, int]:
+    """The votes of a group whose one member supports ``names``: a read-only mapping shared by
+    all such groups (most idle groups have one member, and their members the same protocols)."""
+    votes = _one_vote_each_of.get(names)
+    if votes is None:
+        if len(_one_vote_each_of) >= _ONE_VOTE_EACH_MAX:
+            _one_vote_each_of.clear()
+        votes = _one_vote_each_of[names] = MappingProxyType(dict.fromkeys(names, 1))
+    return votes
+
 
 @dataclass(eq=False, slots=True)
 class ClassicGroup:
@@ -141,8 +155,10 @@ class ClassicGroup:
     :meth:`add_pending` (a shared empty mapping until the first entry, to keep idle groups small)."""
     static_members: Mapping[str, str] = field(default_factory=lambda: _NONE)
     """Group instance id -> member id (L); read-only like ``pending_members``."""
-    protocol_votes: dict[str, int] = field(default_factory=dict)
-    """Protocol name -> number of members supporting it (B4-B6)."""
+    protocol_votes: Mapping[str, int] = field(default_factory=lambda: _NONE)
+    """Protocol name -> number of members supporting it (B4-B6). Read-only here: written
+    through :meth:`_inc_votes`/:meth:`_dec_votes`; a group's first member brings a mapping shared
+    with every group whose first member has the same protocols (:func:`_one_vote_each`)."""
     num_awaiting_join: int = 0
     new_member_added: bool = False
     settled: Settled = NOTHING_SETTLED
@@ -190,17 +206,30 @@ class ClassicGroup:
         current = self.static_member_id(instance_id)
         return current is not None and current != member_id
 
+    def _votes(self) -> dict[str, int]:
+        """The vote counts, as this group's own dict (copied from a shared mapping first)."""
+        if type(self.protocol_votes) is not dict:
+            self.protocol_votes = dict(self.protocol_votes)
+        return self.protocol_votes  # type: ignore[return-value]
+
     def _inc_votes(self, member: Member) -> None:
+        if not self.protocol_votes:
+            self.protocol_votes = _one_vote_each(member.protocol_names())
+            return
+        votes = self._votes()
         for name in member.protocol_names():
-            self.protocol_votes[name] = self.protocol_votes.get(name, 0) + 1
+            votes[name] = votes.get(name, 0) + 1
 
     def _dec_votes(self, member: Member) -> None:
+        votes = self._votes()
         for name in member.protocol_names():
-            left = self.protocol_votes.get(name, 0) - 1
+            left = votes.get(name, 0) - 1
             if left > 0:
-                self.protocol_votes[name] = left
+                votes[name] = left
             else:
-                self.protocol_votes.pop(name, None)
+                votes.pop(name, None)
+        if not votes:
+            self.protocol_votes = _NONE  # back to the shared empty mapping
 
     def add(self, member: Member, join_handle: Hashable = None, awaiting: bool = False) -> None:
         """B4 (and D10's bookkeeping): register static id, set protocol type, maybe leader,

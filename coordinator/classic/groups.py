@@ -47,8 +47,53 @@ def shared(text: str) -> str:
     return sys.intern(text)
 
 
+_SHARED_MAX = 4096
+"""Entries of each sharing table; a full table starts over (what members repeat stays)."""
+_SHARED_BYTES_MAX_LEN = 256
+"""Longer metadata and assignments are kept as they came: they are rarely repeated."""
+_shared_protocols: dict[tuple[tuple[str, bytes], ...], tuple[tuple[str, bytes], ...]] = {}
+_shared_bytes: dict[bytes, bytes] = {}
+_shared_ints: dict[int, int] = {}
+
+
 def shared_protocols(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
-    return tuple((sys.intern(name), metadata) for name, metadata in protocols)
+    """One copy of a protocol list that many members send alike (the same subscription):
+    the tuples and their metadata bytes; names interned."""
+    found = _shared_protocols.get(protocols)
+    if found is not None:
+        return found
+    copy = tuple((sys.intern(name), shared_bytes(metadata)) for name, metadata in protocols)
+    if sum(len(metadata) for _, metadata in copy) <= _SHARED_BYTES_MAX_LEN:
+        if len(_shared_protocols) >= _SHARED_MAX:
+            _shared_protocols.clear()
+        _shared_protocols[copy] = copy
+    return copy
+
+
+def shared_bytes(data: bytes) -> bytes:
+    """One copy of short metadata and assignments that many members repeat (an empty
+    subscription, an empty assignment)."""
+    if len(data) > _SHARED_BYTES_MAX_LEN:
+        return data
+    found = _shared_bytes.get(data)
+    if found is not None:
+        return found
+    if len(_shared_bytes) >= _SHARED_MAX:
+        _shared_bytes.clear()
+    _shared_bytes[data] = data
+    return data
+
+
+def shared_int(value: int) -> int:
+    """One object for a number that many members repeat (their session and rebalance
+    timeouts: each request decodes its own, 32 bytes each)."""
+    found = _shared_ints.get(value)
+    if found is not None:
+        return found
+    if len(_shared_ints) >= _SHARED_MAX:
+        _shared_ints.clear()
+    _shared_ints[value] = value
+    return value
 
 
 _MEMBER_ID_PREFIX_MAX = 0x7FFF - 37  # "-" + a UUID after it, in a string field of a record
@@ -238,17 +283,22 @@ class ClassicGroups:
 
     # ---- rebalance (D11, E) ------------------------------------------------------------------
 
-    def maybe_prepare_rebalance(self, group: ClassicGroup, now_ms: int, reason: str) -> None:
+    def maybe_prepare_rebalance(
+        self, group: ClassicGroup, now_ms: int, reason: str, member: str = ""
+    ) -> None:
         if group.can_rebalance():
-            self.prepare_rebalance(group, now_ms, reason)
+            self.prepare_rebalance(group, now_ms, reason, member)
 
-    def prepare_rebalance(self, group: ClassicGroup, now_ms: int, reason: str) -> None:
-        """D11."""
+    def prepare_rebalance(
+        self, group: ClassicGroup, now_ms: int, reason: str, member: str = ""
+    ) -> None:
+        """D11. ``member``: the member id ``reason`` names, if any (see
+        :func:`coordinator.rebalances.begin`)."""
         if group.state is GroupState.COMPLETING_REBALANCE:
             self.reset_and_propagate_assignment_error(group, ErrorCode.rebalance_in_progress, now_ms)
         initial = group.state is GroupState.EMPTY
         if group.state is not GroupState.COMPLETING_REBALANCE:
-            self._rebalance_started[group.group_id] = begin(now_ms, reason, group.settled)
+            self._rebalance_started[group.group_id] = begin(now_ms, reason, group.settled, member)
         group.transition_to(GroupState.PREPARING_REBALANCE, now_ms)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
@@ -423,7 +473,9 @@ class ClassicGroups:
         """G7."""
         self.remove_member(group, member.member_id)
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self.maybe_prepare_rebalance(group, now_ms, f"member {member.member_id} {why}")
+            self.maybe_prepare_rebalance(
+                group, now_ms, f"member {member.member_id} {why}", member.member_id
+            )
         elif group.state is GroupState.PREPARING_REBALANCE:
             self.try_complete_join(group, now_ms)
 

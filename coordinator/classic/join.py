@@ -22,6 +22,7 @@ from coordinator.classic.groups import (
     ClassicGroups,
     join_error,
     shared,
+    shared_int,
     shared_protocols,
 )
 from coordinator.config import GroupConfig
@@ -205,8 +206,8 @@ class JoinGroupHandler:
             group_instance_id=req.group_instance_id,
             client_id=shared(req.client_id),
             client_host=shared(req.client_host),
-            rebalance_timeout_ms=req.rebalance_timeout_ms,
-            session_timeout_ms=req.session_timeout_ms,
+            rebalance_timeout_ms=shared_int(req.rebalance_timeout_ms),
+            session_timeout_ms=shared_int(req.session_timeout_ms),
             protocol_type=shared(req.protocol_type),
             protocols=shared_protocols(req.protocols),
             is_new=True,
@@ -223,7 +224,9 @@ class JoinGroupHandler:
             group.group_id,
             group.state.value,
         )
-        self._groups.maybe_prepare_rebalance(group, now_ms, f"new member {member_id} joined")
+        self._groups.maybe_prepare_rebalance(
+            group, now_ms, f"new member {member_id} joined", member_id
+        )
 
     def _update_member_and_rebalance(
         self,
@@ -235,9 +238,9 @@ class JoinGroupHandler:
     ) -> None:
         displaced, old_handle = group.update_member(
             member,
-            req.protocols,
-            req.rebalance_timeout_ms,
-            req.session_timeout_ms,
+            shared_protocols(req.protocols),
+            shared_int(req.rebalance_timeout_ms),
+            shared_int(req.session_timeout_ms),
             handle,
             awaiting=True,
         )
@@ -245,7 +248,7 @@ class JoinGroupHandler:
             # A second JoinGroup from the same member replaces the parked one.
             self._op.reply(old_handle, join_error(member.member_id, ErrorCode.rebalance_in_progress))
         self._groups.maybe_prepare_rebalance(
-            group, now_ms, f"member {member.member_id} rejoined in {group.state.value}"
+            group, now_ms, f"member {member.member_id} rejoined in {group.state.value}", member.member_id
         )
 
     def _update_static_member_and_rebalance(
@@ -269,9 +272,9 @@ class JoinGroupHandler:
         group.replace_static_member(instance_id, old_id, new_id)
         group.update_member(
             member,
-            req.protocols,
-            req.rebalance_timeout_ms,
-            req.session_timeout_ms,
+            shared_protocols(req.protocols),
+            shared_int(req.rebalance_timeout_ms),
+            shared_int(req.session_timeout_ms),
             handle,
             awaiting=True,
         )
@@ -287,7 +290,7 @@ class JoinGroupHandler:
         if state is GroupState.STABLE:
             if group.select_protocol() != group.protocol_name:
                 groups.maybe_prepare_rebalance(
-                    group, now_ms, f"static member {new_id} changed the selected protocol"
+                    group, now_ms, f"static member {new_id} changed the selected protocol", new_id
                 )
                 return
             # No rebalance: persist the new member id and answer at once (after the write).
@@ -335,7 +338,9 @@ class JoinGroupHandler:
             )
         elif state is GroupState.COMPLETING_REBALANCE:
             # The leader may already hold the old id in its assignment: start over.
-            groups.prepare_rebalance(group, now_ms, f"static member {new_id} replaced {old_id}")
+            groups.prepare_rebalance(
+                group, now_ms, f"static member {new_id} replaced {old_id}", new_id
+            )
         # PreparingRebalance: stays parked until the join completes.
 
     def static_replace_write_failed(

@@ -16,7 +16,15 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from coordinator.classic.group import ClassicGroup, GroupState, Member
-from coordinator.classic.groups import ClassicGroups, settled_now, shared, sync_error
+from coordinator.classic.groups import (
+    ClassicGroups,
+    settled_now,
+    shared,
+    shared_bytes,
+    shared_int,
+    shared_protocols,
+    sync_error,
+)
 from coordinator.classic.join import JoinGroupHandler, StaticReplaceWriteFailed
 from coordinator.config import GroupConfig
 from coordinator.messages import (
@@ -191,7 +199,7 @@ class ClassicGroupManager:
             return
         self._op.emit(encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
         for mid, member in group.members.items():
-            member.assignment = assignment[mid]
+            member.assignment = shared_bytes(assignment[mid])
         handles = state.propagate_assignment(group, ErrorCode.none, now_ms)
         group.transition_to(GroupState.STABLE, now_ms)
         # At INFO the rebalance's structured line (logger kcoord.rebalance) says as much.
@@ -461,20 +469,24 @@ def _group_from_record(group_id: str, value: GroupMetadataValue) -> ClassicGroup
         leader_id=value.leader,
     )
     for mm in value.members:
-        protocols = ((value.protocol, mm.subscription),) if value.protocol is not None else ()
+        protocols = (
+            shared_protocols(((value.protocol, mm.subscription),))
+            if value.protocol is not None
+            else ()
+        )
         group.add(
             Member(
                 member_id=mm.member_id,
                 group_instance_id=mm.group_instance_id,
                 client_id=shared(mm.client_id),
                 client_host=shared(mm.client_host),
-                rebalance_timeout_ms=(
+                rebalance_timeout_ms=shared_int(
                     mm.rebalance_timeout if mm.rebalance_timeout >= 0 else mm.session_timeout
                 ),
-                session_timeout_ms=mm.session_timeout,
+                session_timeout_ms=shared_int(mm.session_timeout),
                 protocol_type=value.protocol_type,
                 protocols=protocols,
-                assignment=mm.assignment,
+                assignment=shared_bytes(mm.assignment),
             )
         )
     group.protocol_type = value.protocol_type or None

@@ -96,6 +96,18 @@ def test_B4_add_sets_type_leader_votes_awaiting() -> None:
     assert g.num_awaiting_join == 1
 
 
+def test_B4_one_member_groups_share_their_votes_until_they_change() -> None:
+    g1, g2 = ClassicGroup("g1"), ClassicGroup("g2")
+    g1.add(member("a", (("range", b""),)))
+    g2.add(member("b", (("range", b""),)))
+    assert g1.protocol_votes is g2.protocol_votes and g1.protocol_votes == {"range": 1}
+    g1.add(member("c", (("range", b""), ("rr", b""))))
+    assert g1.protocol_votes == {"range": 2, "rr": 1} and g2.protocol_votes == {"range": 1}
+    g1.remove("a")
+    g1.remove("c")
+    assert g1.protocol_votes == {} and g2.protocol_votes == {"range": 1}
+
+
 def test_B4_add_registers_static_member_and_drops_pending() -> None:
     g = ClassicGroup("g")
     g.add_pending("p", 1)

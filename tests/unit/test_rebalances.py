@@ -12,12 +12,15 @@ from coordinator.rebalances import (
     MEMBER_JOINED,
     MEMBER_LEFT,
     METADATA_CHANGED,
+    NOTHING_SETTLED,
     OTHER,
     SUBSCRIPTION_CHANGED,
     RebalanceHistory,
     as_json,
+    begin,
     classify,
     decode_assignment,
+    finish,
     log_fields,
     moved,
 )
@@ -165,3 +168,23 @@ def test_consumer_expiry_event_moves_partitions() -> None:
     assert (last.trigger, last.member) == (MEMBER_EXPIRED, "b")
     assert last.members == 1 and last.members_before == 2 and last.partitions_moved == 3
     assert last.generation == g.group().group_epoch
+
+
+def test_an_event_shares_the_member_id_its_reason_names() -> None:
+    member_id = "".join(["client-", "7"])  # built, so that no literal equals it by identity
+    text = f"new member {member_id} joined"
+    done, _ = finish(
+        begin(100, text, NOTHING_SETTLED, member_id),
+        group_id="g", group_type="classic", generation=1, members=1, owners={}, now_ms=130,
+    )  # fmt: skip
+    assert done.member is member_id and done.trigger == MEMBER_JOINED
+    assert done.reason == text and done.reason_tail is not None
+    assert as_json(done)["reason"] == text and f"reason=\"{text}\"" in log_fields(done)
+    # A member id the text does not give back whole (a space in it): the text is kept whole.
+    spaced = "client 7-1"
+    odd, _ = finish(
+        begin(100, f"new member {spaced} joined", NOTHING_SETTLED, spaced),
+        group_id="g", group_type="classic", generation=1, members=1, owners={}, now_ms=130,
+    )  # fmt: skip
+    assert odd.member == "client" and odd.reason == f"new member {spaced} joined"
+    assert odd.reason_tail is None
