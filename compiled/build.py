@@ -63,6 +63,7 @@ MODULES = (
     "coordinator/loading.py",
     "coordinator/rebalances.py",
     "coordinator/rebalance_replay.py",
+    "coordinator/sharing.py",
     "coordinator/output.py",
     "coordinator/subscription.py",
     "coordinator/offset_groups.py",

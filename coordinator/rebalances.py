@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from coordinator.output import RebalanceCompleted
+from coordinator.sharing import SharingTable, shared_copy
 
 MEMBER_JOINED = "member_joined"
 MEMBER_LEFT = "member_left"
@@ -127,7 +128,7 @@ def finish(
     if member and member == start.member:
         member = start.member  # the manager's string, not the copy read out of the text
         before, _, after = reason.partition(member)
-        head, tail = _shared_text(before), _shared_text(after)
+        head, tail = shared_copy(_texts, before), shared_copy(_texts, after)
     return RebalanceCompleted(
         group_id,
         generation,
@@ -141,38 +142,21 @@ def finish(
         members_before=start.members_before,
         partitions_moved=moved(start.owners_before, owners),
         reason_tail=tail,
-    ), Settled(members, owners) if owners else _settled_without_owners(members)
+    ), Settled(members, owners) if owners else _settled_of(members)
 
 
-_SHARED_TEXTS_MAX = 4096
-_shared_texts: dict[str, str] = {}
+_texts: SharingTable[str, str] = SharingTable()
+"""The texts around member ids in reasons (few distinct ones: "new member ", " joined"...). A
+table of our own rather than ``sys.intern``: interned strings are dropped and interned again
+whenever no event holds them, and that churn grows the interned dict."""
+_settled_without_owners: SharingTable[int, Settled] = SharingTable(1024)
+"""A :class:`Settled` of so many members owning nothing, shared (never changed): idle groups
+without an assignment keep no object of their own."""
 
 
-def _shared_text(text: str) -> str:
-    """One copy of the texts around member ids in reasons (few distinct ones: "new member ",
-    " joined"...). A table of our own rather than ``sys.intern``: interned strings are dropped
-    and interned again whenever no event holds them, and that churn grows the interned dict."""
-    found = _shared_texts.get(text)
-    if found is not None:
-        return found
-    if len(_shared_texts) >= _SHARED_TEXTS_MAX:
-        _shared_texts.clear()
-    _shared_texts[text] = text
-    return text
-
-
-_NO_OWNERS_SETTLED: dict[int, Settled] = {}
-
-
-def _settled_without_owners(members: int) -> Settled:
-    """A :class:`Settled` of ``members`` members owning nothing, shared (never changed): idle
-    groups without an assignment keep no object of their own."""
-    settled = _NO_OWNERS_SETTLED.get(members)
-    if settled is None:
-        settled = Settled(members)
-        if len(_NO_OWNERS_SETTLED) < 1024:
-            _NO_OWNERS_SETTLED[members] = settled
-    return settled
+def _settled_of(members: int) -> Settled:
+    settled = _settled_without_owners.get(members)
+    return settled if settled is not None else _settled_without_owners.put(members, Settled(members))
 
 
 # ---- classic assignments (ConsumerProtocolAssignment) -------------------------------------------

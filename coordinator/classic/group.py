@@ -22,6 +22,7 @@ from typing import Any
 from coordinator.messages import JoinMember
 from coordinator.offsets import OffsetExpiry
 from coordinator.rebalances import NOTHING_SETTLED, Settled
+from coordinator.sharing import SharingTable
 from coordinator.subscription import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from protocol.errors import ErrorCode
 
@@ -123,8 +124,7 @@ class JoinTimer:
 
 _NONE: Mapping[str, Any] = MappingProxyType({})
 
-_ONE_VOTE_EACH_MAX = 1024
-_one_vote_each_of: dict[frozenset[str], Mapping[str, int]] = {}
+_one_vote_each_of: SharingTable[frozenset[str], Mapping[str, int]] = SharingTable(1024)
 
 
 def _one_vote_each(names: frozenset[str]) -> Mapping[str, int]:
@@ -132,9 +132,7 @@ def _one_vote_each(names: frozenset[str]) -> Mapping[str, int]:
     all such groups (most idle groups have one member, and their members the same protocols)."""
     votes = _one_vote_each_of.get(names)
     if votes is None:
-        if len(_one_vote_each_of) >= _ONE_VOTE_EACH_MAX:
-            _one_vote_each_of.clear()
-        votes = _one_vote_each_of[names] = MappingProxyType(dict.fromkeys(names, 1))
+        votes = _one_vote_each_of.put(names, MappingProxyType(dict.fromkeys(names, 1)))
     return votes
 
 

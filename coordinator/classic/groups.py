@@ -28,6 +28,7 @@ from coordinator.schemas import (
     encode_group_metadata_value,
     encode_key,
 )
+from coordinator.sharing import SharingTable, shared_copy
 from coordinator.timers import TimerEntry, TimerKind, Timers
 from protocol.errors import ErrorCode
 
@@ -47,53 +48,35 @@ def shared(text: str) -> str:
     return sys.intern(text)
 
 
-_SHARED_MAX = 4096
-"""Entries of each sharing table; a full table starts over (what members repeat stays)."""
 _SHARED_BYTES_MAX_LEN = 256
 """Longer metadata and assignments are kept as they came: they are rarely repeated."""
-_shared_protocols: dict[tuple[tuple[str, bytes], ...], tuple[tuple[str, bytes], ...]] = {}
-_shared_bytes: dict[bytes, bytes] = {}
-_shared_ints: dict[int, int] = {}
+_protocols: SharingTable[tuple[tuple[str, bytes], ...], tuple[tuple[str, bytes], ...]] = SharingTable()
+_bytes: SharingTable[bytes, bytes] = SharingTable()
+_ints: SharingTable[int, int] = SharingTable()
 
 
 def shared_protocols(protocols: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
     """One copy of a protocol list that many members send alike (the same subscription):
     the tuples and their metadata bytes; names interned."""
-    found = _shared_protocols.get(protocols)
+    found = _protocols.get(protocols)
     if found is not None:
         return found
     copy = tuple((sys.intern(name), shared_bytes(metadata)) for name, metadata in protocols)
     if sum(len(metadata) for _, metadata in copy) <= _SHARED_BYTES_MAX_LEN:
-        if len(_shared_protocols) >= _SHARED_MAX:
-            _shared_protocols.clear()
-        _shared_protocols[copy] = copy
+        _protocols.put(copy, copy)
     return copy
 
 
 def shared_bytes(data: bytes) -> bytes:
     """One copy of short metadata and assignments that many members repeat (an empty
     subscription, an empty assignment)."""
-    if len(data) > _SHARED_BYTES_MAX_LEN:
-        return data
-    found = _shared_bytes.get(data)
-    if found is not None:
-        return found
-    if len(_shared_bytes) >= _SHARED_MAX:
-        _shared_bytes.clear()
-    _shared_bytes[data] = data
-    return data
+    return data if len(data) > _SHARED_BYTES_MAX_LEN else shared_copy(_bytes, data)
 
 
 def shared_int(value: int) -> int:
     """One object for a number that many members repeat (their session and rebalance
     timeouts: each request decodes its own, 32 bytes each)."""
-    found = _shared_ints.get(value)
-    if found is not None:
-        return found
-    if len(_shared_ints) >= _SHARED_MAX:
-        _shared_ints.clear()
-    _shared_ints[value] = value
-    return value
+    return shared_copy(_ints, value)
 
 
 _MEMBER_ID_PREFIX_MAX = 0x7FFF - 37  # "-" + a UUID after it, in a string field of a record
