@@ -56,20 +56,8 @@ rebalance_log = logging.getLogger("kcoord.rebalance")
 _NO_REPLY = object()
 
 
-_last_now: list[int] = [0]
-"""The last time :func:`now_ms` gave, as the one object it hands out for that millisecond."""
-
-
 def now_ms() -> int:
-    """The time in milliseconds. Calls within the same millisecond get the same int object:
-    groups keep the times they were stamped with (state changes, rebalance starts), and under
-    load many groups are stamped in each millisecond (32 bytes an int otherwise)."""
-    now = int(time.time() * 1000)
-    last = _last_now[0]
-    if now == last:
-        return last
-    _last_now[0] = now
-    return now
+    return int(time.time() * 1000)
 
 
 class _ShardRuntime:
