@@ -15,8 +15,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The build stage compiles the hot modules with mypyc (python -m compiled.build); the compiler,
-# the Python headers and mypy stay here, out of the image.
+# The build stage compiles the hot modules with mypyc (python -m kcoord.compiled.build); the
+# compiler, the Python headers and mypy stay here, out of the image.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
        $(python -c "import os, sysconfig; print('' if os.path.exists(sysconfig.get_paths()['include'] + '/Python.h') else 'python3-dev')") \
@@ -37,7 +37,9 @@ COPY broker ./broker
 COPY pipeline ./pipeline
 COPY admin ./admin
 COPY compiled ./compiled
-RUN python -m compiled.build
+# The kcoord package: its own modules and links to the folders above.
+COPY src ./src
+RUN PYTHONPATH=src python -m kcoord.compiled.build
 
 
 FROM python:3.11-slim
@@ -52,7 +54,7 @@ COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
     && pip install -r requirements.txt \
     && rm requirements.txt
-# The sources with the compiled build beside them (package data of `compiled`).
+# The sources with the compiled build beside them (package data of `kcoord.compiled`).
 COPY --from=build /build ./
 RUN pip install --no-deps . && rm -rf /build
 

@@ -1,6 +1,6 @@
 """The command-line tools for consumer-group administration: Kafka clients, not the server.
 
-``kcoord groups ...`` and ``kcoord offsets ...`` (``broker/cli.py`` adds them to the ``kcoord``
+``kcoord groups ...`` and ``kcoord offsets ...`` (``kcoord/cli.py`` adds them to the ``kcoord``
 command through :mod:`admin.cli`) are ordinary Kafka admin clients (librdkafka's AdminClient:
 ListGroups, DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups, Metadata), so
 they work against Apache Kafka as well as kcoord. OffsetDelete, which the AdminClient of

@@ -1,7 +1,7 @@
 """``kcoord groups``, ``kcoord offsets``, ``kcoord topics`` and ``kcoord transactions``: their
 arguments, and running a parsed command.
 
-:func:`add_parsers` is the hook ``broker/cli.py`` calls to add the subcommands to the
+:func:`add_parsers` is the hook ``kcoord/cli.py`` calls to add the subcommands to the
 ``kcoord`` parser, and :func:`run` runs one once parsed. Output follows kafka-consumer-groups.sh:
 the same columns (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST
 CLIENT-ID; ``--members``; ``--state``), ``-`` where there is no value, notes on stderr;

@@ -141,7 +141,7 @@ class Admin:
     def _with_epochs(self, group: Group) -> Group:
         """A consumer group's epochs and targets, which the AdminClient does not show: one
         ConsumerGroupDescribe to its coordinator."""
-        from protocol.apis import ApiKey
+        from kcoord.protocol.apis import ApiKey
 
         _cid, host, port = group.coordinator
         r = _wire_request(
@@ -286,7 +286,7 @@ class Admin:
         self, group: Group, partitions: Sequence[tuple[str, int]]
     ) -> tuple[int, dict[tuple[str, int], int]]:
         """OffsetDelete v0 to the group's coordinator: (group error, per-partition errors)."""
-        from protocol.apis import ApiKey
+        from kcoord.protocol.apis import ApiKey
 
         _cid, host, port = group.coordinator
         if port < 0:
@@ -332,8 +332,8 @@ def exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, 
     """Send one request on ``sock`` and decode its answer."""
     from kio.serial import entity_reader
 
-    from protocol.apis import is_flexible
-    from protocol.codec import response_type
+    from kcoord.protocol.apis import is_flexible
+    from kcoord.protocol.codec import response_type
 
     frame = exchange_raw(sock, api_key, version, fields)
     reader: Any = entity_reader(response_type(api_key, version))
@@ -346,9 +346,9 @@ def exchange(sock: socket.socket, api_key: int, version: int, fields: dict[str, 
 def exchange_raw(sock: socket.socket, api_key: int, version: int, fields: dict[str, Any]) -> bytes:
     """Send one request on ``sock``; its answer's frame, undecoded (for the answers kio cannot
     read, e.g. a timestamp of -1)."""
-    from protocol.apis import is_flexible
-    from protocol.codec import encode_body, request_type
-    from protocol.responses import build
+    from kcoord.protocol.apis import is_flexible
+    from kcoord.protocol.codec import encode_body, request_type
+    from kcoord.protocol.responses import build
 
     body = encode_body(build(request_type(api_key, version), **fields))
     client_id = b"kcoord-admin"

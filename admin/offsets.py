@@ -121,7 +121,7 @@ def offsets_reset(admin: Admin, args: argparse.Namespace) -> int:
 
 
 def offsets_delete(admin: Admin, args: argparse.Namespace) -> int:
-    from protocol.errors import ErrorCode
+    from kcoord.protocol.errors import ErrorCode
 
     group = admin.describe(args.group)
     committed = admin.committed(args.group)

@@ -17,8 +17,8 @@ import struct
 import time
 from typing import Any
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 
 from .client import Admin, AdminError, exchange, exchange_raw
 from .output import note, print_json, print_table

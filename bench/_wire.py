@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from kio.serial import entity_reader
 
-from protocol.apis import is_flexible
-from protocol.codec import encode_body, request_type, response_type
-from protocol.responses import build
+from kcoord.protocol.apis import is_flexible
+from kcoord.protocol.codec import encode_body, request_type, response_type
+from kcoord.protocol.responses import build
 
 T = TypeVar("T")
 _SIZE = struct.Struct(">i")

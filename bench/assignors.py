@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, TopicId  # noqa: E402
+from kcoord.coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, TopicId  # noqa: E402
 
 Assignment = dict[str, dict[TopicId, frozenset[int]]]
 SIZES = ((10, 100), (100, 1_000), (1_000, 10_000))

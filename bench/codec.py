@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kio.serial import entity_reader  # noqa: E402
 
-from protocol import fastcodec  # noqa: E402
-from protocol.codec import decode_request, encode_body, request_type, response_type  # noqa: E402
-from protocol.errors import ErrorCode  # noqa: E402
-from protocol.responses import build  # noqa: E402
+from kcoord.protocol import fastcodec  # noqa: E402
+from kcoord.protocol.codec import decode_request, encode_body, request_type, response_type  # noqa: E402
+from kcoord.protocol.errors import ErrorCode  # noqa: E402
+from kcoord.protocol.responses import build  # noqa: E402
 
 
 def _per_call_us(fn: Callable[[], Any], seconds: float) -> float:

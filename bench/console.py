@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.schemas import (  # noqa: E402
+from kcoord.coordinator.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -44,9 +44,9 @@ from coordinator.schemas import (  # noqa: E402
     encode_key,
     encode_offset_commit_value,
 )
-from protocol.javahash import partition_for  # noqa: E402
-from protocol.record_encoding import build_batch  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
+from kcoord.protocol.javahash import partition_for  # noqa: E402
+from kcoord.protocol.record_encoding import build_batch  # noqa: E402
+from kcoord.storage.log import PartitionLog  # noqa: E402
 from tests.integration.browser import chromium  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.config import GroupConfig  # noqa: E402
-from coordinator.consumer.messages import ConsumerGroupHeartbeatRequest as Heartbeat  # noqa: E402
-from coordinator.consumer.topics import StaticTopics  # noqa: E402
-from coordinator.shard import GroupShard  # noqa: E402
+from kcoord.coordinator.config import GroupConfig  # noqa: E402
+from kcoord.coordinator.consumer.messages import ConsumerGroupHeartbeatRequest as Heartbeat  # noqa: E402
+from kcoord.coordinator.consumer.topics import StaticTopics  # noqa: E402
+from kcoord.coordinator.shard import GroupShard  # noqa: E402
 
 
 def one_run(topics: dict[str, int], members: int) -> dict[str, tuple[float, int]]:

@@ -43,17 +43,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _wire import decode, frame  # noqa: E402
 
-from coordinator.messages import OffsetCommitPartition  # noqa: E402
-from coordinator.schemas import (  # noqa: E402
+from kcoord.coordinator.messages import OffsetCommitPartition  # noqa: E402
+from kcoord.coordinator.schemas import (  # noqa: E402
     OffsetCommitKey,
     OffsetCommitValue,
     encode_key,
     encode_offset_commit_value,
 )
-from coordinator.write_size import offset_commit_floor, tombstones_batch_size  # noqa: E402
-from protocol.javahash import partition_for  # noqa: E402
-from protocol.record_encoding import build_batch  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
+from kcoord.coordinator.write_size import offset_commit_floor, tombstones_batch_size  # noqa: E402
+from kcoord.protocol.javahash import partition_for  # noqa: E402
+from kcoord.protocol.record_encoding import build_batch  # noqa: E402
+from kcoord.storage.log import PartitionLog  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402
 

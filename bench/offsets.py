@@ -24,18 +24,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.schemas import (  # noqa: E402
+from kcoord.coordinator.schemas import (  # noqa: E402
     OffsetCommitKey,
     OffsetCommitValue,
     encode_key,
     encode_offset_commit_value,
 )
-from protocol.codec import encode_body, request_type  # noqa: E402
-from protocol.javahash import partition_for  # noqa: E402
-from protocol.record_encoding import build_batch  # noqa: E402
-from protocol.responses import build  # noqa: E402
-from storage.compaction import compact  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
+from kcoord.protocol.codec import encode_body, request_type  # noqa: E402
+from kcoord.protocol.javahash import partition_for  # noqa: E402
+from kcoord.protocol.record_encoding import build_batch  # noqa: E402
+from kcoord.protocol.responses import build  # noqa: E402
+from kcoord.storage.compaction import compact  # noqa: E402
+from kcoord.storage.log import PartitionLog  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.harness import BrokerProcess, wait_for  # noqa: E402
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator.schemas import (  # noqa: E402
+from kcoord.coordinator.schemas import (  # noqa: E402
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -40,9 +40,9 @@ from coordinator.schemas import (  # noqa: E402
     encode_offset_commit_value,
     offset_commit_key_prefix,
 )
-from protocol.javahash import partition_for  # noqa: E402
-from protocol.record_encoding import build_batch, encode_kv_batch  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
+from kcoord.protocol.javahash import partition_for  # noqa: E402
+from kcoord.protocol.record_encoding import build_batch, encode_kv_batch  # noqa: E402
+from kcoord.storage.log import PartitionLog  # noqa: E402
 
 GROUPS = 1000
 TOPICS = 10
@@ -137,9 +137,9 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [int(s) for s in args.records.split(",") if s]
 
-    from pipeline.job import run_job
-    from pipeline.local import python_pass
-    from pipeline.session import build_session, java_version
+    from kcoord.pipeline.job import run_job
+    from kcoord.pipeline.local import python_pass
+    from kcoord.pipeline.session import build_session, java_version
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="kcoord-bench-pipeline-"))
     result: dict[str, object] = {

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol.control import encode_marker  # noqa: E402
-from protocol.record_encoding import build_batch  # noqa: E402
-from storage.log import PartitionLog  # noqa: E402
-from storage.txn_log import TxnLogMixin  # noqa: E402
+from kcoord.protocol.control import encode_marker  # noqa: E402
+from kcoord.protocol.record_encoding import build_batch  # noqa: E402
+from kcoord.storage.log import PartitionLog  # noqa: E402
+from kcoord.storage.txn_log import TxnLogMixin  # noqa: E402
 
 T0 = 1_700_000_000_000
 

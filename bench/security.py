@@ -37,10 +37,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from admin.client import exchange  # noqa: E402
-from admin.security import connect  # noqa: E402
 from bench._peers import cpu_seconds  # noqa: E402
-from protocol.apis import ApiKey  # noqa: E402
+from kcoord.admin.client import exchange  # noqa: E402
+from kcoord.admin.security import connect  # noqa: E402
+from kcoord.protocol.apis import ApiKey  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port  # noqa: E402
 from tests.integration.test_tls import make_certs  # noqa: E402
 
@@ -135,7 +135,7 @@ def workloads(port: int, conf: dict[str, str], seconds: float, pid: int, tag: st
 
 def _start(tmp: Path, certs: Path, name: str, extra: dict[str, object]) -> tuple[BrokerProcess, int, int, int]:
     data = tmp / name
-    subprocess.run([sys.executable, "-m", "broker.cli", "users", "add", "bench", "--password", PASSWORD,
+    subprocess.run([sys.executable, "-m", "kcoord", "users", "add", "bench", "--password", PASSWORD,
                     "--mechanism", "SCRAM-SHA-512", "--data-dir", str(data)], check=True)
     plain, tls_port, sasl_port = free_port(), free_port(), free_port()
     broker = BrokerProcess(data, {

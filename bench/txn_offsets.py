@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from broker.app import Broker  # noqa: E402
-from broker.config import Config  # noqa: E402
+from kcoord.broker.app import Broker  # noqa: E402
+from kcoord.broker.config import Config  # noqa: E402
 from tests.integration.rawclient import RawClient  # noqa: E402
 
 PARTITIONS = 64

@@ -1,3 +1,3 @@
-"""The I/O layer: asyncio server, connections, dispatch, data plane, config and CLI."""
-
-import compiled  # noqa: F401  (first: where a compiled build exists, its modules load in place of ours)
+"""The I/O layer: listeners and connections (net/), the group and transaction runtimes and their
+APIs (groups/, txn/), the data plane (data/), security (security/), the cluster and config APIs
+(admin_api/), metrics (metrics/) and the console (console/); app.py builds and wires them."""

@@ -17,39 +17,39 @@ import time
 import uuid
 from pathlib import Path
 
-from protocol.apis import ApiKey
-from storage.files import FilePool
+from kcoord.protocol.apis import ApiKey
+from kcoord.storage.files import FilePool
 
-from .acl.api import AclApi
-from .acl.store import AclStore, build_authorizer
-from .admission import RequestMemory
-from .cluster_api import ClusterApi
+from .admin_api.cluster import ClusterApi
+from .admin_api.configs import ConfigApi
 from .config import Config
-from .config_api import ConfigApi
-from .connection import Connection, ConnectionServices, DirectHandler, Handler
 from .console.login import ConsoleLogin
-from .consumer_group_api import ConsumerGroupApi
-from .data_api import DataApi
-from .flusher import Flusher
-from .group_api import GroupApi
-from .group_runtime import GroupRuntime
-from .limits import ConnectionLimits
-from .listeners import parse_listeners, server_ssl_context
-from .log_retention import LogRetention
-from .metrics import BrokerMetrics, CoordinatorState, MetricsServer
-from .offset_api import OffsetApi
-from .producer_ids import ProducerIdBlocks
-from .producers_api import ProducersApi
-from .sasl.api import SaslApi
-from .sasl.credentials import CredentialStore
-from .sasl.users_api import UsersApi
+from .data.api import DataApi
+from .data.flusher import Flusher
+from .data.producers_api import ProducersApi
+from .data.retention import LogRetention
+from .data.topic_configs import TopicConfigs
+from .data.topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
+from .groups.api import GroupApi
+from .groups.consumer_api import ConsumerGroupApi
+from .groups.offset_api import OffsetApi
+from .groups.runtime import GroupRuntime
+from .groups.txn_offset_api import TxnOffsetApi
+from .metrics.prometheus import BrokerMetrics, CoordinatorState, MetricsServer
+from .net.admission import RequestMemory
+from .net.connection import Connection, ConnectionServices, DirectHandler, Handler
+from .net.limits import ConnectionLimits
+from .net.listeners import parse_listeners, server_ssl_context
+from .security.acl.api import AclApi
+from .security.acl.store import AclStore, build_authorizer
+from .security.sasl.api import SaslApi
+from .security.sasl.credentials import CredentialStore
+from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
-from .topic_configs import TopicConfigs
-from .topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
-from .txn_api import TxnApi
-from .txn_markers import MarkerWriter
-from .txn_offset_api import TxnOffsetApi
-from .txn_runtime import TxnRuntime
+from .txn.api import TxnApi
+from .txn.markers import MarkerWriter
+from .txn.producer_ids import ProducerIdBlocks
+from .txn.runtime import TxnRuntime
 
 log = logging.getLogger("kcoord.broker")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compiled import PURE_ENV
+from kcoord.compiled import PURE_ENV
 
 
 class ConfigError(ValueError):
@@ -342,7 +342,7 @@ SETTINGS: dict[str, Setting] = {
             "How long tombstones survive compaction.",
             0,
         ),
-        # Retention of topics (the defaults of their topic configs, broker/topic_configs.py).
+        # Retention of topics (the defaults of their topic configs, broker/data/topic_configs.py).
         Setting(
             "log.cleanup.policy",
             str,

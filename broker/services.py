@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.output import RebalanceCompleted
+    from kcoord.coordinator.output import RebalanceCompleted
 
 
 def _ignore_request(api_key: int) -> None:
@@ -39,7 +39,7 @@ def _ignore_denial(principal: str, resource_type: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class MetricsHooks:
-    """Where the broker's parts report what they measure (``broker/metrics.py`` builds the
+    """Where the broker's parts report what they measure (``broker/metrics/prometheus.py`` builds the
     real ones). The default hooks do nothing: that is what a broker gets without
     ``--metrics-port``, and then measuring costs nothing beyond a call.
 

@@ -1,12 +1,12 @@
 """Which build of the hot modules runs: the mypyc-compiled one where it was built, else pure Python.
 
-The pure-Python sources are the only source of truth. ``python -m compiled.build`` (run by
+The pure-Python sources are the only source of truth. ``python -m kcoord.compiled.build`` (run by
 ``scripts/bootstrap`` where a C compiler and the Python headers exist, and by the container's build
-stage) compiles the modules listed in :mod:`compiled.build` with mypyc into ``compiled/_build/``,
-next to a ``manifest.json`` naming each extension file and the SHA-256 of the source it was made
-from. Nothing there is imported by accident: the packages that hold compiled modules (``protocol``,
-``coordinator``, ``broker``) import this package first, and only then, if the build is
-usable, a finder at the head of ``sys.meta_path`` hands out the extension instead of the ``.py``.
+stage) compiles the modules listed in :mod:`kcoord.compiled.build` with mypyc into
+``compiled/_build/``, next to a ``manifest.json`` naming each extension file and the SHA-256 of the
+source it was made from. Nothing there is imported by accident: the ``kcoord`` package imports this
+one before anything else, and only then, if the build is usable, a finder at the head of
+``sys.meta_path`` hands out the extension instead of the ``.py``.
 
 The build is used only if it was made for this interpreter (same extension suffix) and every
 compiled module's source still has the hash it was compiled from; an edited source therefore runs
@@ -29,8 +29,10 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-ROOT = PACKAGE_DIR.parent  # where the compiled modules' sources live (checkout or site-packages)
+# Not resolved: in a checkout src/kcoord/ links the top-level folders in, and the sources are
+# named from the package's root, the way they are imported.
+PACKAGE_DIR = Path(__file__).absolute().parent
+ROOT = PACKAGE_DIR.parent  # the kcoord package: src/kcoord in a checkout, or in site-packages
 BUILD_DIR = PACKAGE_DIR / "_build"
 MANIFEST = BUILD_DIR / "manifest.json"
 PURE_ENV = "KCOORD_PURE_PYTHON"
@@ -70,7 +72,7 @@ def usable_build(
     try:
         manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:
-        return None, "no compiled build (python -m compiled.build makes one; it needs gcc and the Python headers)"
+        return None, "no compiled build (python -m kcoord.compiled.build makes one; it needs gcc and the Python headers)"
     except (OSError, ValueError) as e:
         return None, f"unreadable {manifest_path}: {e}"
     if manifest.get("suffix") != extension_suffix():
@@ -86,7 +88,7 @@ def usable_build(
             except OSError:
                 fresh = False
             if not fresh:
-                return None, f"the compiled build is older than {source} (python -m compiled.build remakes it)"
+                return None, f"the compiled build is older than {source} (python -m kcoord.compiled.build remakes it)"
         files[name] = manifest_path.parent / entry["file"]
     return files, f"{sources} modules, mypyc {manifest.get('mypyc', '?')}"
 

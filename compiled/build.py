@@ -1,8 +1,8 @@
-"""Builds the compiled hot modules with mypyc: ``python -m compiled.build [--if-stale]``.
+"""Builds the compiled hot modules with mypyc: ``python -m kcoord.compiled.build [--if-stale]``.
 
 :data:`MODULES` is the one list of what is compiled: the codecs on the request path, the frame
 loop, the group and offsets managers and the record encoding, chosen by profile (bench/compare.py).
-They are compiled as one mypyc group into ``compiled/_build/`` (see :mod:`compiled` for how the
+They are compiled as one mypyc group into ``compiled/_build/`` (see :mod:`kcoord.compiled` for how the
 result is found and when it is not used); the build is made in a scratch directory and swapped in
 whole, so a failed or interrupted build leaves the previous one (or none) in place. A compiled
 module binds its functions and classes early: modules whose tests inject faults by replacing
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from compiled import (
+from kcoord.compiled import (
     BUILD_DIR,
     MANIFEST,
     PACKAGE_DIR,
@@ -73,13 +73,13 @@ MODULES = (
     "coordinator/consumer/member.py",
     "coordinator/consumer/target.py",
     "coordinator/consumer/steady.py",
-    "broker/connection.py",
-    "broker/group_runtime.py",
-    "broker/offset_api.py",
-    "broker/group_api.py",
-    "broker/consumer_group_api.py",
+    "broker/net/connection.py",
+    "broker/groups/runtime.py",
+    "broker/groups/offset_api.py",
+    "broker/groups/api.py",
+    "broker/groups/consumer_api.py",
 )
-GROUP = "compiled.kcoord"  # the shared library: compiled/_build/compiled/kcoord__mypyc.<suffix>
+GROUP = "kcoord.compiled.hot"  # the shared library: compiled/_build/kcoord/compiled/hot__mypyc.<suffix>
 
 
 def missing_toolchain() -> str | None:
@@ -106,7 +106,7 @@ def is_current() -> bool:
 
 
 def _module_name(source: str) -> str:
-    return source.removesuffix(".py").replace("/", ".")
+    return "kcoord." + source.removesuffix(".py").replace("/", ".")
 
 
 def build() -> None:
@@ -127,8 +127,9 @@ def build() -> None:
         )
         out, temp = scratch / "out", scratch / "temp"
         # The setup script runs in an empty directory (the project's pyproject.toml would make
-        # setuptools read the project's metadata); mypyc finds the sources through MYPYPATH.
-        env = dict(os.environ, MYPYPATH=str(ROOT))
+        # setuptools read the project's metadata); mypyc finds the sources through MYPYPATH, the
+        # folder that holds the kcoord package.
+        env = dict(os.environ, MYPYPATH=str(ROOT.parent))
         proc = subprocess.run(
             [sys.executable, "-c", script, str(out), str(temp), *[str(ROOT / m) for m in MODULES]],
             cwd=scratch, env=env, capture_output=True, text=True,

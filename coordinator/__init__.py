@@ -2,7 +2,7 @@
 
 The pieces::
 
-    broker/group_runtime.py  (I/O: appends records, fsyncs, delivers replies, arms timers)
+    broker/groups/runtime.py  (I/O: appends records, fsyncs, delivers replies, arms timers)
             |  request + handle + now      ^  Output: records, replies, failure actions
             v                              |
     shard.GroupShard ---- routes: is it this shard's group? loaded? which type? then to its manager
@@ -46,5 +46,3 @@ event of each completed rebalance, both types, and the bounded per-group history
 keeps of them), ``rebalance_replay`` (that history rebuilt from a partition's records at
 start-up).
 """
-
-import compiled  # noqa: F401  (first: where a compiled build exists, its modules load in place of ours)

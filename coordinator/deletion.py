@@ -18,16 +18,16 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coordinator.classic.group import ClassicGroup
-from coordinator.messages import DeleteGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
-from coordinator.offsets import OffsetManager, Offsets
-from coordinator.output import Operation
-from coordinator.write_size import tombstones_batch_size
-from protocol.errors import ErrorCode
+from kcoord.coordinator.classic.group import ClassicGroup
+from kcoord.coordinator.messages import DeleteGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
+from kcoord.coordinator.offsets import OffsetManager, Offsets
+from kcoord.coordinator.output import Operation
+from kcoord.coordinator.write_size import tombstones_batch_size
+from kcoord.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from coordinator.classic.manager import ClassicGroupManager
-    from coordinator.consumer.manager import ConsumerGroupManager
+    from kcoord.coordinator.classic.manager import ClassicGroupManager
+    from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 
 __all__ = ["DeleteWriteFailed", "delete_groups", "deleted_state", "undo_delete"]
 

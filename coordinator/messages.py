@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from coordinator.consumer.messages import (
+from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
 )

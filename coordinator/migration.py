@@ -19,26 +19,31 @@ from __future__ import annotations
 
 import logging
 
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.manager import ClassicGroupManager
-from coordinator.config import GroupConfig
-from coordinator.consumer import persistence as records
-from coordinator.consumer.embedded import (
+from kcoord.coordinator.classic.group import ClassicGroup
+from kcoord.coordinator.classic.manager import ClassicGroupManager
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer import persistence as records
+from kcoord.coordinator.consumer.embedded import (
     SubscriptionError,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     version_of,
 )
-from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.manager import ConsumerGroupManager
-from coordinator.consumer.member import ConsumerMember, MemberState
-from coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
-from coordinator.consumer.topics import by_id, by_name
-from coordinator.output import Operation
-from coordinator.schemas import GroupMetadataKey, GroupMetadataValue, MemberMetadata, encode_key
-from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
-from protocol.errors import ErrorCode
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+from kcoord.coordinator.consumer.member import ConsumerMember, MemberState
+from kcoord.coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
+from kcoord.coordinator.consumer.topics import by_id, by_name
+from kcoord.coordinator.output import Operation
+from kcoord.coordinator.schemas import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    encode_key,
+)
+from kcoord.coordinator.subscription import CONSUMER_PROTOCOL_TYPE
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.classic.manager import ClassicGroupManager
-from coordinator.consumer.manager import ConsumerGroupManager
-from coordinator.offsets import OffsetGroup
+from kcoord.coordinator.classic.manager import ClassicGroupManager
+from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+from kcoord.coordinator.offsets import OffsetGroup
 
 
 class ShardOffsetGroups:

@@ -26,8 +26,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from coordinator.config import GroupConfig
-from coordinator.messages import (
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import (
     FetchedOffset,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -36,8 +36,8 @@ from coordinator.messages import (
     OffsetFetchResponse,
     TxnOffsetCommitRequest,
 )
-from coordinator.output import Operation
-from coordinator.schemas import (
+from kcoord.coordinator.output import Operation
+from kcoord.coordinator.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     SchemaError,
@@ -46,10 +46,10 @@ from coordinator.schemas import (
     encode_offset_commit_fields,
     offset_commit_key_prefix,
 )
-from coordinator.timers import TimerEntry, TimerKind, Timers
-from coordinator.txn_pending import PendingTxnOffsets, TxnCommitWriteFailed, unstable
-from coordinator.write_size import offset_commit_floor, tombstones_batch_size
-from protocol.errors import ErrorCode
+from kcoord.coordinator.timers import TimerEntry, TimerKind, Timers
+from kcoord.coordinator.txn_pending import PendingTxnOffsets, TxnCommitWriteFailed, unstable
+from kcoord.coordinator.write_size import offset_commit_floor, tombstones_batch_size
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

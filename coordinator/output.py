@@ -20,8 +20,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.messages import Response, TxnMarkerRequest
-from protocol.errors import ErrorCode
+from kcoord.coordinator.messages import Response, TxnMarkerRequest
+from kcoord.protocol.errors import ErrorCode
 
 Record = tuple[bytes, bytes | None]
 Reply = tuple[Hashable, Response]

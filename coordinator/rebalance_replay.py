@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from coordinator.consumer.records import (
+from kcoord.coordinator.consumer.records import (
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupMetadataValue,
@@ -35,9 +35,9 @@ from coordinator.consumer.records import (
     ConsumerGroupTargetAssignmentMetadataValue,
     decode_consumer_value,
 )
-from coordinator.output import RebalanceCompleted
-from coordinator.rebalances import MEMBER_JOINED, RESTORED, Owners, classic_owners, moved
-from coordinator.schemas import GroupMetadataKey, decode_group_metadata_value, decode_key
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.rebalances import MEMBER_JOINED, RESTORED, Owners, classic_owners, moved
+from kcoord.coordinator.schemas import GroupMetadataKey, decode_group_metadata_value, decode_key
 
 
 @dataclass(slots=True)

@@ -21,8 +21,8 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from coordinator.output import RebalanceCompleted
-from coordinator.sharing import SharingTable, shared_copy
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.sharing import SharingTable, shared_copy
 
 MEMBER_JOINED = "member_joined"
 MEMBER_LEFT = "member_left"

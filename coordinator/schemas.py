@@ -30,13 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from coordinator.consumer.records import (
+from kcoord.coordinator.consumer.records import (
     CONSUMER_KEY_VERSIONS,
     ConsumerRecordKey,
     decode_consumer_key,
     encode_consumer_key,
 )
-from coordinator.schema_errors import SchemaError, UnsupportedVersionError
+from kcoord.coordinator.schema_errors import SchemaError, UnsupportedVersionError
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",

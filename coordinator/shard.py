@@ -35,31 +35,31 @@ import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from enum import Enum
 
-from coordinator.classic.group import ClassicGroup
-from coordinator.classic.groups import default_member_id, join_error, sync_error
-from coordinator.classic.join import StaticReplaceWriteFailed
-from coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
-from coordinator.config import GroupConfig
-from coordinator.consumer.change import ConsumerWriteFailed
-from coordinator.consumer.classic_members import ClassicMembers
-from coordinator.consumer.describe import (
+from kcoord.coordinator.classic.group import ClassicGroup
+from kcoord.coordinator.classic.groups import default_member_id, join_error, sync_error
+from kcoord.coordinator.classic.join import StaticReplaceWriteFailed
+from kcoord.coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer.change import ConsumerWriteFailed
+from kcoord.coordinator.consumer.classic_members import ClassicMembers
+from kcoord.coordinator.consumer.describe import (
     describe_group,
     listed_consumer_groups,
     not_a_classic_group,
     not_a_consumer_group,
 )
-from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.manager import ConsumerGroupManager
-from coordinator.consumer.messages import (
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.consumer.steady import steady_heartbeat
-from coordinator.consumer.topics import NO_TOPICS, TopicsView
-from coordinator.deletion import DeleteWriteFailed, delete_groups, undo_delete
-from coordinator.messages import (
+from kcoord.coordinator.consumer.steady import steady_heartbeat
+from kcoord.coordinator.consumer.topics import NO_TOPICS, TopicsView
+from kcoord.coordinator.deletion import DeleteWriteFailed, delete_groups, undo_delete
+from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
     DescribedGroup,
     DescribeGroupsRequest,
@@ -81,22 +81,22 @@ from coordinator.messages import (
     TxnMarkerResponse,
     TxnOffsetCommitRequest,
 )
-from coordinator.migration import GroupMigration
-from coordinator.offset_groups import ShardOffsetGroups
-from coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
-from coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
-from coordinator.rebalances import RebalanceStart
-from coordinator.schemas import (
+from kcoord.coordinator.migration import GroupMigration
+from kcoord.coordinator.offset_groups import ShardOffsetGroups
+from kcoord.coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
+from kcoord.coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
+from kcoord.coordinator.rebalances import RebalanceStart
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
     OffsetCommitValue,
     UnknownKey,
     decode_key,
 )
-from coordinator.timers import Timers
-from coordinator.txn_offsets import MarkerWriteFailed, TxnOffsets
-from coordinator.txn_pending import TxnCommitWriteFailed
-from protocol.errors import ErrorCode
+from kcoord.coordinator.timers import Timers
+from kcoord.coordinator.txn_offsets import MarkerWriteFailed, TxnOffsets
+from kcoord.coordinator.txn_pending import TxnCommitWriteFailed
+from kcoord.protocol.errors import ErrorCode
 
 __all__ = ["DeleteWriteFailed", "GroupShard", "Output", "RebalanceCompleted", "ShardMode"]
 

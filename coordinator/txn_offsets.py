@@ -17,13 +17,17 @@ import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from coordinator.messages import TxnMarkerRequest, TxnMarkerResponse, TxnOffsetCommitRequest
-from coordinator.offsets import OffsetGroups, OffsetManager, committing_group
-from coordinator.output import Operation
-from coordinator.schemas import OffsetCommitKey, OffsetCommitValue, decode_offset_commit_value
-from coordinator.txn_pending import PendingOffset, TopicPartition, TxnCommitWriteFailed
-from coordinator.write_size import offset_commit_floor
-from protocol.errors import ErrorCode
+from kcoord.coordinator.messages import TxnMarkerRequest, TxnMarkerResponse, TxnOffsetCommitRequest
+from kcoord.coordinator.offsets import OffsetGroups, OffsetManager, committing_group
+from kcoord.coordinator.output import Operation
+from kcoord.coordinator.schemas import (
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_offset_commit_value,
+)
+from kcoord.coordinator.txn_pending import PendingOffset, TopicPartition, TxnCommitWriteFailed
+from kcoord.coordinator.write_size import offset_commit_floor
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

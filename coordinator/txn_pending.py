@@ -24,9 +24,9 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from coordinator.messages import FetchedOffset, OffsetCommitResponse
-from coordinator.schemas import OffsetCommitValue
-from protocol.errors import ErrorCode
+from kcoord.coordinator.messages import FetchedOffset, OffsetCommitResponse
+from kcoord.coordinator.schemas import OffsetCommitValue
+from kcoord.protocol.errors import ErrorCode
 
 TopicPartition = tuple[str, int]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from coordinator.messages import JoinGroupRequest, OffsetCommitPartition
-from coordinator.schemas import (
+from kcoord.coordinator.messages import JoinGroupRequest, OffsetCommitPartition
+from kcoord.coordinator.schemas import (
     GroupMetadataValue,
     MemberMetadata,
     group_metadata_key_size,
@@ -27,8 +27,8 @@ from coordinator.schemas import (
     offset_commit_key_size,
     offset_commit_value_size,
 )
-from protocol.batch import HEADER_SIZE
-from protocol.record_encoding import kv_record_size, kv_run_size
+from kcoord.protocol.batch import HEADER_SIZE
+from kcoord.protocol.record_encoding import kv_record_size, kv_run_size
 
 __all__ = [
     "group_record_batch_size",

@@ -1,4 +1,4 @@
-"""``python -m pipeline run ...`` or ``spark-submit pipeline/__main__.py run ...``."""
+"""``python -m kcoord.pipeline run ...`` or ``spark-submit pipeline/__main__.py run ...``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import argparse
 import os
 import sys
 
-if __package__ in (None, ""):  # run as a file by spark-submit: make the packages importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __package__ in (None, ""):  # run as a file by spark-submit: make the kcoord package importable
+    # from a checkout (pipeline/, with the package in src/kcoord) or an install (kcoord/pipeline/)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.join(os.path.dirname(_here), "src"), os.path.dirname(os.path.dirname(_here))]
 
-from pipeline.cli import add_parser, run  # noqa: E402
+from kcoord.pipeline.cli import add_parser, run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

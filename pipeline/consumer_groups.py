@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.consumer.records import (
+from kcoord.coordinator.consumer.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupMemberMetadataKey,
     ConsumerGroupMetadataKey,
@@ -41,7 +41,7 @@ from coordinator.consumer.records import (
     TopicPartitions,
     decode_consumer_value,
 )
-from storage.partition_metadata import topic_id_to_str
+from kcoord.storage.partition_metadata import topic_id_to_str
 
 TOPIC_PARTITIONS_TYPE = pa.list_(
     pa.struct([("topic_id", pa.string()), ("partitions", pa.list_(pa.int32()))])

@@ -26,8 +26,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.consumer.records import ConsumerRecordKey
-from coordinator.schemas import (
+from kcoord.coordinator.consumer.records import ConsumerRecordKey
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
     RecordKey,
@@ -36,9 +36,9 @@ from coordinator.schemas import (
     decode_key,
     decode_offset_commit_value,
 )
-from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
-from protocol.key_values import decode_key_values
-from protocol.records import decode_records
+from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
+from kcoord.protocol.key_values import decode_key_values
+from kcoord.protocol.records import decode_records
 
 from . import fs
 from .consumer_groups import STATE_FIELDS, consumer_row

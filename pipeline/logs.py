@@ -16,15 +16,15 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
-from protocol.record_scan import batch_first_at_or_after
-from storage.checkpoint import LOG_START_CHECKPOINT, CheckpointError, parse_checkpoint
-from storage.partition_metadata import (
+from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
+from kcoord.protocol.record_scan import batch_first_at_or_after
+from kcoord.storage.checkpoint import LOG_START_CHECKPOINT, CheckpointError, parse_checkpoint
+from kcoord.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     parse_partition_metadata,
     topic_id_to_str,
 )
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, segment_name
+from kcoord.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, segment_name
 
 from . import fs
 

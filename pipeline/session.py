@@ -1,8 +1,8 @@
 """Building the SparkSession: local by default, or whatever ``spark-submit`` set up.
 
 Local runs need three things that are easy to get wrong: the Python workers must run this
-interpreter (``PYSPARK_PYTHON``; they import ``pipeline``, ``protocol``, ``coordinator`` and
-``storage``), Spark should bind to loopback (``SPARK_LOCAL_IP``), and the default 200 shuffle
+interpreter (``PYSPARK_PYTHON``; they import ``kcoord.pipeline``, ``kcoord.protocol``,
+``kcoord.coordinator`` and ``kcoord.storage``), Spark should bind to loopback (``SPARK_LOCAL_IP``), and the default 200 shuffle
 partitions are far too many for a few cores. On a cluster the code travels to the executors as
 a zip added with ``addPyFile``; their Python still needs the ``kcoord[pipeline]`` dependencies.
 """
@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 PACKAGES = ("pipeline", "protocol", "coordinator", "storage")
-ROOT = Path(__file__).resolve().parents[1]
+# Not resolved: in a checkout this is src/kcoord (which links the top-level folders in).
+PACKAGE_DIR = Path(__file__).absolute().parents[1]
+ROOT = PACKAGE_DIR.parent  # the folder holding the kcoord package: the workers import from it
 
 
 def java_version() -> str | None:
@@ -45,12 +47,15 @@ def is_local(master: str | None) -> bool:
 
 
 def code_zip(directory: str) -> str:
-    """A zip of the packages the executors import (sources only)."""
+    """A zip of the packages the executors import (sources only), under ``kcoord/``."""
     path = os.path.join(directory, "kcoord-pipeline.zip")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        # the package's __init__ imports kcoord.compiled (which finds no build in the zip)
+        for f in (PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "compiled" / "__init__.py"):
+            z.write(f, "kcoord/" + f.relative_to(PACKAGE_DIR).as_posix())
         for package in PACKAGES:
-            for f in sorted((ROOT / package).rglob("*.py")):
-                z.write(f, f.relative_to(ROOT).as_posix())
+            for f in sorted((PACKAGE_DIR / package).rglob("*.py")):
+                z.write(f, "kcoord/" + f.relative_to(PACKAGE_DIR).as_posix())
     return path
 
 

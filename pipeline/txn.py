@@ -11,9 +11,9 @@ read for a segment without transactional batches.
 
 from __future__ import annotations
 
-from protocol.batch import HEADER_SIZE, BatchHeader
-from protocol.control import decode_marker
-from protocol.key_values import decode_key_values
+from kcoord.protocol.batch import HEADER_SIZE, BatchHeader
+from kcoord.protocol.control import decode_marker
+from kcoord.protocol.key_values import decode_key_values
 
 from . import fs
 from .logs import SegmentRef, _walk_headers, list_segments

@@ -64,7 +64,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.SASL_HANDSHAKE: (0, 1),  # v0: the tokens follow as bare frames (broker/sasl/api.py)
+    ApiKey.SASL_HANDSHAKE: (0, 1),  # v0: the tokens follow as bare frames (broker/security/sasl/api.py)
     ApiKey.SASL_AUTHENTICATE: (0, 2),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),

@@ -40,7 +40,7 @@ from enum import IntEnum
 
 import cramjam
 
-from protocol.batch import CorruptBatch
+from kcoord.protocol.batch import CorruptBatch
 
 Buffer = bytes | bytearray | memoryview
 

@@ -8,9 +8,9 @@ objects, deltas and headers. A module of its own so that it can be compiled (com
 
 from __future__ import annotations
 
-from protocol.batch import BatchHeader, CorruptBatch
-from protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Buffer, decompress
-from protocol.record_scan import MIN_RECORD_SIZE
+from kcoord.protocol.batch import BatchHeader, CorruptBatch
+from kcoord.protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Buffer, decompress
+from kcoord.protocol.record_scan import MIN_RECORD_SIZE
 
 
 def read_varint_slow(data: bytes | bytearray, pos: int) -> tuple[int, int]:

@@ -15,7 +15,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 
-from protocol.batch import (
+from kcoord.protocol.batch import (
     _HEADER,  # the header's struct layout: kept in one place
     COMPRESSION_MASK,
     CONTROL_FLAG,
@@ -26,8 +26,8 @@ from protocol.batch import (
     TRANSACTIONAL_FLAG,
     compute_crc,
 )
-from protocol.compression import Compression, compress
-from protocol.records import Record, RecordHeader, varint_size, write_varint
+from kcoord.protocol.compression import Compression, compress
+from kcoord.protocol.records import Record, RecordHeader, varint_size, write_varint
 
 _CRC = struct.Struct(">I")
 _CRC_OFFSET = 17

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
-from protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Compression, decompress
+from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header
+from kcoord.protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Compression, decompress
 
 Buffer = bytes | bytearray | memoryview
 

@@ -22,10 +22,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch, crc_ok, parse_header, peek_size
-from protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Compression, decompress
-from protocol.key_values import read_varint_slow as _read_varint_slow
-from protocol.record_scan import MIN_RECORD_SIZE
+from kcoord.protocol.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptBatch,
+    crc_ok,
+    parse_header,
+    peek_size,
+)
+from kcoord.protocol.compression import DEFAULT_DECOMPRESSION_LIMIT, Compression, decompress
+from kcoord.protocol.key_values import read_varint_slow as _read_varint_slow
+from kcoord.protocol.record_scan import MIN_RECORD_SIZE
 
 Buffer = bytes | bytearray | memoryview
 

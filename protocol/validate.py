@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from crc32c import crc32c
 
-from protocol.batch import (
+from kcoord.protocol.batch import (
     _HEADER,  # the header's struct layout: kept in one place
     CRC_START,
     HEADER_SIZE,
@@ -38,14 +38,14 @@ from protocol.batch import (
     MAGIC_V2,
     BatchHeader,
 )
-from protocol.compression import (
+from kcoord.protocol.compression import (
     Compression,
     DecompressionError,
     DecompressionLimitExceeded,
     decompress,
 )
-from protocol.errors import ErrorCode
-from protocol.record_scan import LayoutError, check_layout
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_scan import LayoutError, check_layout
 
 Buffer = bytes | bytearray | memoryview
 

@@ -16,7 +16,7 @@ offsets in between (a segment file deleted or truncated by someone else). The ch
 lag behind the logs (they are written periodically), so they can miss a loss but never invent
 one, as long as the broker itself never moves a log's end back or its start forward behind
 their back: DeleteTopics rewrites them without the topic before deleting it, and DeleteRecords
-and retention (``broker/log_retention.py``) write the new log start before deleting segments.
+and retention (``broker/data/retention.py``) write the new log start before deleting segments.
 The log start checkpoint is also where a log start inside a segment is kept (read back at
 open: ``storage.retention``).
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from storage.files import write_file
+from kcoord.storage.files import write_file
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"

@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage.files import FilePool, fsync_dir
-from storage.recovery import SEGMENT_SUFFIXES, SWAP_SUFFIX, cleaned_path, remove_cleaned
-from storage.segment import INDEX_SUFFIXES, LOG_SUFFIX, Segment
+from kcoord.storage.files import FilePool, fsync_dir
+from kcoord.storage.recovery import SEGMENT_SUFFIXES, SWAP_SUFFIX, cleaned_path, remove_cleaned
+from kcoord.storage.segment import INDEX_SUFFIXES, LOG_SUFFIX, Segment
 
 log = logging.getLogger("kcoord.storage")
 

@@ -54,19 +54,19 @@ import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
-from protocol.compression import decompress
-from protocol.control import decode_marker
-from protocol.key_values import decode_key_values
-from protocol.record_encoding import encode_batch
-from protocol.records import decode_batch, read_varint
-from storage.cleaning import CleaningSnapshot
-from storage.index import INT32_MAX, pwrite_all
-from storage.log import PartitionLog
-from storage.recovery import CLEANED_SUFFIX, cleaned_path
-from storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
-from storage.time_index import NO_TIMESTAMP
-from storage.txn_index import TXN_INDEX_SUFFIX
+from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
+from kcoord.protocol.compression import decompress
+from kcoord.protocol.control import decode_marker
+from kcoord.protocol.key_values import decode_key_values
+from kcoord.protocol.record_encoding import encode_batch
+from kcoord.protocol.records import decode_batch, read_varint
+from kcoord.storage.cleaning import CleaningSnapshot
+from kcoord.storage.index import INT32_MAX, pwrite_all
+from kcoord.storage.log import PartitionLog
+from kcoord.storage.recovery import CLEANED_SUFFIX, cleaned_path
+from kcoord.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
+from kcoord.storage.time_index import NO_TIMESTAMP
+from kcoord.storage.txn_index import TXN_INDEX_SUFFIX
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
 

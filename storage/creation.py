@@ -45,9 +45,9 @@ import shutil
 import uuid
 from pathlib import Path
 
-from storage.files import fsync_dir
-from storage.log import PartitionLog
-from storage.partition_metadata import write_partition_metadata
+from kcoord.storage.files import fsync_dir
+from kcoord.storage.log import PartitionLog
+from kcoord.storage.partition_metadata import write_partition_metadata
 
 log = logging.getLogger("kcoord.storage")
 

@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from storage.files import DEFAULT_POOL, FilePool, ManagedFile
+from kcoord.storage.files import DEFAULT_POOL, FilePool, ManagedFile
 
 ENTRY_SIZE = 8
 _ENTRY = struct.Struct(">ii")

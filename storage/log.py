@@ -44,15 +44,15 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
-from protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
-from storage.cleaning import CleaningMixin
-from storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
-from storage.index import INT32_MAX
-from storage.offline import LogOffline, report_unopenable, report_went_offline
-from storage.recovery import recover_segments
-from storage.retention import RetentionMixin
-from storage.segment import Segment
-from storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, TxnLogMixin
+from kcoord.protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
+from kcoord.storage.cleaning import CleaningMixin
+from kcoord.storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
+from kcoord.storage.index import INT32_MAX
+from kcoord.storage.offline import LogOffline, report_unopenable, report_went_offline
+from kcoord.storage.recovery import recover_segments
+from kcoord.storage.retention import RetentionMixin
+from kcoord.storage.segment import Segment
+from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, TxnLogMixin
 
 
 class OffsetOutOfRange(Exception):

@@ -17,8 +17,8 @@ import errno
 import logging
 from pathlib import Path
 
-from storage.files import describe_error
-from storage.recovery import segment_bases
+from kcoord.storage.files import describe_error
+from kcoord.storage.recovery import segment_bases
 
 log = logging.getLogger("kcoord.storage")
 

@@ -18,7 +18,7 @@ import binascii
 import uuid
 from pathlib import Path
 
-from storage.files import write_file
+from kcoord.storage.files import write_file
 
 PARTITION_METADATA_FILE = "partition.metadata"
 VERSION = 0

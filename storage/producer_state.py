@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from protocol.batch import BatchHeader
-from protocol.errors import ErrorCode
+from kcoord.protocol.batch import BatchHeader
+from kcoord.protocol.errors import ErrorCode
 
 RECENT_BATCHES = 5
 NO_SEQUENCE = -1

@@ -41,10 +41,10 @@ import os
 import re
 from pathlib import Path
 
-from protocol.batch import CorruptBatch
-from storage.files import FilePool, describe_error, fsync_dir
-from storage.index import INT32_MAX, OffsetIndex
-from storage.segment import (
+from kcoord.protocol.batch import CorruptBatch
+from kcoord.storage.files import FilePool, describe_error, fsync_dir
+from kcoord.storage.index import INT32_MAX, OffsetIndex
+from kcoord.storage.segment import (
     BUILD_CHUNK,
     INDEX_SUFFIX,
     INDEX_SUFFIXES,
@@ -53,8 +53,8 @@ from storage.segment import (
     Cut,
     Segment,
 )
-from storage.time_index import TimeIndex
-from storage.txn_index import TXN_INDEX_SUFFIX
+from kcoord.storage.time_index import TimeIndex
+from kcoord.storage.txn_index import TXN_INDEX_SUFFIX
 
 log = logging.getLogger("kcoord.storage")
 

@@ -32,8 +32,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.files import fsync_dir
-from storage.segment import Segment
+from kcoord.storage.files import fsync_dir
+from kcoord.storage.segment import Segment
 
 log = logging.getLogger("kcoord.storage")
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.batch import (
+from kcoord.protocol.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -38,10 +38,10 @@ from protocol.batch import (
     parse_header,
     peek_size,
 )
-from storage.files import DEFAULT_POOL, FilePool, FileReadOnly, ManagedFile
-from storage.index import INT32_MAX, OffsetIndex, pwrite_all
-from storage.time_index import NO_TIMESTAMP, TimeIndex
-from storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
+from kcoord.storage.files import DEFAULT_POOL, FilePool, FileReadOnly, ManagedFile
+from kcoord.storage.index import INT32_MAX, OffsetIndex, pwrite_all
+from kcoord.storage.time_index import NO_TIMESTAMP, TimeIndex
+from kcoord.storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 
 log = logging.getLogger("kcoord.storage")
 

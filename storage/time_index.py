@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 
-from storage.index import INT32_MAX, IndexFile
+from kcoord.storage.index import INT32_MAX, IndexFile
 
 ENTRY_SIZE = 12
 NO_TIMESTAMP = -1

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.index import pwrite_all
+from kcoord.storage.index import pwrite_all
 
 TXN_INDEX_SUFFIX = ".txnindex"
 

@@ -38,13 +38,13 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from protocol.batch import BatchHeader, CorruptBatch
-from protocol.control import decode_marker
-from protocol.records import decode_batch
-from storage.files import describe_error, write_file
-from storage.producer_state import CorruptSnapshot, ProducerState
-from storage.segment import Segment
-from storage.txn_index import AbortedTxn
+from kcoord.protocol.batch import BatchHeader, CorruptBatch
+from kcoord.protocol.control import decode_marker
+from kcoord.protocol.records import decode_batch
+from kcoord.storage.files import describe_error, write_file
+from kcoord.storage.producer_state import CorruptSnapshot, ProducerState
+from kcoord.storage.segment import Segment
+from kcoord.storage.txn_index import AbortedTxn
 
 log = logging.getLogger("kcoord.storage")
 

@@ -8,5 +8,5 @@
   the JSON every two seconds.
 
 The rebalance events themselves are built by ``coordinator.rebalances`` and kept by
-``broker.group_runtime.GroupRuntime.rebalances``.
+``broker.groups.runtime.GroupRuntime.rebalances``.
 """

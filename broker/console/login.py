@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..acl.model import AclAuthorizer, Operation, ResourceType
-from ..sasl.credentials import CredentialStore
+from ..security.acl.model import AclAuthorizer, Operation, ResourceType
+from ..security.sasl.credentials import CredentialStore
 
 REMEMBER_S = 60.0
 _MAX_REMEMBERED = 1024

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from ..offload import off_loop
+from ..net.offload import off_loop
 from .login import Viewer
 from .views import MAX_GROUPS, ConsoleState, describe_group, list_groups, list_topics
 

@@ -17,18 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from coordinator.classic.group import ClassicGroup, GroupState
-from coordinator.consumer.group import ASSIGNING, RECONCILING, ConsumerGroup
-from coordinator.consumer.target import preferred_assignor
-from coordinator.rebalances import as_json, decode_assignment
-from protocol.records import decode_batch
-from storage.log import PartitionLog
+from kcoord.coordinator.classic.group import ClassicGroup, GroupState
+from kcoord.coordinator.consumer.group import ASSIGNING, RECONCILING, ConsumerGroup
+from kcoord.coordinator.consumer.target import preferred_assignor
+from kcoord.coordinator.rebalances import as_json, decode_assignment
+from kcoord.protocol.records import decode_batch
+from kcoord.storage.log import PartitionLog
 
-from ..offload import SLICE, pause
+from ..net.offload import SLICE, pause
 
 if TYPE_CHECKING:
-    from ..group_runtime import GroupRuntime
-    from ..topics import TopicStore
+    from ..data.topics import TopicStore
+    from ..groups.runtime import GroupRuntime
     from .login import Viewer
 
 HOUR_MS = 3_600_000

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from coordinator.messages import JoinMember
-from coordinator.offsets import OffsetExpiry
-from coordinator.rebalances import NOTHING_SETTLED, Settled
-from coordinator.sharing import SharingTable
-from coordinator.subscription import CONSUMER_PROTOCOL_TYPE, subscribed_topics
-from protocol.errors import ErrorCode
+from kcoord.coordinator.messages import JoinMember
+from kcoord.coordinator.offsets import OffsetExpiry
+from kcoord.coordinator.rebalances import NOTHING_SETTLED, Settled
+from kcoord.coordinator.sharing import SharingTable
+from kcoord.coordinator.subscription import CONSUMER_PROTOCOL_TYPE, subscribed_topics
+from kcoord.protocol.errors import ErrorCode
 
 __all__ = [
     "ClassicGroup",

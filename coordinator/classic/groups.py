@@ -16,21 +16,28 @@ import os
 import sys
 from collections.abc import Callable, Hashable
 
-from coordinator.classic.group import ClassicGroup, GroupState, JoinTimer, Member
-from coordinator.config import GroupConfig
-from coordinator.messages import JoinGroupResponse, SyncGroupResponse
-from coordinator.output import Operation, RebalanceCompleted
-from coordinator.rebalances import Owners, RebalanceStart, Settled, begin, classic_owners, finish
-from coordinator.schemas import (
+from kcoord.coordinator.classic.group import ClassicGroup, GroupState, JoinTimer, Member
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import JoinGroupResponse, SyncGroupResponse
+from kcoord.coordinator.output import Operation, RebalanceCompleted
+from kcoord.coordinator.rebalances import (
+    Owners,
+    RebalanceStart,
+    Settled,
+    begin,
+    classic_owners,
+    finish,
+)
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
     encode_group_metadata_value,
     encode_key,
 )
-from coordinator.sharing import SharingTable, shared_copy
-from coordinator.timers import TimerEntry, TimerKind, Timers
-from protocol.errors import ErrorCode
+from kcoord.coordinator.sharing import SharingTable, shared_copy
+from kcoord.coordinator.timers import TimerEntry, TimerKind, Timers
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

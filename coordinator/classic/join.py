@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from coordinator.classic.group import ClassicGroup, GroupState, Member
-from coordinator.classic.groups import (
+from kcoord.coordinator.classic.group import ClassicGroup, GroupState, Member
+from kcoord.coordinator.classic.groups import (
     UNKNOWN_GENERATION,
     ClassicGroups,
     join_error,
@@ -25,11 +25,11 @@ from coordinator.classic.groups import (
     shared_int,
     shared_protocols,
 )
-from coordinator.config import GroupConfig
-from coordinator.messages import JoinGroupRequest, JoinGroupResponse
-from coordinator.output import Operation
-from coordinator.write_size import join_record_fits
-from protocol.errors import ErrorCode
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import JoinGroupRequest, JoinGroupResponse
+from kcoord.coordinator.output import Operation
+from kcoord.coordinator.write_size import join_record_fits
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

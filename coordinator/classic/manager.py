@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
-from coordinator.classic.group import ClassicGroup, GroupState, Member
-from coordinator.classic.groups import (
+from kcoord.coordinator.classic.group import ClassicGroup, GroupState, Member
+from kcoord.coordinator.classic.groups import (
     ClassicGroups,
     settled_now,
     shared,
@@ -25,9 +25,9 @@ from coordinator.classic.groups import (
     shared_protocols,
     sync_error,
 )
-from coordinator.classic.join import JoinGroupHandler, StaticReplaceWriteFailed
-from coordinator.config import GroupConfig
-from coordinator.messages import (
+from kcoord.coordinator.classic.join import JoinGroupHandler, StaticReplaceWriteFailed
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import (
     DescribedGroup,
     DescribedMember,
     JoinGroupRequest,
@@ -39,8 +39,8 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.output import Operation
-from coordinator.schemas import (
+from kcoord.coordinator.output import Operation
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     SchemaError,
@@ -48,9 +48,9 @@ from coordinator.schemas import (
     encode_group_metadata_value,
     encode_key,
 )
-from coordinator.timers import Timers
-from coordinator.write_size import group_record_batch_size
-from protocol.errors import ErrorCode
+from kcoord.coordinator.timers import Timers
+from kcoord.coordinator.write_size import group_record_batch_size
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

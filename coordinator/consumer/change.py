@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.group import ConsumerGroup
 
 
 @dataclass(frozen=True, slots=True)

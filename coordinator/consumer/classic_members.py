@@ -18,20 +18,20 @@ import logging
 from collections.abc import Callable, Hashable
 from dataclasses import replace
 
-from coordinator.classic.groups import join_error, sync_error
-from coordinator.consumer.change import Change
-from coordinator.consumer.embedded import (
+from kcoord.coordinator.classic.groups import join_error, sync_error
+from kcoord.coordinator.consumer.change import Change
+from kcoord.coordinator.consumer.embedded import (
     SubscriptionError,
     decode_subscription,
     encode_assignment,
     version_of,
 )
-from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.manager import ConsumerGroupManager
-from coordinator.consumer.member import ConsumerMember, MemberState
-from coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
-from coordinator.consumer.topics import by_id, by_name
-from coordinator.messages import (
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+from kcoord.coordinator.consumer.member import ConsumerMember, MemberState
+from kcoord.coordinator.consumer.records import ClassicMemberMetadata, ClassicProtocol
+from kcoord.coordinator.consumer.topics import by_id, by_name
+from kcoord.coordinator.messages import (
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -40,8 +40,8 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
-from protocol.errors import ErrorCode
+from kcoord.coordinator.subscription import CONSUMER_PROTOCOL_TYPE
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

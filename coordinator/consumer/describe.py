@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.member import Assignment
-from coordinator.consumer.messages import (
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.member import Assignment
+from kcoord.coordinator.consumer.messages import (
     DescribedConsumerGroup,
     DescribedConsumerMember,
     DescribedPartitions,
 )
-from coordinator.consumer.target import preferred_assignor
-from coordinator.consumer.topics import TopicsView
-from coordinator.messages import DescribedGroup, ListedGroup, ListGroupsRequest
-from coordinator.subscription import CONSUMER_PROTOCOL_TYPE
-from protocol.errors import ErrorCode
+from kcoord.coordinator.consumer.target import preferred_assignor
+from kcoord.coordinator.consumer.topics import TopicsView
+from kcoord.coordinator.messages import DescribedGroup, ListedGroup, ListGroupsRequest
+from kcoord.coordinator.subscription import CONSUMER_PROTOCOL_TYPE
+from kcoord.protocol.errors import ErrorCode
 
 GROUP_TYPE_CONSUMER = "consumer"
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from coordinator.consumer.member import Assignment, ConsumerMember
-from coordinator.consumer.topics import TopicId, TopicInfo
-from coordinator.offsets import OffsetExpiry
-from coordinator.rebalances import NOTHING_SETTLED, Owners, RebalanceStart, Settled
-from protocol.errors import ErrorCode
+from kcoord.coordinator.consumer.member import Assignment, ConsumerMember
+from kcoord.coordinator.consumer.topics import TopicId, TopicInfo
+from kcoord.coordinator.offsets import OffsetExpiry
+from kcoord.coordinator.rebalances import NOTHING_SETTLED, Owners, RebalanceStart, Settled
+from kcoord.protocol.errors import ErrorCode
 
 EMPTY = "Empty"
 ASSIGNING = "Assigning"

@@ -22,12 +22,12 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import replace
 
-from coordinator.config import GroupConfig
-from coordinator.consumer import persistence as records
-from coordinator.consumer.assignors import ASSIGNORS
-from coordinator.consumer.change import Change, ConsumerWriteFailed
-from coordinator.consumer.group import STABLE, ConsumerGroup, MemberTimers
-from coordinator.consumer.member import (
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer import persistence as records
+from kcoord.coordinator.consumer.assignors import ASSIGNORS
+from kcoord.coordinator.consumer.change import Change, ConsumerWriteFailed
+from kcoord.coordinator.consumer.group import STABLE, ConsumerGroup, MemberTimers
+from kcoord.coordinator.consumer.member import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
     ConsumerMember,
@@ -35,18 +35,18 @@ from coordinator.consumer.member import (
     owned_subset,
     reconcile,
 )
-from coordinator.consumer.messages import (
+from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
-from coordinator.consumer.regex import compile_regex, resolve_regex
-from coordinator.consumer.target import update_target
-from coordinator.consumer.topics import TopicId, TopicsView, metadata_hash, subscribed_topics
-from coordinator.output import Operation, RebalanceCompleted
-from coordinator.rebalances import Settled, begin, finish
-from coordinator.timers import TimerEntry, TimerKind, Timers
-from protocol.errors import ErrorCode
+from kcoord.coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
+from kcoord.coordinator.consumer.regex import compile_regex, resolve_regex
+from kcoord.coordinator.consumer.target import update_target
+from kcoord.coordinator.consumer.topics import TopicId, TopicsView, metadata_hash, subscribed_topics
+from kcoord.coordinator.output import Operation, RebalanceCompleted
+from kcoord.coordinator.rebalances import Settled, begin, finish
+from kcoord.coordinator.timers import TimerEntry, TimerKind, Timers
+from kcoord.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from types import MappingProxyType
 
-from coordinator.consumer.records import ClassicMemberMetadata
-from coordinator.consumer.topics import TopicId
+from kcoord.coordinator.consumer.records import ClassicMemberMetadata
+from kcoord.coordinator.consumer.topics import TopicId
 
 Assignment = Mapping[TopicId, frozenset[int]]
 """Partitions by topic id; never mutated once built; topics without partitions are left out."""

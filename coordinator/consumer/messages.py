@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from coordinator.consumer.records import TopicPartitions
+from kcoord.coordinator.consumer.records import TopicPartitions
 
 __all__ = [
     "ConsumerGroupDescribeRequest",

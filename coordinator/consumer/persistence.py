@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from coordinator.consumer.group import ConsumerGroup, ResolvedRegex
-from coordinator.consumer.member import Assignment, ConsumerMember, MemberState
-from coordinator.consumer.records import (
+from kcoord.coordinator.consumer.group import ConsumerGroup, ResolvedRegex
+from kcoord.coordinator.consumer.member import Assignment, ConsumerMember, MemberState
+from kcoord.coordinator.consumer.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -36,7 +36,7 @@ from coordinator.consumer.records import (
     encode_consumer_key,
     encode_consumer_value,
 )
-from coordinator.output import Record
+from kcoord.coordinator.output import Record
 
 __all__ = [
     "ConsumerGroupLoader",

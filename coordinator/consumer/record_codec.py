@@ -13,7 +13,7 @@ import struct
 import uuid
 from collections.abc import Callable, Sequence
 
-from coordinator.schema_errors import SchemaError
+from kcoord.coordinator.schema_errors import SchemaError
 
 __all__ = ["I64", "Reader", "Writer", "reader"]
 

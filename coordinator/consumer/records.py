@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from coordinator.schema_errors import UnsupportedVersionError
+from kcoord.coordinator.schema_errors import UnsupportedVersionError
 
 from .record_codec import I64, Reader, Writer, reader
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import re2
 
-from coordinator.consumer.group import ResolvedRegex
-from coordinator.consumer.topics import TopicsView
+from kcoord.coordinator.consumer.group import ResolvedRegex
+from kcoord.coordinator.consumer.topics import TopicsView
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 

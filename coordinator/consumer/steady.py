@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coordinator.consumer.manager import ConsumerGroupManager
+    from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 
 
 def steady_heartbeat(

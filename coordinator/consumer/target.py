@@ -15,11 +15,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, PartitionAssignor
-from coordinator.consumer.group import ConsumerGroup
-from coordinator.consumer.persistence import assignment_epoch_record, target_record
-from coordinator.consumer.topics import TopicId
-from coordinator.output import Record
+from kcoord.coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, PartitionAssignor
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.persistence import assignment_epoch_record, target_record
+from kcoord.coordinator.consumer.topics import TopicId
+from kcoord.coordinator.output import Record
 
 log = logging.getLogger(__name__)
 

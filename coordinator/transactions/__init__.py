@@ -4,5 +4,5 @@
 - ``records``: the ``__transaction_state`` record layout (TransactionLogKey / TransactionLogValue).
 - ``coordinator``: the state machine. Every request becomes either an answer at once or a
   :class:`~coordinator.transactions.coordinator.Transition` that the runtime
-  (``broker/txn_runtime.py``) makes durable before it is applied; markers are the runtime's job.
+  (``broker/txn/runtime.py``) makes durable before it is applied; markers are the runtime's job.
 """

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode
+from kcoord.protocol.errors import ErrorCode
 
 from .model import (
     MAX_EPOCH,

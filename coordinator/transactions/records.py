@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from collections import defaultdict
 
-from coordinator.schema_errors import SchemaError, UnsupportedVersionError
+from kcoord.coordinator.schema_errors import SchemaError, UnsupportedVersionError
 
 from .model import NO_PRODUCER_ID, TopicPartition, TxnMetadata, TxnState
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import pytest
 
-from protocol.apis import ApiKey
-from protocol.codec import encode_body, request_type
-from protocol.responses import build
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import encode_body, request_type
+from kcoord.protocol.responses import build
 from tests.integration.clients import create_topic, produce_confluent
 from tests.integration.harness import BrokerProcess, wait_for
 from tests.integration.rawclient import RawClient

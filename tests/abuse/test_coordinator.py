@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.messages import OffsetCommitPartition
-from coordinator.write_size import offset_commit_floor
-from protocol.errors import ErrorCode
-from protocol.javahash import partition_for
+from kcoord.coordinator.messages import OffsetCommitPartition
+from kcoord.coordinator.write_size import offset_commit_floor
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
 from tests.integration.clients import create_topic
 from tests.integration.harness import BrokerProcess
 from tests.integration.rawclient import RawClient

@@ -21,7 +21,7 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.apis import is_flexible
+from kcoord.protocol.apis import is_flexible
 from tests.integration.harness import BrokerProcess
 from tests.integration.samples import legacy_bodies, sample_bodies
 
@@ -155,7 +155,7 @@ def test_every_sample_under_every_version_of_its_api(
     """Each seed body sent as each version its API supports: a body that decodes as another
     version lacks that version's fields, and no handler may assume them (ListOffsets v1 has no
     isolation level)."""
-    from protocol.apis import SUPPORTED
+    from kcoord.protocol.apis import SUPPORTED
 
     sender = _Sender(abuse_broker.port)
     for api_key, _version, body in SEEDS:

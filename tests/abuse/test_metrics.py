@@ -107,8 +107,8 @@ def scrape(broker: BrokerProcess) -> bytes:
 
 
 def test_the_frame_by_hand_is_the_codec_s() -> None:
-    from protocol.codec import encode_body, request_type
-    from protocol.responses import build
+    from kcoord.protocol.codec import encode_body, request_type
+    from kcoord.protocol.responses import build
 
     body = encode_body(
         build(

@@ -17,14 +17,14 @@ import struct
 import urllib.request
 from pathlib import Path
 
-from protocol.apis import ApiKey
-from protocol.batch import HEADER_SIZE, compute_crc
-from protocol.codec import encode_body, request_type
-from protocol.compression import Compression, compress
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch, encode_batch
-from protocol.records import Record
-from protocol.responses import build
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.batch import HEADER_SIZE, compute_crc
+from kcoord.protocol.codec import encode_body, request_type
+from kcoord.protocol.compression import Compression, compress
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch, encode_batch
+from kcoord.protocol.records import Record
+from kcoord.protocol.responses import build
 from tests.integration.clients import consume_confluent, create_topic, produce_confluent
 from tests.integration.harness import BrokerProcess, wait_for
 from tests.integration.rawclient import RawClient

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import struct
 
-from protocol.apis import ApiKey
-from protocol.codec import encode_body, request_type
-from protocol.errors import ErrorCode
-from protocol.responses import build
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import encode_body, request_type
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.responses import build
 from tests.integration.harness import BrokerProcess
 from tests.integration.rawclient import RawClient
 
@@ -110,7 +110,7 @@ def test_the_largest_data_plane_requests_are_answered_in_full(
     abuse_broker: BrokerProcess, healthy: HealthyGroup
 ) -> None:
     """99,999 entries (with their topic, the element limit): answered completely, read in
-    slices and built off the loop (broker/offload.py), while the healthy group goes on."""
+    slices and built off the loop (broker/net/offload.py), while the healthy group goes on."""
     n = 99_999
     with RawClient(abuse_broker.port, timeout=120) as c:
         meta = c.request(

@@ -12,8 +12,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 from tests.integration.harness import BrokerProcess
 from tests.integration.rawclient import RawClient
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.apis import ApiKey
-from storage.creation import COMMIT_MARKER, STAGING_DIR
+from kcoord.protocol.apis import ApiKey
+from kcoord.storage.creation import COMMIT_MARKER, STAGING_DIR
 from tests.integration.harness import BrokerProcess, wait_for
 from tests.integration.rawclient import RawClient
 

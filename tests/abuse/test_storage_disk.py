@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
-from storage.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
+from kcoord.storage.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint
 from tests.integration.clients import consume_confluent, create_topic, produce_confluent
 from tests.integration.harness import BrokerProcess, wait_for
 from tests.integration.rawclient import RawClient

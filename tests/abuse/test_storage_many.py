@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from protocol.apis import ApiKey
+from kcoord.protocol.apis import ApiKey
 from tests.integration.clients import consume_confluent
 from tests.integration.harness import BrokerProcess
 from tests.integration.rawclient import RawClient

@@ -65,7 +65,7 @@ class BrokerProcess:
             *self.wrapper,
             sys.executable,
             "-m",
-            "broker.cli",
+            "kcoord",
             "serve",
             "--host",
             "127.0.0.1",

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from protocol.apis import SUPPORTED, is_flexible
-from protocol.codec import encode_body, request_type
-from protocol.fastcodec import encoder, field_kind
+from kcoord.protocol.apis import SUPPORTED, is_flexible
+from kcoord.protocol.codec import encode_body, request_type
+from kcoord.protocol.fastcodec import encoder, field_kind
 
 ARRAY_ENTRIES = 2
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from admin.client import exchange
-from admin.security import connect
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
+from kcoord.admin.client import exchange
+from kcoord.admin.security import connect
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 
 from .harness import ROOT, BrokerProcess, free_port, wait_for
 from .test_sasl import kcoord_users
@@ -276,7 +276,7 @@ def test_deleting_a_group_and_resetting_offsets_need_the_rights(
         config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
                           f"sasl.username={user}\nsasl.password={PASSWORDS[user]}\n")
         return subprocess.run(
-            [sys.executable, "-m", "broker.cli", *args, "--bootstrap-server", f"127.0.0.1:{sasl}",
+            [sys.executable, "-m", "kcoord", *args, "--bootstrap-server", f"127.0.0.1:{sasl}",
              "--command-config", str(config)],
             capture_output=True, text=True, cwd=ROOT, timeout=60,
         )
@@ -469,7 +469,7 @@ def test_txn_offset_commit_needs_write_on_the_transactional_id_and_read_on_group
 def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, int]) -> None:
     """WriteTxnMarkers needs CLUSTER_ACTION on the cluster, DescribeProducers READ on the
     topic, a transactional Produce WRITE on its transactional id (issue 16)."""
-    from protocol.record_encoding import build_batch
+    from kcoord.protocol.record_encoding import build_batch
 
     _b, sasl = broker
     admin = admin_of(sasl, "admin")

@@ -29,7 +29,7 @@ OFFSETS_HEADER = [
 def kcoord(broker: BrokerProcess | str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     bootstrap = broker if isinstance(broker, str) else broker.bootstrap
     return subprocess.run(
-        [sys.executable, "-m", "broker.cli", *args, "--bootstrap-server", bootstrap],
+        [sys.executable, "-m", "kcoord", *args, "--bootstrap-server", bootstrap],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -8,10 +8,10 @@ import threading
 
 from kio.serial import entity_reader
 
-from protocol.apis import ApiKey
-from protocol.codec import response_type
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import response_type
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch
 
 from .clients import consume_confluent, create_topic, produce_confluent
 from .harness import BrokerProcess

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import compiled
+from kcoord import compiled
 from tests.integration.harness import BrokerProcess, wait_for
 
 

@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
 )
-from protocol.apis import ApiKey
-from protocol.javahash import partition_for
-from protocol.records import decode_batches
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.javahash import partition_for
+from kcoord.protocol.records import decode_batches
 
 from .clients import create_topic
 from .harness import ROOT, BrokerProcess, wait_for

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.apis import ApiKey
+from kcoord.protocol.apis import ApiKey
 
 from .clients import create_topic, produce_confluent
 from .harness import ROOT, BrokerProcess, wait_for

@@ -11,11 +11,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.serial import entity_reader
 
-from protocol.apis import ApiKey
-from protocol.codec import response_type
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch
-from protocol.records import decode_batches
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import response_type
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch
+from kcoord.protocol.records import decode_batches
 
 from .clients import create_topic
 from .harness import BrokerProcess, wait_for
@@ -126,8 +126,8 @@ def _fetch(c: RawClient, topic: str, offset: int, max_wait_ms: int, min_bytes: i
 
 
 def _encode(api_key: int, version: int, fields: dict[str, object]) -> bytes:
-    from protocol.codec import encode_body, request_type
-    from protocol.responses import build
+    from kcoord.protocol.codec import encode_body, request_type
+    from kcoord.protocol.responses import build
 
     return encode_body(build(request_type(api_key, version), **fields))
 

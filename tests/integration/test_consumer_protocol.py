@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from protocol.apis import ApiKey
+from kcoord.protocol.apis import ApiKey
 
 from .clients import create_topic
 from .groups import ConfluentMember, balanced

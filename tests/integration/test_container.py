@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from broker.config import SETTINGS, Config
+from kcoord.broker.config import SETTINGS, Config
 
 from .harness import ROOT, BrokerProcess, free_port, wait_for
 from .podman_env import Podman, Unavailable, container_dir, ensure_installed
@@ -332,7 +332,7 @@ def test_image_is_docker_format_with_its_healthcheck_and_a_non_root_user(
     assert TIMINGS["image_mb"] < 300, TIMINGS
     # The hot modules were compiled in the build stage: the image runs them compiled.
     described = podman.run("run", "--rm", "--entrypoint", "python", image, "-c",
-                           "import compiled; print(compiled.describe())")
+                           "from kcoord import compiled; print(compiled.describe())")
     assert described.stdout.startswith("compiled hot modules in use ("), described.stdout + described.stderr
 
 

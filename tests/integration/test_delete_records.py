@@ -15,8 +15,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 
 from .clients import create_topic, produce_confluent
 from .harness import ROOT, BrokerProcess, wait_for

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch
 
 from .clients import consume_confluent, create_topic
 from .harness import BrokerProcess

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 
 from .harness import BrokerProcess
 from .rawclient import RawClient

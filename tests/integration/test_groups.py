@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.schemas import GroupMetadataKey, decode_group_metadata_value, decode_key
-from protocol.records import decode_batches
+from kcoord.coordinator.schemas import GroupMetadataKey, decode_group_metadata_value, decode_key
+from kcoord.protocol.records import decode_batches
 
 from .clients import create_topic
 from .groups import (

@@ -152,7 +152,7 @@ def test_restart_reports_load_progress_time_and_readiness(tmp_path: Path) -> Non
 
 
 def test_healthz_and_readyz_follow_serving_and_loading() -> None:
-    from broker.metrics import MetricsServer
+    from kcoord.broker.metrics.prometheus import MetricsServer
 
     shards = [SimpleNamespace(loaded=True), SimpleNamespace(loaded=False)]
     fake = SimpleNamespace(serving=False, groups=SimpleNamespace(shards=shards))

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 
 from .clients import KAFKA_PYTHON_POLL_MS, create_topic, produce_confluent
 from .harness import BrokerProcess, wait_for

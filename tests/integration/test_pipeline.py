@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from protocol.apis import ApiKey
+from kcoord.protocol.apis import ApiKey
 
 from .clients import KAFKA_PYTHON_POLL_MS, create_topic
 from .groups import balanced
@@ -43,7 +43,7 @@ def _ts(partition: int, offset: int) -> int:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from pipeline.session import build_session, java_version
+    from kcoord.pipeline.session import build_session, java_version
 
     if java_version() is None:
         pytest.fail(
@@ -172,7 +172,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[d
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    from pipeline.job import run_job
+    from kcoord.pipeline.job import run_job
 
     base = tmp_path_factory.mktemp("pipeline")
     broker = BrokerProcess(base / "data", FAST).start()
@@ -348,8 +348,8 @@ def test_report_page_and_charts(scenario: dict[str, Any]) -> None:
 
 def _write_offsets(data_dir: Path, partition: int, records: list[tuple[bytes, bytes | None]], ts: int,
                    base_offset: int = 0) -> Path:
-    from protocol.batch import set_base_offset
-    from protocol.record_encoding import encode_kv_batch
+    from kcoord.protocol.batch import set_base_offset
+    from kcoord.protocol.record_encoding import encode_kv_batch
 
     d = data_dir / f"__consumer_offsets-{partition}"
     d.mkdir(parents=True, exist_ok=True)
@@ -361,7 +361,7 @@ def _write_offsets(data_dir: Path, partition: int, records: list[tuple[bytes, by
 
 
 def _commit(group: str, topic: str, partition: int, offset: int) -> tuple[bytes, bytes]:
-    from coordinator.schemas import (
+    from kcoord.coordinator.schemas import (
         OffsetCommitKey,
         OffsetCommitValue,
         encode_key,
@@ -373,8 +373,8 @@ def _commit(group: str, topic: str, partition: int, offset: int) -> tuple[bytes,
 
 
 def test_lag_is_clamped_at_the_log_start_offset(tmp_path: Path, spark: Any) -> None:
-    from pipeline.job import run_job
-    from protocol.record_encoding import build_batch
+    from kcoord.pipeline.job import run_job
+    from kcoord.protocol.record_encoding import build_batch
 
     data = tmp_path / "data"
     _write_offsets(data, 0, [_commit("behind", "t", 0, 50), _commit("inside", "t", 0, 105)], T0)
@@ -406,9 +406,9 @@ def test_cli_names_and_skips_corrupt_and_missing_segments(tmp_path: Path) -> Non
 
     out = tmp_path / "out"
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "pipeline", "run", "--data-dir", str(data), "--out", str(out),
+        [sys.executable, "-m", "kcoord", "pipeline", "run", "--data-dir", str(data), "--out", str(out),
          "--master", "local[1]", "--shuffle-partitions", "1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )

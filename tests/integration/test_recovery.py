@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol.batch import iter_headers
+from kcoord.protocol.batch import iter_headers
 
 from .clients import consume_confluent, create_topic, produce_confluent
 from .harness import BrokerProcess

@@ -23,10 +23,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from protocol.apis import ApiKey
-from protocol.batch import CorruptBatch, iter_headers
-from protocol.errors import ErrorCode
-from protocol.javahash import partition_for
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.batch import CorruptBatch, iter_headers
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
 
 from .harness import BrokerProcess, wait_for
 from .rawclient import RawClient

@@ -26,7 +26,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def kcoord_users(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "broker.cli", "users", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "kcoord", "users", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
 
 
@@ -155,8 +155,8 @@ def test_saslhandshake_v0_then_bare_tokens(broker: tuple[BrokerProcess, int, int
     SaslHandshake v0, then the mechanism's tokens as bare size-prefixed frames."""
     from types import SimpleNamespace
 
-    from admin.client import exchange
-    from admin.security import _login
+    from kcoord.admin.client import exchange
+    from kcoord.admin.security import _login
 
     _b, sasl, _ = broker
 
@@ -320,7 +320,7 @@ def test_the_admin_commands_take_a_command_config(
 
     def kcoord(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "broker.cli", *args, "--bootstrap-server", f"127.0.0.1:{sasl_ssl}",
+            [sys.executable, "-m", "kcoord", *args, "--bootstrap-server", f"127.0.0.1:{sasl_ssl}",
              "--command-config", str(config)],
             capture_output=True, text=True, cwd=ROOT, timeout=60,
         )
@@ -342,7 +342,7 @@ def test_oauthbearer_unsecured_tokens_when_enabled(tmp_path: Path) -> None:
     gets the RFC 7628 error challenge, then SASL_AUTHENTICATION_FAILED."""
     from confluent_kafka import Consumer, Producer
 
-    from admin.client import exchange
+    from kcoord.admin.client import exchange
 
     plain, sasl = free_port(), free_port()
     b = BrokerProcess(tmp_path / "data", {

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from broker.listeners import principal_of
+from kcoord.broker.net.listeners import principal_of
 
 from .clients import create_topic
 from .harness import BrokerProcess, free_port

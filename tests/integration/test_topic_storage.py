@@ -12,9 +12,9 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from protocol.apis import ApiKey
-from protocol.errors import ErrorCode
-from protocol.javahash import partition_for
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
 
 from .clients import consume_confluent, create_topic, produce_confluent
 from .harness import BrokerProcess

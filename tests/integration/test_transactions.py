@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from admin.transactions import parse_describe_transactions
-from protocol.apis import ApiKey
-from protocol.codec import encode_body, request_type
-from protocol.errors import ErrorCode
-from protocol.responses import build
+from kcoord.admin.transactions import parse_describe_transactions
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import encode_body, request_type
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.responses import build
 
 from .clients import create_topic
 from .harness import BrokerProcess, free_port, wait_for

@@ -18,10 +18,10 @@ import threading
 import time
 from typing import Any
 
-from protocol.apis import ApiKey
-from protocol.batch import iter_headers
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.batch import iter_headers
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch
 
 from .clients import create_topic
 from .harness import BrokerProcess, wait_for

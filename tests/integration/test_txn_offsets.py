@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from protocol.errors import ErrorCode
-from protocol.javahash import partition_for
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
 
 from .clients import create_topic
 from .harness import ROOT, BrokerProcess, free_port, wait_for

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from protocol.apis import ApiKey
+from kcoord.protocol.apis import ApiKey
 
 from .harness import BrokerProcess
 from .rawclient import RawClient

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.acl.model import (
+from kcoord.broker.security.acl.model import (
     CLUSTER_NAME,
     Acl,
     AclAuthorizer,
@@ -19,7 +19,7 @@ from broker.acl.model import (
     invalid_reason,
     operations_bits,
 )
-from broker.acl.store import AclStore, load_acls
+from kcoord.broker.security.acl.store import AclStore, load_acls
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED

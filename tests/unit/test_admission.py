@@ -1,8 +1,8 @@
-"""The broker-wide budget for large requests (queued.max.request.bytes, broker/admission.py)."""
+"""The broker-wide budget for large requests (queued.max.request.bytes, broker/net/admission.py)."""
 
 from __future__ import annotations
 
-from broker.admission import RequestMemory
+from kcoord.broker.net.admission import RequestMemory
 
 
 class _Conn:

@@ -1,4 +1,4 @@
-"""broker.appender: batches checked in worker threads are appended in arrival order per
+"""broker.data.appender: batches checked in worker threads are appended in arrival order per
 partition; a later small batch never overtakes an earlier big one; refusals and other partitions
 do not wait."""
 
@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-import broker.appender as appender_mod
-from broker.appender import Appender, Outcome
-from protocol.compression import Compression
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch, encode_batch
-from protocol.records import Record
-from protocol.validate import check_batch
+import kcoord.broker.data.appender as appender_mod
+from kcoord.broker.data.appender import Appender, Outcome
+from kcoord.protocol.compression import Compression
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch, encode_batch
+from kcoord.protocol.records import Record
+from kcoord.protocol.validate import check_batch
 
 T0 = 1_700_000_000_000
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.consumer.assignors import (
+from kcoord.coordinator.consumer.assignors import (
     ASSIGNORS,
     DEFAULT_ASSIGNOR,
     AssignmentMember,

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from protocol.batch import parse_header
-from protocol.compression import Compression
-from protocol.record_encoding import build_batch, encode_batch
-from protocol.records import Record, decode_batch
-from storage.cleaning import CleaningInProgress
-from storage.compaction import (
+from kcoord.protocol.batch import parse_header
+from kcoord.protocol.compression import Compression
+from kcoord.protocol.record_encoding import build_batch, encode_batch
+from kcoord.protocol.records import Record, decode_batch
+from kcoord.storage.cleaning import CleaningInProgress
+from kcoord.storage.compaction import (
     abort_compaction,
     commit_compaction,
     compact,
     prepare_compaction,
 )
-from storage.log import PartitionLog
+from kcoord.storage.log import PartitionLog
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000

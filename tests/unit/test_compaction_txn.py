@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from protocol.control import encode_marker
-from storage.compaction import compact
-from storage.log import PartitionLog
+from kcoord.protocol.control import encode_marker
+from kcoord.storage.compaction import compact
+from kcoord.storage.log import PartitionLog
 
 from .test_compaction import DAY, NOW, append, fill, open_log, records
 

@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import compiled
-import coordinator.offsets
-import protocol.heartbeat
-from compiled.build import MODULES, missing_toolchain
+from kcoord import compiled
+from kcoord.compiled.build import MODULES, missing_toolchain
+from kcoord.coordinator import offsets as coordinator_offsets
+from kcoord.protocol import heartbeat as protocol_heartbeat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,12 +38,12 @@ def _write_manifest(tmp: Path, source: str, sha256: str, suffix: str | None = No
 def test_the_build_is_in_use_wherever_it_can_be_made() -> None:
     if os.environ.get(compiled.PURE_ENV, "") not in ("", "0"):
         assert not compiled.ACTIVE
-        assert not compiled.is_compiled(coordinator.offsets)
+        assert not compiled.is_compiled(coordinator_offsets)
         assert compiled.describe() == f"pure Python: {compiled.PURE_ENV} is set"
     elif missing_toolchain() is None:
         # scripts/bootstrap compiles where gcc, the headers and mypyc exist: CI runs compiled.
         assert compiled.ACTIVE, compiled.describe()
-        assert compiled.is_compiled(coordinator.offsets) and compiled.is_compiled(protocol.heartbeat)
+        assert compiled.is_compiled(coordinator_offsets) and compiled.is_compiled(protocol_heartbeat)
         assert compiled.describe().startswith(f"compiled hot modules in use ({len(MODULES)} modules")
     else:
         assert compiled.describe().startswith("pure Python: ")
@@ -86,7 +86,7 @@ def test_no_build_another_interpreter_or_turned_off_means_pure_python(tmp_path: 
 
 def test_turned_off_the_modules_load_from_their_sources() -> None:
     code = (
-        "import compiled, coordinator.offsets as m;"
+        "from kcoord import compiled; import kcoord.coordinator.offsets as m;"
         "print(compiled.describe(), compiled.is_compiled(m), m.__file__.endswith('.py'))"
     )
     env = dict(os.environ, **{compiled.PURE_ENV: "1"})

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.compression import (
+from kcoord.protocol.compression import (
     DECOMPRESSION_FACTOR,
     DEFAULT_DECOMPRESSION_LIMIT,
     KAFKA_DEFAULT_MESSAGE_MAX_BYTES,

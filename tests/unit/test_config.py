@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import Config, ConfigError
+from kcoord.broker.config import Config, ConfigError
 
 
 def test_defaults_are_kafkas() -> None:
@@ -108,7 +108,7 @@ VALID_SAMPLES = {
 
 
 def test_every_setting_has_an_environment_name_that_round_trips() -> None:
-    from broker.config import SETTINGS
+    from kcoord.broker.config import SETTINGS
 
     for name, setting in SETTINGS.items():
         env = "KCOORD_" + name.upper().replace(".", "_")
@@ -141,7 +141,7 @@ def test_describe_lists_value_source_and_allowed_values() -> None:
 def test_kcoord_config_prints_effective_values_and_sources(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from broker.cli import main
+    from kcoord.cli import main
 
     f = tmp_path / "k.toml"
     f.write_text("num.partitions = 6\n")
@@ -166,7 +166,7 @@ def test_kcoord_config_prints_effective_values_and_sources(
 def test_bad_configuration_stops_start_up_with_a_message(
     command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from broker.cli import main
+    from kcoord.cli import main
 
     args = [command, "--set", "group.initial.rebalance.delay.ms=-5"]
     if command == "serve":

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.config import Config, ConfigError
-from broker.limits import ConnectionLimits
+from kcoord.broker.config import Config, ConfigError
+from kcoord.broker.net.limits import ConnectionLimits
 
 
 def test_per_ip_limit_with_overrides_and_the_total() -> None:

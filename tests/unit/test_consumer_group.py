@@ -9,25 +9,25 @@ from typing import Any
 
 import pytest
 
-from coordinator.config import GroupConfig
-from coordinator.consumer.member import MemberState
-from coordinator.consumer.messages import (
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer.member import MemberState
+from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.consumer.records import ConsumerRecordKey
-from coordinator.consumer.topics import StaticTopics
-from coordinator.messages import (
+from kcoord.coordinator.consumer.records import ConsumerRecordKey
+from kcoord.coordinator.consumer.topics import StaticTopics
+from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     JoinGroupRequest,
     ListGroupsRequest,
     OffsetCommitRequest,
 )
-from coordinator.schemas import decode_key
-from coordinator.shard import GroupShard
-from protocol.errors import ErrorCode
+from kcoord.coordinator.schemas import decode_key
+from kcoord.coordinator.shard import GroupShard
+from kcoord.protocol.errors import ErrorCode
 
 E = ErrorCode
 SESSION = 6000
@@ -564,12 +564,12 @@ def test_offset_fetch_v9_from_a_member_checks_its_epoch() -> None:
 
 @pytest.mark.parametrize(("seed", "drop_tombstones"), [(1, False), (2, True), (3, True)])
 def test_a_compacted_log_reloads_the_same_groups(seed: int, drop_tombstones: bool, tmp_path: Any) -> None:
-    from coordinator.loading import LatestRecords
-    from protocol.batch import HEADER_SIZE
-    from protocol.key_values import decode_key_values
-    from protocol.record_encoding import encode_kv_batch
-    from storage.compaction import compact
-    from storage.log import PartitionLog
+    from kcoord.coordinator.loading import LatestRecords
+    from kcoord.protocol.batch import HEADER_SIZE
+    from kcoord.protocol.key_values import decode_key_values
+    from kcoord.protocol.record_encoding import encode_kv_batch
+    from kcoord.storage.compaction import compact
+    from kcoord.storage.log import PartitionLog
 
     g = _random_activity(seed)
     path = tmp_path / "__consumer_offsets-0"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.consumer.records import (
+from kcoord.coordinator.consumer.records import (
     MEMBER_STATE_UNREVOKED_PARTITIONS,
     ClassicMemberMetadata,
     ClassicProtocol,
@@ -36,7 +36,7 @@ from coordinator.consumer.records import (
     encode_consumer_key,
     encode_consumer_value,
 )
-from coordinator.schemas import SchemaError, UnsupportedVersionError, decode_key, encode_key
+from kcoord.coordinator.schemas import SchemaError, UnsupportedVersionError, decode_key, encode_key
 
 T1 = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 T2 = uuid.UUID("0f0e0d0c-0b0a-0908-0706-050403020100")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.control import decode_marker, encode_marker, is_marker_batch
-from protocol.records import decode_batch
+from kcoord.protocol.control import decode_marker, encode_marker, is_marker_batch
+from kcoord.protocol.records import decode_batch
 
 
 def test_markers_round_trip() -> None:

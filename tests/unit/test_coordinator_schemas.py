@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -79,7 +79,7 @@ def test_unmodelled_key_versions_are_unknown_keys(version: int) -> None:
 
 def test_kip848_key_versions_decode_to_consumer_keys() -> None:
     # The consumer-group keys themselves are tested in test_consumer_records.py.
-    from coordinator.consumer.records import (
+    from kcoord.coordinator.consumer.records import (
         ConsumerGroupMemberMetadataKey,
         ConsumerGroupMetadataKey,
         ConsumerGroupRegularExpressionKey,

@@ -13,13 +13,18 @@ from pathlib import Path
 
 import pytest
 
-import storage.creation as creation
-from broker.topics import LogSettings, PartitionLimits, TopicError, TopicStore
-from protocol.errors import ErrorCode
-from storage.checkpoint import CheckpointError, lost_offsets, read_checkpoint, write_checkpoint
-from storage.creation import COMMIT_MARKER, STAGING_DIR, StagedPartitions, create_partitions
-from storage.log import PartitionLog
-from storage.partition_metadata import read_partition_metadata
+import kcoord.storage.creation as creation
+from kcoord.broker.data.topics import LogSettings, PartitionLimits, TopicError, TopicStore
+from kcoord.protocol.errors import ErrorCode
+from kcoord.storage.checkpoint import (
+    CheckpointError,
+    lost_offsets,
+    read_checkpoint,
+    write_checkpoint,
+)
+from kcoord.storage.creation import COMMIT_MARKER, STAGING_DIR, StagedPartitions, create_partitions
+from kcoord.storage.log import PartitionLog
+from kcoord.storage.partition_metadata import read_partition_metadata
 
 from .test_log import make_batch
 

@@ -19,17 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import UnknownEntity
 
-from protocol import fastcodec
-from protocol.apis import SUPPORTED
-from protocol.codec import (
+from kcoord.protocol import fastcodec
+from kcoord.protocol.apis import SUPPORTED
+from kcoord.protocol.codec import (
     DecodeError,
     decode_request,
     encode_body,
     request_type,
     response_type,
 )
-from protocol.errors import ErrorCode
-from protocol.responses import build
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.responses import build
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _MAX_MS = 4102444800000  # 2100-01-01T00:00:00Z
@@ -285,7 +285,7 @@ RESPONSES = [(n, c) for n, c in CLASSES if n.endswith("res")]
 
 @pytest.mark.parametrize(("name", "cls"), RESPONSES, ids=[n for n, _ in RESPONSES])
 def test_build_matches_the_reference_builder(name: str, cls: type) -> None:
-    from protocol.responses import _build_slow
+    from kcoord.protocol.responses import _build_slow
 
     @settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(entities(cls), st.integers(0, 5))

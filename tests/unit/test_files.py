@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.files import FileClosed, FilePool, FileReadOnly, ManagedFile
-from storage.log import PartitionLog
+from kcoord.storage.files import FileClosed, FilePool, FileReadOnly, ManagedFile
+from kcoord.storage.log import PartitionLog
 
 from .test_log import make_batch, read_all
 

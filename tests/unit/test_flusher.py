@@ -1,4 +1,4 @@
-"""broker.flusher: one fsync round for many waiters; a log whose flush fails fails only the
+"""broker.data.flusher: one fsync round for many waiters; a log whose flush fails fails only the
 waiters that asked for it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import errno
 
 import pytest
 
-from broker.flusher import Flusher
+from kcoord.broker.data.flusher import Flusher
 
 
 class FakeLog:

@@ -11,8 +11,8 @@ import struct
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-from coordinator.config import GroupConfig
-from coordinator.messages import (
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribedGroup,
@@ -38,14 +38,14 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     decode_group_metadata_value,
     decode_key,
 )
-from coordinator.shard import GroupShard, Output
-from protocol.errors import ErrorCode
+from kcoord.coordinator.shard import GroupShard, Output
+from kcoord.protocol.errors import ErrorCode
 
 E = ErrorCode
 PROTOS: tuple[tuple[str, bytes], ...] = (("range", b"sub"),)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.messages import JoinGroupResponse, JoinMember, LeaveMember
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import JoinGroupResponse, JoinMember, LeaveMember
 from tests.unit.test_group_harness import E, Harness
 
 S = GroupState

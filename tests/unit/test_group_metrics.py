@@ -1,4 +1,4 @@
-"""The snapshot behind /metrics' consumer-group series (broker/group_metrics.py): which groups
+"""The snapshot behind /metrics' consumer-group series (broker/metrics/group_state.py): which groups
 get series of their own (the most lag, ties to the smaller id), what __other__ sums, and that
 reading pauses for the event loop."""
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from broker import group_metrics
-from broker.group_metrics import OTHER, GroupSeries, read_groups
-from coordinator.classic.group import GroupState
+from kcoord.broker.metrics import group_state as group_metrics
+from kcoord.broker.metrics.group_state import OTHER, GroupSeries, read_groups
+from kcoord.coordinator.classic.group import GroupState
 from tests.unit.test_group_harness import Harness
 
 END = 10  # every existing partition's log end offset

@@ -8,15 +8,15 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from coordinator.config import GroupConfig
-from coordinator.consumer.embedded import decode_assignment, encode_assignment
-from coordinator.consumer.messages import (
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer.embedded import decode_assignment, encode_assignment
+from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from coordinator.consumer.records import ConsumerRecordKey
-from coordinator.consumer.topics import StaticTopics
-from coordinator.schemas import GroupMetadataKey, decode_key
+from kcoord.coordinator.consumer.records import ConsumerRecordKey
+from kcoord.coordinator.consumer.topics import StaticTopics
+from kcoord.coordinator.schemas import GroupMetadataKey, decode_key
 from tests.unit.test_group_harness import E, Harness
 
 PARTITIONS = 4
@@ -164,7 +164,7 @@ def test_a_classic_member_with_a_stale_generation_or_unknown_id() -> None:
 
 
 def test_replaying_the_records_of_an_upgrade_and_a_downgrade_rebuilds_the_groups() -> None:
-    from coordinator.shard import GroupShard
+    from kcoord.coordinator.shard import GroupShard
     from tests.unit.test_consumer_group import _state
 
     h, ids, gen = setup()

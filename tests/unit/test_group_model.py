@@ -7,8 +7,13 @@ import uuid
 
 import pytest
 
-from coordinator.classic.group import ClassicGroup, GroupState, IllegalStateTransition, Member
-from coordinator.classic.groups import default_member_id
+from kcoord.coordinator.classic.group import (
+    ClassicGroup,
+    GroupState,
+    IllegalStateTransition,
+    Member,
+)
+from kcoord.coordinator.classic.groups import default_member_id
 
 S = GroupState
 

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.consumer.member import ConsumerMember
-from coordinator.consumer.persistence import member_record
-from coordinator.messages import (
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer.member import ConsumerMember
+from kcoord.coordinator.consumer.persistence import member_record
+from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribedGroup,
@@ -22,7 +22,7 @@ from coordinator.messages import (
     HeartbeatResponse,
     ListedGroup,
 )
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -33,8 +33,8 @@ from coordinator.schemas import (
     encode_key,
     encode_offset_commit_value,
 )
-from coordinator.shard import GroupShard, ShardMode
-from protocol.javahash import partition_for
+from kcoord.coordinator.shard import GroupShard, ShardMode
+from kcoord.protocol.javahash import partition_for
 from tests.unit.test_group_harness import E, Harness, subscription
 
 S = GroupState

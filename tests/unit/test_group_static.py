@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.messages import JoinGroupRequest, JoinGroupResponse, JoinMember
-from coordinator.schemas import GroupMetadataValue
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.messages import JoinGroupRequest, JoinGroupResponse, JoinMember
+from kcoord.coordinator.schemas import GroupMetadataValue
 from tests.unit.test_group_harness import E, Harness
 
 S = GroupState

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.messages import (
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.messages import (
     LeaveGroupRequest,
     LeaveMember,
     LeaveMemberResult,
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.schemas import GroupMetadataValue, MemberMetadata
+from kcoord.coordinator.schemas import GroupMetadataValue, MemberMetadata
 from tests.unit.test_group_harness import E, Harness
 
 S = GroupState

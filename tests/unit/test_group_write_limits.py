@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import uuid
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.messages import (
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import (
     JoinGroupRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.schemas import decode_group_metadata_value
-from coordinator.shard import GroupShard
-from coordinator.write_size import offset_commit_floor
-from protocol.record_encoding import encode_kv_batch
+from kcoord.coordinator.schemas import decode_group_metadata_value
+from kcoord.coordinator.shard import GroupShard
+from kcoord.coordinator.write_size import offset_commit_floor
+from kcoord.protocol.record_encoding import encode_kv_batch
 from tests.unit.test_group_harness import E, Harness
 from tests.unit.test_group_sync_heartbeat import completing
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.apis import is_flexible
-from protocol.codec import (
+from kcoord.protocol.apis import is_flexible
+from kcoord.protocol.codec import (
     DecodeError,
     RawBody,
     encode_body,
@@ -17,8 +17,8 @@ from protocol.codec import (
     request_type,
     response_type,
 )
-from protocol.heartbeat import decode_heartbeat
-from protocol.responses import build
+from kcoord.protocol.heartbeat import decode_heartbeat
+from kcoord.protocol.responses import build
 
 texts = st.text(max_size=40)
 

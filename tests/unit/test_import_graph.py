@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "storage", "coordinator", "broker", "pipeline", "admin")
+PACKAGE = "kcoord"
+SUBPACKAGES = ("protocol", "storage", "coordinator", "broker", "pipeline", "admin", "compiled")
+"""The repository's top-level folders that are the package's subpackages (src/kcoord links them)."""
 MAX_MODULE_LINES = 650
 KAFKA_CLIENTS = frozenset({"confluent_kafka", "kafka", "aiokafka"})
 """Client libraries that belong in the command-line tools and tests, never in the server."""
@@ -39,15 +42,18 @@ class ImportLine:
     line: int
 
 
-def module_files(root: Path, packages: Iterable[str]) -> dict[str, Path]:
-    """Every module of ``packages`` under ``root``, by dotted name (a package by its own)."""
+def module_files(root: Path, packages: Iterable[str], prefix: str = "") -> dict[str, Path]:
+    """Every module of ``packages`` under ``root``, by dotted name (a package by its own),
+    each name after ``prefix``."""
     found: dict[str, Path] = {}
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
+            if "_build" in path.parts:
+                continue
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            found[".".join(parts)] = path
+            found[prefix + ".".join(parts)] = path
     return found
 
 
@@ -114,7 +120,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 # the project ----------------------------------------------------------------------------------
-MODULES = module_files(ROOT, PACKAGES)
+MODULES = {
+    # the package's own modules (src/kcoord/*.py), then the folders it links in
+    **{f"{PACKAGE}.{p.stem}" if p.stem != "__init__" else PACKAGE: p for p in (ROOT / "src" / PACKAGE).glob("*.py")},
+    **module_files(ROOT, SUBPACKAGES, prefix=f"{PACKAGE}."),
+}
 
 
 @functools.cache
@@ -123,12 +133,12 @@ def project_graph() -> dict[str, set[str]]:
 
 
 def test_the_walk_finds_every_package_and_its_imports() -> None:
-    for package in PACKAGES:
-        assert package in MODULES, f"{package}/__init__.py not found under {ROOT}"
+    for package in SUBPACKAGES:
+        assert f"{PACKAGE}.{package}" in MODULES, f"{package}/__init__.py not found under {ROOT}"
     graph = project_graph()
-    assert "broker.connection" in graph["broker.app"]  # a relative import
-    assert "broker.config" in graph["broker.connection"]  # under TYPE_CHECKING only
-    assert "broker.app" in graph["broker.cli"]  # inside a function
+    assert "kcoord.broker.net.connection" in graph["kcoord.broker.app"]  # a relative import
+    assert "kcoord.broker.config" in graph["kcoord.broker.net.connection"]  # TYPE_CHECKING only
+    assert "kcoord.broker.app" in graph["kcoord.cli"]  # inside a function
 
 
 def test_no_import_cycle() -> None:
@@ -139,19 +149,76 @@ def test_no_import_cycle() -> None:
 def test_only_the_command_line_imports_the_broker_app() -> None:
     # Every other part is handed the services it uses (broker/services.py), not the broker.
     graph = project_graph()
-    importers = sorted(name for name, targets in graph.items() if "broker.app" in targets)
-    assert importers == ["broker.cli"]
+    importers = sorted(name for name, targets in graph.items() if "kcoord.broker.app" in targets)
+    assert importers == ["kcoord.cli"]
 
 
 def test_broker_imports_no_kafka_client() -> None:
     found = [
         f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module}"
         for name, path in MODULES.items()
-        if name.split(".")[0] == "broker"
+        if name.startswith("kcoord.broker.")
         for imp in imports_of(name, path)
         if imp.module.split(".")[0] in KAFKA_CLIENTS
     ]
     assert not found, "the broker is not a Kafka client: " + "; ".join(found)
+
+
+def test_everything_imports_the_package_by_its_one_name() -> None:
+    # In a checkout the top-level folders are importable under their bare names too (the
+    # repository root is on pytest's path): a module imported as both `protocol.x` and
+    # `kcoord.protocol.x` would be two modules with two states. Tests and benchmarks included.
+    files = [*MODULES.items()]
+    for folder in ("tests", "bench"):
+        files += [(f"{folder}.{p.stem}", p) for p in sorted((ROOT / folder).rglob("*.py"))]
+    found = [
+        f"{path.relative_to(ROOT)}:{imp.line} imports {imp.module}"
+        for name, path in files
+        for imp in imports_of(name, path)
+        if imp.module.split(".")[0] in SUBPACKAGES
+    ]
+    assert not found, "import kcoord.<subpackage>, never the bare name: " + "; ".join(found)
+
+
+LAYERS = ("protocol", "storage", "coordinator", "broker")
+"""The core's layers, lowest first: each may import only itself and the ones before it."""
+
+
+def test_dependencies_point_one_way_and_the_core_does_no_io() -> None:
+    wrong = []
+    for name, targets in project_graph().items():
+        layer = name.split(".")[1] if name.count(".") else ""
+        if layer not in LAYERS[:3]:
+            continue
+        allowed = {f"{PACKAGE}.{below}" for below in LAYERS[: LAYERS.index(layer) + 1]}
+        wrong += [
+            f"{name} imports {t}" for t in targets if ".".join(t.split(".")[:2]) not in allowed
+        ]
+        wrong += [
+            f"{name} imports {imp.module}"
+            for imp in imports_of(name, MODULES[name])
+            if imp.module.split(".")[0] in ("asyncio", "socket")
+        ]
+    assert not wrong, "the sans-IO core depends only downwards: " + "; ".join(wrong)
+
+
+def test_the_broker_is_folders_by_concept() -> None:
+    # The loose modules of broker/ are the ones every part shares; the rest live in a folder.
+    loose = sorted(p.name for p in (ROOT / "broker").glob("*.py"))
+    assert loose == ["__init__.py", "app.py", "config.py", "services.py"]
+
+
+def test_every_folder_of_modules_is_a_package_in_git() -> None:
+    # A folder without __init__.py would still import (a namespace package) but is easy to
+    # lose: a wheel built by setuptools' find leaves it out. And .gitignore must not hide any.
+    folders = {path.parent for path in MODULES.values()}
+    missing = sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").is_file())
+    assert not missing, f"folders of modules without __init__.py: {missing}"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *(str(p) for p in MODULES.values())],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    ).stdout.split()
+    assert not ignored, f"modules .gitignore hides: {ignored}"
 
 
 def test_no_module_is_too_long() -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.javahash import java_string_hashcode, kafka_abs, partition_for
+from kcoord.protocol.javahash import java_string_hashcode, kafka_abs, partition_for
 
 
 @pytest.mark.parametrize(

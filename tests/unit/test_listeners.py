@@ -1,11 +1,11 @@
-"""Parsing listeners, their security protocols and advertised addresses (broker/listeners.py)."""
+"""Parsing listeners, their security protocols and advertised addresses (broker/net/listeners.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.config import Config, ConfigError
-from broker.listeners import Listener, parse_listeners, server_ssl_context
+from kcoord.broker.config import Config, ConfigError
+from kcoord.broker.net.listeners import Listener, parse_listeners, server_ssl_context
 
 
 def listeners(*overrides: str) -> list[Listener]:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from crc32c import crc32c
 
-import storage.segment as segment_mod
-from protocol.batch import CorruptBatch, iter_headers, parse_header
-from storage.log import LogClosed, OffsetOutOfRange, PartitionLog
-from storage.partition_metadata import (
+import kcoord.storage.segment as segment_mod
+from kcoord.protocol.batch import CorruptBatch, iter_headers, parse_header
+from kcoord.storage.log import LogClosed, OffsetOutOfRange, PartitionLog
+from kcoord.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     read_partition_metadata,
     topic_id_from_str,

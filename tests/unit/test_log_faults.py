@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.files import FilePool
-from storage.log import PartitionLog, open_or_offline
-from storage.offline import LogOffline
+from kcoord.storage.files import FilePool
+from kcoord.storage.log import PartitionLog, open_or_offline
+from kcoord.storage.offline import LogOffline
 
 from .test_log import make_batch, open_log, read_all
 

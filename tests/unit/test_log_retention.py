@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.log import OffsetOutOfRange, PartitionLog
+from kcoord.storage.log import OffsetOutOfRange, PartitionLog
 from tests.unit.test_log import make_batch
 
 PAYLOAD = 100
@@ -117,8 +117,8 @@ def test_segment_ms_rolls_a_non_empty_active_segment(tmp_path: Path) -> None:
 
 def test_the_pipeline_reads_the_log_start_from_the_checkpoint(tmp_path: Path) -> None:
     """The pipeline's lag counts from the log start a DeleteRecords left in the checkpoint."""
-    from pipeline.logs import checkpointed_starts, topic_log
-    from storage.checkpoint import LOG_START_CHECKPOINT, write_checkpoint
+    from kcoord.pipeline.logs import checkpointed_starts, topic_log
+    from kcoord.storage.checkpoint import LOG_START_CHECKPOINT, write_checkpoint
 
     with _log(tmp_path / "t-0") as plog:
         _fill(plog, 6)  # segments 0, 2, 4; ends at 6

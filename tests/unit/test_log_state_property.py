@@ -14,23 +14,23 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.offsets_load import read_partition
-from coordinator.loading import LatestRecords
-from coordinator.messages import (
+from kcoord.broker.groups.offsets_load import read_partition
+from kcoord.coordinator.loading import LatestRecords
+from kcoord.coordinator.messages import (
     OffsetCommitPartition,
     TxnMarkerRequest,
     TxnMarkerResponse,
     TxnOffsetCommitRequest,
 )
-from coordinator.output import Output
-from coordinator.rebalance_replay import HistoryReplay
-from coordinator.shard import GroupShard
-from protocol.batch import HEADER_SIZE
-from protocol.control import encode_marker
-from protocol.key_values import decode_key_values
-from protocol.record_encoding import encode_kv_batch
-from storage.compaction import compact
-from storage.log import PartitionLog
+from kcoord.coordinator.output import Output
+from kcoord.coordinator.rebalance_replay import HistoryReplay
+from kcoord.coordinator.shard import GroupShard
+from kcoord.protocol.batch import HEADER_SIZE
+from kcoord.protocol.control import encode_marker
+from kcoord.protocol.key_values import decode_key_values
+from kcoord.protocol.record_encoding import encode_kv_batch
+from kcoord.storage.compaction import compact
+from kcoord.storage.log import PartitionLog
 
 from .test_group_harness import Harness
 from .test_group_persistence import (
@@ -176,7 +176,7 @@ def _write_outputs(log: PartitionLog, outputs: list[Output], chunks: list[int], 
 
 
 def _load(path: Path, now: int) -> GroupShard:
-    """A restart: the partition read by the broker's own loader (broker/offsets_load.py)."""
+    """A restart: the partition read by the broker's own loader (broker/groups/offsets_load.py)."""
     shard = GroupShard(0, _PROPERTY_CONFIG, now_ms=now)
     latest = LatestRecords()
     with PartitionLog.open(path, segment_bytes=600) as log:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from broker.sasl.oauthbearer import InvalidToken, bearer_token, unsecured_subject
+from kcoord.broker.security.sasl.oauthbearer import InvalidToken, bearer_token, unsecured_subject
 
 NOW_MS = 1_800_000_000_000
 

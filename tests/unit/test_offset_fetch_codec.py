@@ -8,15 +8,15 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.codec import (
+from kcoord.protocol.codec import (
     decode_request_frame,
     encode_body,
     encode_response,
     request_type,
     response_type,
 )
-from protocol.offset_fetch import decode_offset_fetch_request, encode_offset_fetch_response
-from protocol.responses import build
+from kcoord.protocol.offset_fetch import decode_offset_fetch_request, encode_offset_fetch_response
+from kcoord.protocol.responses import build
 
 i32 = st.integers(-(2**31), 2**31 - 1)
 partitions = st.lists(
@@ -58,7 +58,7 @@ def test_same_bytes_as_the_generic_encoder(
 
 
 def test_v0_v1_group_error_is_repeated_on_every_requested_partition() -> None:
-    from broker.offset_api import _error_on_every_partition
+    from kcoord.broker.groups.offset_api import _error_on_every_partition
 
     r = _error_on_every_partition((("t", (0, 2)),), 14)  # COORDINATOR_LOAD_IN_PROGRESS
     assert r.error == 14

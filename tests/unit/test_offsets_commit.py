@@ -3,20 +3,20 @@ metadata limits, the records written and undoing a failed write."""
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.messages import (
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import (
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
 )
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     decode_key,
     decode_offset_commit_value,
 )
-from protocol.javahash import partition_for
+from kcoord.protocol.javahash import partition_for
 from tests.unit.test_group_harness import E, Harness
 
 S = GroupState

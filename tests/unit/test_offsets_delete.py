@@ -3,12 +3,12 @@ and the consumer-protocol subscription parser that decides which topics a group 
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.messages import OffsetDeleteResponse
-from coordinator.schemas import GroupMetadataKey, OffsetCommitKey, decode_key
-from coordinator.shard import GroupShard
-from coordinator.subscription import parse_subscription_topics, subscribed_topics
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import OffsetDeleteResponse
+from kcoord.coordinator.schemas import GroupMetadataKey, OffsetCommitKey, decode_key
+from kcoord.coordinator.shard import GroupShard
+from kcoord.coordinator.subscription import parse_subscription_topics, subscribed_topics
 from tests.unit.test_group_harness import E, Harness, subscription
 
 S = GroupState

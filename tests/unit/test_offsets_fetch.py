@@ -3,9 +3,9 @@ for unknown groups, and with a group-level error only while loading or for forei
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.messages import FetchedOffset, OffsetFetchResponse
-from protocol.javahash import partition_for
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.messages import FetchedOffset, OffsetFetchResponse
+from kcoord.protocol.javahash import partition_for
 from tests.unit.test_group_harness import E, Harness
 
 S = GroupState

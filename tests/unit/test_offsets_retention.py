@@ -3,9 +3,9 @@ expire, from which base time, and what happens to groups left without offsets.""
 
 from __future__ import annotations
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.schemas import (
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -16,7 +16,7 @@ from coordinator.schemas import (
     encode_key,
     encode_offset_commit_value,
 )
-from coordinator.shard import GroupShard
+from kcoord.coordinator.shard import GroupShard
 from tests.unit.test_group_harness import E, Harness, subscription
 
 S = GroupState

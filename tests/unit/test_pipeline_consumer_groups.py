@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.consumer.records import (
+from kcoord.coordinator.consumer.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
     ConsumerGroupCurrentMemberAssignmentValue,
     ConsumerGroupMemberMetadataKey,
@@ -31,18 +31,18 @@ from coordinator.consumer.records import (
     encode_consumer_key,
     encode_consumer_value,
 )
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     encode_key,
     encode_offset_commit_value,
 )
-from pipeline.consumer_groups import EPOCHS_SCHEMA, STATE_COLUMNS, replay_epochs
-from pipeline.decode import STATE_SCHEMA, SegmentError, segment_state, spark_ddl, state_batch
-from pipeline.logs import offsets_segments, topic_names
-from protocol.batch import set_base_offset
-from protocol.record_encoding import encode_kv_batch
-from storage.partition_metadata import topic_id_to_str, write_partition_metadata
+from kcoord.pipeline.consumer_groups import EPOCHS_SCHEMA, STATE_COLUMNS, replay_epochs
+from kcoord.pipeline.decode import STATE_SCHEMA, SegmentError, segment_state, spark_ddl, state_batch
+from kcoord.pipeline.logs import offsets_segments, topic_names
+from kcoord.protocol.batch import set_base_offset
+from kcoord.protocol.record_encoding import encode_kv_batch
+from kcoord.storage.partition_metadata import topic_id_to_str, write_partition_metadata
 
 T0 = 1_700_000_000_000
 ORDERS = uuid.UUID("11111111-2222-3333-4444-555555555555")
@@ -240,7 +240,7 @@ def test_replay_is_per_group_and_log_partition() -> None:
 def test_python_pass_writes_consumer_group_epochs(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from pipeline.local import python_pass
+    from kcoord.pipeline.local import python_pass
 
     data = write_data_dir(tmp_path)
     out = tmp_path / "out"

@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 
-from pipeline.report import (  # noqa: E402
+from kcoord.pipeline.report import (  # noqa: E402
     commit_rate_chart,
     commit_rate_figure,
     lag_figure,

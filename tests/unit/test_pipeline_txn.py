@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coordinator.schemas import (
+from kcoord.coordinator.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     encode_key,
     encode_offset_commit_value,
 )
-from pipeline.decode import segment_commits, segment_state
-from pipeline.logs import offsets_segments
-from protocol.batch import set_base_offset
-from protocol.control import encode_marker
-from protocol.record_encoding import encode_kv_batch
+from kcoord.pipeline.decode import segment_commits, segment_state
+from kcoord.pipeline.logs import offsets_segments
+from kcoord.protocol.batch import set_base_offset
+from kcoord.protocol.control import encode_marker
+from kcoord.protocol.record_encoding import encode_kv_batch
 
 T0 = 1_700_000_000_000
 

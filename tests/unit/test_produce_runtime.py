@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from kio.serial import entity_reader
 
-from broker.app import Broker
-from broker.config import Config
-from protocol.apis import ApiKey
-from protocol.codec import encode_body, request_type, response_type
-from protocol.compression import Compression
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch, encode_batch
-from protocol.records import Record
-from protocol.responses import build
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import encode_body, request_type, response_type
+from kcoord.protocol.compression import Compression
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch, encode_batch
+from kcoord.protocol.records import Record
+from kcoord.protocol.responses import build
 from tests.integration.rawclient import RawClient
 
 T0 = 1_700_000_000_000

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.batch import parse_header
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch
-from storage.producer_state import CorruptSnapshot, ProducerState
+from kcoord.protocol.batch import parse_header
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch
+from kcoord.storage.producer_state import CorruptSnapshot, ProducerState
 
 T0 = 1_700_000_000_000
 
@@ -45,7 +45,7 @@ def header(
 
 
 def marker_header(base_offset: int, *, pid: int = 7, epoch: int = 0):  # type: ignore[no-untyped-def]
-    from protocol.control import encode_marker
+    from kcoord.protocol.control import encode_marker
 
     return parse_header(encode_marker(pid, epoch, False, 0, T0, base_offset=base_offset))
 

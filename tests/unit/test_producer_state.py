@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from storage.producer_state import RECENT_BATCHES, ProducerState
+from kcoord.storage.producer_state import RECENT_BATCHES, ProducerState
 
 
 class Clock:

@@ -3,9 +3,9 @@ same sequence of generations/epochs, members and moved partitions as the live ev
 
 from __future__ import annotations
 
-from coordinator.output import RebalanceCompleted
-from coordinator.rebalance_replay import HistoryReplay
-from coordinator.rebalances import MEMBER_JOINED, RESTORED
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.rebalance_replay import HistoryReplay
+from kcoord.coordinator.rebalances import MEMBER_JOINED, RESTORED
 
 from .test_consumer_group import SESSION, Group, _owned
 from .test_group_harness import Harness

@@ -6,8 +6,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from coordinator.output import RebalanceCompleted
-from coordinator.rebalances import (
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.rebalances import (
     MEMBER_EXPIRED,
     MEMBER_JOINED,
     MEMBER_LEFT,

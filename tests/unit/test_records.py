@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.batch import (
+from kcoord.protocol.batch import (
     CRC_START,
     HEADER_SIZE,
     CorruptBatch,
@@ -19,7 +19,7 @@ from protocol.batch import (
     parse_header,
     set_base_offset,
 )
-from protocol.compression import (
+from kcoord.protocol.compression import (
     XERIAL_MAGIC,
     Compression,
     DecompressionError,
@@ -29,8 +29,8 @@ from protocol.compression import (
     snappy_decompress,
     xerial_snappy_compress,
 )
-from protocol.record_encoding import build_batch, encode_batch
-from protocol.records import (
+from kcoord.protocol.record_encoding import build_batch, encode_batch
+from kcoord.protocol.records import (
     Record,
     RecordBatch,
     RecordHeader,
@@ -623,8 +623,8 @@ def test_us_to_kafka_python(codec: Compression, kafka_python_codecs: set[Compres
 
 
 def test_encode_kv_batch_matches_build_batch() -> None:
-    from protocol.record_encoding import build_batch, encode_kv_batch
-    from protocol.records import decode_batch
+    from kcoord.protocol.record_encoding import build_batch, encode_kv_batch
+    from kcoord.protocol.records import decode_batch
 
     pairs = [(b"k%d" % i, b"v" * i if i % 3 else None) for i in range(300)]
     pairs.append((b"big", b"x" * 20000))
@@ -635,10 +635,10 @@ def test_encode_kv_batch_matches_build_batch() -> None:
 
 @pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
 def test_decode_key_values_matches_full_decode(codec: int) -> None:
-    from protocol.batch import HEADER_SIZE, parse_header
-    from protocol.key_values import decode_key_values
-    from protocol.record_encoding import build_batch
-    from protocol.records import decode_batch
+    from kcoord.protocol.batch import HEADER_SIZE, parse_header
+    from kcoord.protocol.key_values import decode_key_values
+    from kcoord.protocol.record_encoding import build_batch
+    from kcoord.protocol.records import decode_batch
 
     entries = [
         (None if i % 7 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v" * (i * 3), (("h", b"x"),) if i % 2 else (), 1_000 + i)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from protocol.apis import ApiKey
-from protocol.codec import DecodeError, decode_request, encode_body, request_type
-from protocol.guard import GuardError, guard
-from protocol.legacy import decode_legacy_produce, decode_offset_commit_v0_v1
-from protocol.responses import build
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import DecodeError, decode_request, encode_body, request_type
+from kcoord.protocol.guard import GuardError, guard
+from kcoord.protocol.legacy import decode_legacy_produce, decode_offset_commit_v0_v1
+from kcoord.protocol.responses import build
 from tests.integration.samples import array_entries, sample, sample_bodies
 
 ROOT = Path(__file__).resolve().parents[2]

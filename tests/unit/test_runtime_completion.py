@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from broker.app import Broker
-from broker.config import Config
-from protocol.errors import ErrorCode
-from protocol.javahash import partition_for
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
 from tests.integration.rawclient import RawClient
 
 GROUP = "completion"

@@ -9,14 +9,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from broker.app import Broker
-from broker.config import Config
-from coordinator.schemas import OffsetCommitKey, encode_key
-from coordinator.shard import Output
-from protocol.batch import HEADER_SIZE
-from protocol.errors import ErrorCode
-from protocol.javahash import partition_for
-from protocol.key_values import decode_key_values
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
+from kcoord.coordinator.schemas import OffsetCommitKey, encode_key
+from kcoord.coordinator.shard import Output
+from kcoord.protocol.batch import HEADER_SIZE
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
+from kcoord.protocol.key_values import decode_key_values
 from tests.integration.rawclient import RawClient
 
 GROUP = "limited"

@@ -9,8 +9,13 @@ import hmac
 
 import pytest
 
-from broker.sasl.credentials import CredentialStore
-from broker.sasl.scram import ScramError, ScramServer, make_credential, password_matches
+from kcoord.broker.security.sasl.credentials import CredentialStore
+from kcoord.broker.security.sasl.scram import (
+    ScramError,
+    ScramServer,
+    make_credential,
+    password_matches,
+)
 
 
 def client_final(mechanism: str, password: str, client_first_bare: str, server_first: str, gs2: str = "n,,") -> str:

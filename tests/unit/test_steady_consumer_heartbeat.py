@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.consumer.messages import ConsumerGroupHeartbeatRequest
-from coordinator.messages import JoinGroupRequest
-from protocol.apis import ApiKey
-from protocol.codec import encode_body, encode_response, request_type, response_type
-from protocol.consumer_heartbeat import decode_steady_heartbeat, steady_answer
-from protocol.errors import ErrorCode
-from protocol.responses import build
+from kcoord.coordinator.consumer.messages import ConsumerGroupHeartbeatRequest
+from kcoord.coordinator.messages import JoinGroupRequest
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import encode_body, encode_response, request_type, response_type
+from kcoord.protocol.consumer_heartbeat import decode_steady_heartbeat, steady_answer
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.responses import build
 from tests.unit.test_consumer_group import SESSION, Group
 
 CGH = ApiKey.CONSUMER_GROUP_HEARTBEAT

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from broker.app import Broker
-from broker.config import Config
-from pipeline.logs import first_record_at_or_after
-from protocol.batch import HEADER_SIZE, compute_crc, parse_header
-from protocol.compression import Compression, DecompressionLimitExceeded, compress
-from protocol.key_values import decode_key_values
-from protocol.record_encoding import build_batch
-from storage.compaction import compact
-from storage.log import PartitionLog
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
+from kcoord.pipeline.logs import first_record_at_or_after
+from kcoord.protocol.batch import HEADER_SIZE, compute_crc, parse_header
+from kcoord.protocol.compression import Compression, DecompressionLimitExceeded, compress
+from kcoord.protocol.key_values import decode_key_values
+from kcoord.protocol.record_encoding import build_batch
+from kcoord.storage.compaction import compact
+from kcoord.storage.log import PartitionLog
 
 T0 = 1_700_000_000_000
 

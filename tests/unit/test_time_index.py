@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.compaction import compact
-from storage.log import PartitionLog
-from storage.segment import Segment
-from storage.time_index import NO_TIMESTAMP, TimeIndex
+from kcoord.storage.compaction import compact
+from kcoord.storage.log import PartitionLog
+from kcoord.storage.segment import Segment
+from kcoord.storage.time_index import NO_TIMESTAMP, TimeIndex
 
 from .test_compaction import NOW, append
 from .test_compaction import open_log as open_compacted

@@ -1,4 +1,4 @@
-"""broker/topic_configs.py: topic configs' checks, defaults and sources, and their file."""
+"""broker/data/topic_configs.py: topic configs' checks, defaults and sources, and their file."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from broker.topic_configs import (
+from kcoord.broker.data.topic_configs import (
     CONFIGS_FILE,
     SOURCE_DEFAULT,
     SOURCE_STATIC_BROKER,

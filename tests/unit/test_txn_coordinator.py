@@ -9,15 +9,20 @@ import itertools
 
 import pytest
 
-from coordinator.transactions.coordinator import (
+from kcoord.coordinator.transactions.coordinator import (
     ProducerIdsUnavailable,
     Transition,
     TxnConfig,
     TxnCoordinator,
 )
-from coordinator.transactions.model import MAX_EPOCH, TxnMetadata, TxnState
-from coordinator.transactions.records import decode_key, decode_value, encode_key, encode_value
-from protocol.errors import ErrorCode as E
+from kcoord.coordinator.transactions.model import MAX_EPOCH, TxnMetadata, TxnState
+from kcoord.coordinator.transactions.records import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from kcoord.protocol.errors import ErrorCode as E
 
 T0 = 1_700_000_000_000
 TP = ("t", 0)

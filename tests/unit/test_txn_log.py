@@ -10,13 +10,13 @@ import os
 import random
 from pathlib import Path
 
-from protocol.batch import iter_headers
-from protocol.control import encode_marker
-from protocol.record_encoding import build_batch
-from protocol.records import decode_batches
-from storage.compaction import compact
-from storage.log import PartitionLog
-from storage.txn_index import AbortedTxn
+from kcoord.protocol.batch import iter_headers
+from kcoord.protocol.control import encode_marker
+from kcoord.protocol.record_encoding import build_batch
+from kcoord.protocol.records import decode_batches
+from kcoord.storage.compaction import compact
+from kcoord.storage.log import PartitionLog
+from kcoord.storage.txn_index import AbortedTxn
 
 T0 = 1_700_000_000_000
 
@@ -61,7 +61,7 @@ def state_of(log: PartitionLog) -> tuple[object, ...]:
 
 def open_index(log: PartitionLog, base: int) -> list[AbortedTxn]:
     path = log.path / f"{base:020d}.txnindex"
-    from storage.txn_index import decode_entries
+    from kcoord.storage.txn_index import decode_entries
 
     return decode_entries(path.read_bytes()) if path.exists() else []
 

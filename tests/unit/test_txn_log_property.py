@@ -11,8 +11,13 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.transactions.coordinator import Transition, TxnConfig, TxnCoordinator
-from coordinator.transactions.records import decode_key, decode_value, encode_key, encode_value
+from kcoord.coordinator.transactions.coordinator import Transition, TxnConfig, TxnCoordinator
+from kcoord.coordinator.transactions.records import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 
 IDS = ["a", "b", "c"]
 PARTS = [("t", 0), ("t", 1), ("u", 0), ("__consumer_offsets", 7)]

@@ -1,4 +1,4 @@
-"""The marker writer (broker/txn_markers.py) in a real in-process Broker: one marker per data
+"""The marker writer (broker/txn/markers.py) in a real in-process Broker: one marker per data
 partition, durable on return, ``__consumer_offsets`` partitions handed to the injected offsets
 marker, an error code per partition (unknown partition, older producer or coordinator epoch);
 and the open-transaction metrics read from the partitions' state."""
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.app import Broker
-from broker.config import Config
-from broker.metrics import _transaction_metrics
-from broker.txn_markers import MarkerWriter
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch
-from storage.txn_index import AbortedTxn
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
+from kcoord.broker.metrics.prometheus import _transaction_metrics
+from kcoord.broker.txn.markers import MarkerWriter
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch
+from kcoord.storage.txn_index import AbortedTxn
 
 T0 = 1_700_000_000_000
 

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.classic.group import GroupState
-from coordinator.config import GroupConfig
-from coordinator.consumer.messages import ConsumerGroupHeartbeatRequest
-from coordinator.consumer.topics import StaticTopics
-from coordinator.messages import (
+from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.consumer.messages import ConsumerGroupHeartbeatRequest
+from kcoord.coordinator.consumer.topics import StaticTopics
+from kcoord.coordinator.messages import (
     OffsetCommitPartition,
     OffsetCommitResponse,
     TxnMarkerRequest,
     TxnMarkerResponse,
     TxnOffsetCommitRequest,
 )
-from coordinator.schemas import OffsetCommitKey, decode_key, decode_offset_commit_value
-from coordinator.shard import GroupShard
+from kcoord.coordinator.schemas import OffsetCommitKey, decode_key, decode_offset_commit_value
+from kcoord.coordinator.shard import GroupShard
 from tests.unit.test_group_harness import E, Harness
 
 PID = 4000

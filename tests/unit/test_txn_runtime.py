@@ -11,14 +11,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker.app import Broker
-from broker.config import Config
-from broker.producer_ids import ProducerIdBlocks
-from broker.topic_names import TRANSACTION_STATE_TOPIC
-from broker.txn_runtime import TxnRuntime
-from coordinator.transactions.coordinator import Transition
-from coordinator.transactions.model import TxnState
-from protocol.errors import ErrorCode as E
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
+from kcoord.broker.data.topic_names import TRANSACTION_STATE_TOPIC
+from kcoord.broker.txn.producer_ids import ProducerIdBlocks
+from kcoord.broker.txn.runtime import TxnRuntime
+from kcoord.coordinator.transactions.coordinator import Transition
+from kcoord.coordinator.transactions.model import TxnState
+from kcoord.protocol.errors import ErrorCode as E
 
 TP = ("t", 0)
 OFFSETS = ("__consumer_offsets", 3)
@@ -266,10 +266,10 @@ async def test_concurrent_end_txn_and_a_failed_write(tmp_path: Path) -> None:
 
 
 async def test_the_marker_writer_appends_control_batches(tmp_path: Path) -> None:
-    from broker.txn_markers import MarkerWriter
-    from protocol.batch import HEADER_SIZE, parse_header
-    from protocol.control import decode_marker, is_marker_batch
-    from protocol.key_values import decode_key_values
+    from kcoord.broker.txn.markers import MarkerWriter
+    from kcoord.protocol.batch import HEADER_SIZE, parse_header
+    from kcoord.protocol.control import decode_marker, is_marker_batch
+    from kcoord.protocol.key_values import decode_key_values
 
     b = await _broker(tmp_path / "data", Markers())
     offsets_calls: list[tuple[int, int, int, bool, int]] = []

@@ -12,11 +12,11 @@ import dataclasses
 
 import pytest
 
-from protocol.apis import ApiKey
-from protocol.codec import DecodeError, decode_request, encode_body, request_type
-from protocol.fastcodec import decoder, encoder
-from protocol.heartbeat import decode_heartbeat
-from protocol.tags import TagWalkError, strip_unknown_tags
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import DecodeError, decode_request, encode_body, request_type
+from kcoord.protocol.fastcodec import decoder, encoder
+from kcoord.protocol.heartbeat import decode_heartbeat
+from kcoord.protocol.tags import TagWalkError, strip_unknown_tags
 from tests.integration.samples import flexible_versions, sample, tagged_body, to_twin, twin
 
 

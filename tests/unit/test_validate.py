@@ -10,18 +10,18 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from protocol.batch import HEADER_SIZE, compute_crc
-from protocol.compression import Compression, compress
-from protocol.errors import ErrorCode
-from protocol.record_encoding import build_batch, encode_batch, encode_record
-from protocol.record_scan import (
+from kcoord.protocol.batch import HEADER_SIZE, compute_crc
+from kcoord.protocol.compression import Compression, compress
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.record_encoding import build_batch, encode_batch, encode_record
+from kcoord.protocol.record_scan import (
     LayoutError,
     batch_first_at_or_after,
     batch_max_timestamp,
     check_layout,
 )
-from protocol.records import Record, RecordHeader
-from protocol.validate import Refused, check_batch, check_records, needs_worker
+from kcoord.protocol.records import Record, RecordHeader
+from kcoord.protocol.validate import Refused, check_batch, check_records, needs_worker
 
 T0 = 1_700_000_000_000
 LIMIT = 1 << 20

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from protocol.apis import SUPPORTED, ApiKey, is_flexible, is_supported
-from protocol.codec import (
+from kcoord.protocol.apis import SUPPORTED, ApiKey, is_flexible, is_supported
+from kcoord.protocol.codec import (
     DecodeError,
     decode_request,
     encode_body,
@@ -15,11 +15,11 @@ from protocol.codec import (
     request_type,
     response_type,
 )
-from protocol.errors import ErrorCode
-from protocol.framing import FrameDecoder, FrameError, frame
-from protocol.headers import HeaderError, parse_request_header, response_header
-from protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
-from protocol.responses import build, to_millis
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.framing import FrameDecoder, FrameError, frame
+from kcoord.protocol.headers import HeaderError, parse_request_header, response_header
+from kcoord.protocol.legacy import decode_legacy_produce, encode_legacy_produce_response
+from kcoord.protocol.responses import build, to_millis
 
 
 def _drain(d: FrameDecoder) -> list[bytes]:

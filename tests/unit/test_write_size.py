@@ -9,9 +9,9 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.config import GroupConfig
-from coordinator.messages import JoinGroupRequest, OffsetCommitPartition, OffsetCommitRequest
-from coordinator.schemas import (
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.messages import JoinGroupRequest, OffsetCommitPartition, OffsetCommitRequest
+from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -20,16 +20,16 @@ from coordinator.schemas import (
     encode_key,
     group_metadata_value_size,
 )
-from coordinator.shard import GroupShard
-from coordinator.write_size import (
+from kcoord.coordinator.shard import GroupShard
+from kcoord.coordinator.write_size import (
     group_record_batch_size,
     join_record_fits,
     join_record_floor,
     offset_commit_floor,
     tombstones_batch_size,
 )
-from protocol.batch import HEADER_SIZE
-from protocol.record_encoding import (
+from kcoord.protocol.batch import HEADER_SIZE
+from kcoord.protocol.record_encoding import (
     encode_kv_batch,
     kv_batch_size,
     kv_batches,

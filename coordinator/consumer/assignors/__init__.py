@@ -11,14 +11,14 @@ count of every subscribed topic, and stores what it returns as the new target as
 
 from __future__ import annotations
 
-from coordinator.consumer.assignors.range import RangeAssignor
-from coordinator.consumer.assignors.spec import (
+from kcoord.coordinator.consumer.assignors.range import RangeAssignor
+from kcoord.coordinator.consumer.assignors.spec import (
     Assignment,
     AssignmentMember,
     PartitionAssignor,
     TopicId,
 )
-from coordinator.consumer.assignors.uniform import UniformAssignor
+from kcoord.coordinator.consumer.assignors.uniform import UniformAssignor
 
 __all__ = [
     "ASSIGNORS",

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 
-from coordinator.consumer.assignors.spec import (
+from kcoord.coordinator.consumer.assignors.spec import (
     Assignment,
     AssignmentMember,
     Claims,

@@ -36,7 +36,7 @@ from fractions import Fraction
 from operator import attrgetter
 from typing import cast
 
-from coordinator.consumer.assignors.spec import (
+from kcoord.coordinator.consumer.assignors.spec import (
     Assignment,
     AssignmentMember,
     TopicId,

@@ -16,8 +16,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from broker.app import Broker
-from broker.config import Config
+from kcoord.broker.app import Broker
+from kcoord.broker.config import Config
 
 
 async def main() -> None:

@@ -1,0 +1,273 @@
+"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs: topic configs (and the broker's
+settings, read-only) as Kafka's admin clients see them.
+
+Topics (resource type 2): every topic config kcoord honours (``broker/data/topic_configs.py``) with
+its value and source (the topic's own override, else the broker's setting or its default) and,
+when asked, its synonyms and documentation. IncrementalAlterConfigs SETs, DELETEs (back to the
+broker's default), APPENDs to or SUBTRACTs from (``cleanup.policy``, a list) a topic's
+overrides; AlterConfigs replaces them all. A change is written to ``topic-configs.json`` before
+it is answered and applies at once (``segment.bytes`` to the next roll, the retention configs
+at the next retention pass, ``broker/data/retention.py``).
+
+The broker (resource type 4, named by its node id) describes its settings, all read-only: they
+are set at start (``kcoord serve --set``), so altering them is refused with INVALID_REQUEST, as
+Kafka refuses a setting that cannot change dynamically. Other resource types get
+INVALID_REQUEST, and so does a resource named again in the same request. Errors are per
+resource, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kcoord.protocol.errors import ErrorCode
+
+from ..data.topic_configs import (
+    DEFS,
+    TYPE_LIST,
+    TYPE_LONG,
+    ConfigProblem,
+    check_overrides,
+)
+from ..data.topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
+from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..data.topics import Topic, TopicStore
+    from ..net.connection import RequestContext
+
+log = logging.getLogger("kcoord.topics")
+
+TOPIC = 2
+BROKER = 4
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_BOOLEAN, _STRING, _INT = 1, 2, 3
+_SOURCE_STATIC_BROKER, _SOURCE_DEFAULT = 4, 5
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _authorize(ctx: RequestContext, r: Any, op: Operation) -> None:
+    """The ACL check of a config resource: ``op`` on the topic, or on the cluster for a broker."""
+    if r.resource_type == TOPIC and not ctx.allowed(op, ResourceType.TOPIC, r.resource_name):
+        raise _Refused(ErrorCode.topic_authorization_failed, f"{op.name} on the topic is needed")
+    if r.resource_type == BROKER and not ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
+        raise _Refused(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster is needed")
+
+
+class ConfigApi:
+    def __init__(self, config: Config, topics: TopicStore) -> None:
+        self.config = config
+        self.topics = topics
+
+    # DescribeConfigs ------------------------------------------------------------------------------
+    def describe_configs(self, ctx: RequestContext, req: Any) -> Any:
+        synonyms = bool(getattr(req, "include_synonyms", False))
+        docs = bool(getattr(req, "include_documentation", False))
+        results = []
+        seen: set[tuple[int, str]] = set()
+        for r in req.resources:
+            result: dict[str, Any] = dict(
+                error_code=0,
+                error_message=None,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=[],
+            )
+            try:
+                _once(seen, r)
+                _authorize(ctx, r, Operation.DESCRIBE_CONFIGS)
+                keys = None if r.configuration_keys is None else set(r.configuration_keys)
+                entries = self._describe(r.resource_type, r.resource_name)
+                result["configs"] = [
+                    _entry(e, synonyms, docs) for e in entries if keys is None or e[0] in keys
+                ]
+            except _Refused as e:
+                result.update(error_code=e.code, error_message=str(e))
+            results.append(result)
+        return ctx.respond(throttle_time=0, results=results)
+
+    def _describe(self, resource_type: int, name: str) -> list[tuple[Any, ...]]:
+        """(name, value, read only, source, type, documentation, synonyms) of each config."""
+        if resource_type == TOPIC:
+            topic = self._topic(name)
+            return [
+                (v.name, v.value, False, v.source, v.type, v.doc, v.synonyms)
+                for v in self.topics.configs.describe(topic.topic_id, topic.name)
+            ]
+        if resource_type == BROKER:
+            if name == "":
+                return []  # the cluster-wide dynamic defaults: kcoord has none
+            self._check_broker(name)
+            return [self._broker_entry(row) for row in self.config.describe()]
+        raise _Refused(ErrorCode.invalid_request, f"resource type {resource_type} is not supported")
+
+    def _broker_entry(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        value = row["value"]
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        source = _SOURCE_DEFAULT if row["source"] == "default" else _SOURCE_STATIC_BROKER
+        name = row["name"]
+        if isinstance(value, bool):
+            kind = _BOOLEAN
+        elif isinstance(value, int):
+            kind = TYPE_LONG if name.endswith((".ms", ".bytes")) else _INT
+        else:
+            kind = TYPE_LIST if name == "log.cleanup.policy" else _STRING
+        return (name, text, True, source, kind, row["doc"], ((name, text, source),))
+
+    def _check_broker(self, name: str) -> None:
+        if name != str(self.config["node.id"]):
+            raise _Refused(
+                ErrorCode.invalid_request,
+                f"unexpected broker id {name[:40]!r}: this is node {self.config['node.id']}",
+            )
+
+    def _topic(self, name: str) -> Topic:
+        problem = topic_name_problem(name)
+        if problem:
+            raise _Refused(ErrorCode.invalid_topic_exception, problem)
+        topic = self.topics.get(name)
+        if topic is None:
+            raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {quoted(name)} does not exist")
+        return topic
+
+    # IncrementalAlterConfigs, AlterConfigs --------------------------------------------------------
+    async def incremental_alter_configs(self, ctx: RequestContext, req: Any) -> Any:
+        return await self._alter(ctx, req, incremental=True)
+
+    async def alter_configs(self, ctx: RequestContext, req: Any) -> Any:
+        return await self._alter(ctx, req, incremental=False)
+
+    async def _alter(self, ctx: RequestContext, req: Any, *, incremental: bool) -> Any:
+        responses = []
+        seen: set[tuple[int, str]] = set()
+        for r in req.resources:
+            entry: dict[str, Any] = dict(
+                error_code=0,
+                error_message=None,
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+            )
+            try:
+                _once(seen, r)
+                _authorize(ctx, r, Operation.ALTER_CONFIGS)
+                if r.resource_type == BROKER:
+                    if r.resource_name != "":
+                        self._check_broker(r.resource_name)
+                    raise _Refused(
+                        ErrorCode.invalid_request,
+                        "kcoord's broker settings are static: set them at start"
+                        " (kcoord serve --set NAME=VALUE)",
+                    )
+                if r.resource_type != TOPIC:
+                    raise _Refused(
+                        ErrorCode.invalid_request,
+                        f"resource type {r.resource_type} is not supported",
+                    )
+                topic = self._topic(r.resource_name)
+                current = self.topics.configs.overrides(topic.topic_id, topic.name)
+                if incremental:
+                    wanted = self._incremental(topic, current, r.configs)
+                else:
+                    wanted = _checked((c.name, c.value) for c in r.configs)
+                internal = topic.name in INTERNAL_TOPICS
+                if internal and wanted.setdefault("cleanup.policy", "compact") != "compact":
+                    raise _Refused(
+                        ErrorCode.invalid_config,
+                        f"cleanup.policy of {OFFSETS_TOPIC} must stay compact (the coordinator"
+                        " reads it back by key)",
+                    )
+                if not req.validate_only and wanted != current:
+                    await self._apply(topic, wanted)
+            except _Refused as e:
+                entry.update(error_code=e.code, error_message=str(e))
+            responses.append(entry)
+        return ctx.respond(throttle_time=0, responses=responses)
+
+    def _incremental(
+        self, topic: Topic, current: dict[str, str], changes: Iterable[Any]
+    ) -> dict[str, str]:
+        wanted = dict(current)
+        seen: set[str] = set()
+        effective = {v.name: v.value for v in self.topics.configs.describe(topic.topic_id, topic.name)}
+        for c in changes:
+            if c.name in seen:
+                raise _Refused(ErrorCode.invalid_request, f"config {c.name[:80]!r} appears twice")
+            seen.add(c.name)
+            d = DEFS.get(c.name)
+            if d is None:
+                _checked([(c.name, c.value)])  # the message naming what kcoord supports
+                continue
+            op = c.config_operation
+            if op == SET:
+                wanted[c.name] = _checked([(c.name, c.value)])[c.name]
+            elif op == DELETE:
+                wanted.pop(c.name, None)
+            elif op in (APPEND, SUBTRACT):
+                if d.type != TYPE_LIST:
+                    raise _Refused(
+                        ErrorCode.invalid_config,
+                        f"{c.name}: {'append' if op == APPEND else 'subtract'} is only for list configs",
+                    )
+                items = [p for p in effective[c.name].split(",") if p]
+                given = [p.strip() for p in (c.value or "").split(",") if p.strip()]
+                if op == APPEND:
+                    items += [p for p in given if p not in items]
+                else:
+                    items = [p for p in items if p not in given]
+                wanted[c.name] = _checked([(c.name, ",".join(items))])[c.name]
+            else:
+                raise _Refused(ErrorCode.invalid_request, f"unknown config operation {op}")
+        return wanted
+
+    async def _apply(self, topic: Topic, wanted: dict[str, str]) -> None:
+        configs = self.topics.configs
+        try:
+            await asyncio.to_thread(configs.set, topic.topic_id, topic.name, wanted)
+        except OSError as e:
+            raise _Refused(ErrorCode.kafka_storage_error, f"the change could not be stored: {e}") from e
+        configs.changed()
+        settings = self.topics.settings_of(topic)
+        for plog in topic.partitions:
+            plog.set_segment_bytes(settings.segment_bytes)
+        log.info("topic %s configs now %s", topic.name, wanted or "the broker's defaults")
+
+
+def _once(seen: set[tuple[int, str]], resource: Any) -> None:
+    """A resource named twice in one request: INVALID_REQUEST for the repeats (as Kafka's
+    AlterConfigs; for DescribeConfigs it also bounds the answer to one copy per resource)."""
+    key = (resource.resource_type, resource.resource_name)
+    if key in seen:
+        raise _Refused(ErrorCode.invalid_request, "the resource appears more than once")
+    seen.add(key)
+
+
+def _checked(configs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    try:
+        return check_overrides(configs)
+    except ConfigProblem as e:
+        raise _Refused(ErrorCode.invalid_config, str(e)) from None
+
+
+def _entry(e: tuple[Any, ...], synonyms: bool, docs: bool) -> dict[str, Any]:
+    name, value, read_only, source, kind, doc, syn = e
+    return dict(
+        name=name,
+        value=value,
+        read_only=read_only,
+        is_default=source == _SOURCE_DEFAULT,
+        config_source=source,
+        is_sensitive=False,
+        synonyms=[dict(name=n, value=v, source=s) for n, v, s in syn] if synonyms else [],
+        config_type=kind,
+        documentation=doc if docs else None,
+    )

@@ -1,0 +1,553 @@
+"""The data plane APIs: Produce, Fetch and ListOffsets over the partition logs.
+
+Produce checks each partition's batch as Kafka's log validator does (``protocol.validate``),
+appends it as it is (offsets patched into the batch header) in arrival order per partition
+(``broker.data.appender``: big or compressed batches are checked in worker threads) and acknowledges
+only once the group-commit fsync has it on disk. A refused batch gets its error code and a short
+``error_message``, and nothing is appended for that partition; an append or fsync that fails
+with an I/O error is answered KAFKA_STORAGE_ERROR. Idempotent and transactional producers'
+batches are checked against the partition's producer state (``storage.producer_state``: epoch,
+sequence, open transaction; kept with the log, so it survives a restart): a retry of one of
+the last batches is answered with its original offset; idle producers are forgotten every
+``producer.id.expiration.check.interval.ms``.
+
+Fetch serves whole batches up to the high watermark (what is durable), or, ``read_committed``,
+up to the last stable offset with the aborted transactions of the range (``broker.txn.data``),
+and long-polls on ``max_wait_ms`` / ``min_bytes``. ListOffsets answers earliest, latest (the
+last stable offset for ``read_committed``), max-timestamp and
+by-timestamp queries; the last two find one batch from batch headers and decode only that one,
+with bounded decompression (in a worker thread when it is big or compressed). A stored batch
+that cannot be decoded is answered at batch granularity and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kcoord.protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
+from kcoord.protocol.codec import RawBody
+from kcoord.protocol.compression import Compression, decompression_limit
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.legacy import encode_legacy_produce_response
+from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
+from kcoord.protocol.validate import Refused, check_batch
+from kcoord.storage.log import LogClosed, OffsetOutOfRange, PartitionLog
+
+from ..security.acl.model import Operation, ResourceType
+from .appender import INLINE_BYTES, Appender, Outcome, refused
+from ..net.connection import NO_RESPONSE, RequestContext
+from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
+from .topics import TopicError
+from ..txn.data import AllProducers, committed_view, transactional_refusal
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from .flusher import Flusher
+    from ..services import MetricsHooks
+    from .topics import TopicStore
+
+log = logging.getLogger("kcoord.data")
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+READ_COMMITTED = 1
+
+
+def high_watermark(plog: PartitionLog) -> int:
+    """The last offset + 1 that consumers may read: what is durable (flushed)."""
+    return plog.flushed_offset
+
+
+_Settled = tuple[int, PartitionLog | None, Outcome]
+
+
+def _fsync_failed(error: BaseException) -> Outcome:
+    """The records are in the log but not known to be durable."""
+    return Outcome(ErrorCode.kafka_storage_error, message=f"fsync failed: {error}")
+
+
+class _Produce:
+    """One Produce request on its way: its topics (name, number of partitions) and each
+    partition's (index, log, outcome now or later), in request order."""
+
+    __slots__ = ("parts", "topics")
+
+    def __init__(self) -> None:
+        self.topics: list[tuple[str, int]] = []
+        self.parts: list[tuple[int, PartitionLog | None, Outcome | asyncio.Future[Outcome]]] = []
+
+    def must_wait(self) -> bool:
+        """Whether an outcome is still to come or an fsync must precede the answer."""
+        return any(not isinstance(o, Outcome) or o.must_sync for _, _, o in self.parts)
+
+    def settled(self) -> list[_Settled]:
+        return [(i, plog, o) for i, plog, o in self.parts if isinstance(o, Outcome)]
+
+
+_TOPIC_REFUSED = ErrorCode.topic_authorization_failed
+
+
+def _refused_topics(ctx: RequestContext, op: Operation, names: Iterable[str]) -> frozenset[str]:
+    """The topics among ``names`` on which the client may not do ``op``."""
+    if ctx.connection.authorizer is None:
+        return frozenset()
+    return frozenset(n for n in set(names) if not ctx.allowed(op, ResourceType.TOPIC, n))
+
+
+def _one_batch(plog: PartitionLog, base_offset: int) -> tuple[BatchHeader, bytes] | None:
+    """The stored batch holding ``base_offset`` (None if it cannot be read)."""
+    try:
+        data = plog.read(base_offset, 1)
+        h = parse_header(data)
+    except (CorruptBatch, OffsetOutOfRange, OSError) as e:
+        log.warning("ListOffsets: cannot read the batch at offset %d: %s", base_offset, e)
+        return None
+    return h, data[: h.size]
+
+
+class DataApi:
+    def __init__(
+        self, config: Config, topics: TopicStore, flusher: Flusher, metrics: MetricsHooks
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.flusher = flusher
+        self._observe_append = metrics.log_append
+        self.decompression_limit = decompression_limit(config["message.max.bytes"])
+        self.producers = AllProducers(topics)
+        self.appender = Appender(self._append_checked, limit=self.decompression_limit)
+        self._expiry: asyncio.TimerHandle | None = None
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def start(self) -> None:
+        """Start the sweep of idle producers (every producer.id.expiration.check.interval.ms)."""
+        self._schedule_expiry()
+
+    def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        self.appender.close()
+
+    def _schedule_expiry(self) -> None:
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000.0
+        self._expiry = asyncio.get_running_loop().call_later(interval, self._expire_producers)
+
+    def _expire_producers(self) -> None:
+        try:
+            gone = self.producers.expire()  # every partition's
+            if gone:
+                log.info(
+                    "forgot %d idle producer state(s); %d left", gone, len(self.producers)
+                )
+        finally:
+            self._schedule_expiry()
+
+    # Produce --------------------------------------------------------------------------------------
+    def produce(self, ctx: RequestContext, req: Any) -> Any:
+        if ctx.version <= 2:
+            return self._legacy_produce(ctx, req)
+        request = _Produce()
+        checked = ctx.connection.authorizer is not None
+        txn_refused = transactional_refusal(ctx, req)
+        for topic in req.topic_data:
+            request.topics.append((topic.name, len(topic.partition_data)))
+            refusal = txn_refused
+            if not refusal and checked and not ctx.allowed(
+                Operation.WRITE, ResourceType.TOPIC, topic.name
+            ):
+                refusal = _TOPIC_REFUSED
+            if refusal:
+                for p in topic.partition_data:
+                    request.parts.append((p.index, None, Outcome(refusal)))
+                continue
+            for p in topic.partition_data:
+                plog, outcome = self._produce_one(topic.name, p.index, p.records, ctx.version)
+                request.parts.append((p.index, plog, outcome))
+        if req.acks == 0:
+            if request.must_wait():
+                self._in_background(self._settle_quietly(request))
+            return NO_RESPONSE
+        if not request.must_wait():
+            return self._response(ctx, request.topics, request.settled())
+        return self._respond_when_durable(ctx, request)
+
+    async def _respond_when_durable(self, ctx: RequestContext, request: _Produce) -> Any:
+        return self._response(ctx, request.topics, await self._settle(request))
+
+    async def _settle(self, request: _Produce) -> list[_Settled]:
+        """Wait for every partition's outcome, then for the fsync of what was appended; a
+        partition whose log fails to fsync is answered KAFKA_STORAGE_ERROR."""
+        done = [
+            (index, plog, o if isinstance(o, Outcome) else await o)
+            for index, plog, o in request.parts
+        ]
+        synced = list({plog: None for _, plog, o in done if o.must_sync and plog is not None})
+        if not synced:
+            return done
+        # One waiter per log (all in the same fsync round), so a failure names its partition.
+        waits = [(plog, self.flusher.synced([plog])) for plog in synced]
+        pending = [(plog, w) for plog, w in waits if w is not None]
+        results = await asyncio.gather(*(w for _, w in pending), return_exceptions=True)
+        failed = {
+            plog: r
+            for (plog, _), r in zip(pending, results, strict=True)
+            if isinstance(r, BaseException)
+        }
+        if not failed:
+            return done
+        for plog, error in failed.items():
+            log.error("fsync of %s for a produce failed: %r", plog.path.name, error)
+        return [
+            (index, plog, _fsync_failed(failed[plog]) if plog in failed and o.must_sync else o)
+            for index, plog, o in done
+        ]
+
+    async def _settle_quietly(self, request: _Produce) -> None:
+        """acks=0: nobody hears the outcome; failures are logged."""
+        settled = iter(await self._settle(request))
+        for topic, count in request.topics:
+            for index, _plog, outcome in (next(settled) for _ in range(count)):
+                if outcome.error_code:
+                    log.warning(
+                        "acks=0 produce to %s-%d failed: %s (%s)",
+                        topic,
+                        index,
+                        ErrorCode(outcome.error_code).name,
+                        outcome.message,
+                    )
+
+    def _in_background(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _response(
+        self, ctx: RequestContext, topics: list[tuple[str, int]], settled: list[_Settled]
+    ) -> Any:
+        parts = iter(settled)
+        responses = []
+        for name, count in topics:
+            partition_responses = []
+            for index, plog, o in (next(parts) for _ in range(count)):
+                partition_responses.append(
+                    dict(
+                        index=index,
+                        error_code=o.error_code,
+                        base_offset=o.base_offset,
+                        log_append_time=-1,
+                        log_start_offset=plog.log_start_offset if plog is not None else -1,
+                        record_errors=[
+                            dict(batch_index=i, batch_index_error_message=m)
+                            for i, m in o.record_errors
+                        ],
+                        error_message=o.message,
+                    )
+                )
+            responses.append(dict(name=name, partition_responses=partition_responses))
+        return ctx.respond(responses=responses, throttle_time=0)
+
+    def _produce_one(
+        self, name: str, index: int, records: bytes | None, version: int
+    ) -> tuple[PartitionLog | None, Outcome | asyncio.Future[Outcome]]:
+        """Look up the partition, check its batch's header and hand it to the appender."""
+        topics = self.topics
+        topic = topics.get(name)
+        if topic is None and self.config["auto.create.topics.enable"]:
+            try:
+                topic = topics.create(name, self.config["num.partitions"])
+            except TopicError:
+                topic = None
+        if topic is None:
+            return None, Outcome(ErrorCode.unknown_topic_or_partition)
+        if topic.internal:
+            return None, Outcome(ErrorCode.invalid_topic_exception)
+        plog = topics.partition(name, index)
+        if plog is None:
+            return None, Outcome(ErrorCode.unknown_topic_or_partition)
+        records = records or b""
+        limit = self.config["message.max.bytes"]
+        if len(records) > limit:
+            return plog, Outcome(
+                ErrorCode.message_too_large,
+                message=f"{len(records)} bytes of records; message.max.bytes is {limit}",
+            )
+        try:
+            header = check_batch(records, version)
+        except Refused as r:
+            log.info("refused produce to %s-%d: %s", name, index, r.message)
+            return plog, refused(r)
+        keyed = topics.settings_of(topic).compact  # Kafka refuses keyless records there
+        return plog, self.appender.submit(plog, (name, index), header, records, keyed)
+
+    def _append_checked(
+        self, plog: PartitionLog, where: tuple[str, int], h: BatchHeader, records: bytes
+    ) -> Outcome:
+        """Append a checked batch (the appender calls this in arrival order), unless it is a
+        retry of one of its producer's last batches."""
+        topic, partition = where
+        if h.producer_id >= 0:
+            verdict = plog.producer_state.check(h)
+            if verdict.duplicate_of >= 0:
+                return Outcome(ErrorCode.none, verdict.duplicate_of, must_sync=True)
+            if verdict.error_code:
+                log.info("produce to %s-%d refused: %s", topic, partition, verdict.message)
+                return Outcome(verdict.error_code, message=verdict.message)
+        try:
+            started = time.perf_counter()
+            base, _last = plog.append(records)
+            self._observe_append(time.perf_counter() - started)
+        except CorruptBatch as e:  # checked already; kept as a last line of defence
+            log.warning("append to %s-%d refused: %s", topic, partition, e)
+            return Outcome(ErrorCode.corrupt_message, message=str(e))
+        except LogClosed:
+            if self.topics.partition(topic, partition) is not plog:  # deleted meanwhile
+                return Outcome(ErrorCode.unknown_topic_or_partition)
+            log.error("append to %s-%d failed: the log is closed", topic, partition)
+            return Outcome(ErrorCode.kafka_storage_error, message="the partition log is offline")
+        except OSError as e:  # disk full, I/O error, an offline log directory
+            log.error("append to %s-%d failed: %r", topic, partition, e)
+            return Outcome(ErrorCode.kafka_storage_error, message=f"append failed: {e}")
+        return Outcome(ErrorCode.none, base, must_sync=True)
+
+    def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:
+        acks, topics = req
+        if acks == 0:
+            return NO_RESPONSE
+        return RawBody(encode_legacy_produce_response(ctx.version, topics))
+
+    # Fetch ----------------------------------------------------------------------------------------
+    async def fetch(self, ctx: RequestContext, req: Any) -> Any:
+        from kcoord.protocol.responses import to_millis
+
+        max_wait_ms = max(0, to_millis(req.max_wait))
+        min_bytes = max(0, req.min_bytes)
+        deadline = time.monotonic() + max_wait_ms / 1000.0
+        big = is_big(sum(len(t.partitions) for t in req.topics))
+        refused = _refused_topics(ctx, Operation.READ, (t.topic for t in req.topics))
+        committed = int(req.isolation_level) == READ_COMMITTED
+        while True:
+            waiter = self.topics.appended_future()
+            if big:
+                responses, total, errors = await run_sliced(
+                    self._fetch_once(req, refused, committed)
+                )
+            else:
+                responses, total, errors = run_now(self._fetch_once(req, refused, committed))
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or errors or remaining <= 0 or ctx.connection.closed:
+                break
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), remaining)
+            except TimeoutError:
+                continue  # one last look, then answer (remaining <= 0 now)
+        fields = dict(throttle_time=0, error_code=0, session_id=0, responses=responses)
+        if big:
+            return await encoded_off_loop(lambda: ctx.respond(**fields))
+        return ctx.respond(**fields)
+
+    def _fetch_once(
+        self, req: Any, refused: frozenset[str], committed: bool
+    ) -> Sliced[tuple[list[dict[str, Any]], int, bool]]:
+        """One look at every partition asked for: (responses, bytes found, any errors);
+        those of ``refused`` topics answer TOPIC_AUTHORIZATION_FAILED. ``committed``:
+        read_committed, up to the last stable offset."""
+        budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
+        total = 0
+        errors = False
+        responses = []
+        work = 0
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                work += 1
+                if work % SLICE == 0:
+                    yield
+                plog = self.topics.partition(t.topic, p.partition)
+                entry: dict[str, Any] = dict(
+                    partition_index=p.partition,
+                    error_code=0,
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    aborted_transactions=None,
+                    preferred_read_replica=-1,
+                    records=b"",
+                )
+                if t.topic in refused:
+                    entry["error_code"] = _TOPIC_REFUSED
+                    errors = True
+                    parts.append(entry)
+                    continue
+                if plog is None:
+                    entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                    errors = True
+                    parts.append(entry)
+                    continue
+                if plog.offline is not None:
+                    entry["error_code"] = ErrorCode.kafka_storage_error
+                    errors = True
+                    parts.append(entry)
+                    continue
+                hw = high_watermark(plog)
+                lso = plog.last_stable_offset(hw)
+                start = plog.log_start_offset
+                entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
+                offset = p.fetch_offset
+                upto = lso if committed else hw
+                if offset < start or offset > hw:
+                    entry["error_code"] = ErrorCode.offset_out_of_range
+                    errors = True
+                elif offset < upto and budget > 0:
+                    limit = min(p.partition_max_bytes, budget) if p.partition_max_bytes > 0 else 0
+                    if limit > 0 or total == 0:
+                        try:
+                            data = _cap(plog.read(offset, max(limit, 1)), upto)
+                            if committed:
+                                entry["aborted_transactions"] = committed_view(plog, offset, data)
+                        except OSError as e:  # an unreadable segment, a log gone offline
+                            log.error("fetch from %s-%d failed: %s", t.topic, p.partition, e)
+                            entry["error_code"] = ErrorCode.kafka_storage_error
+                            errors = True
+                            parts.append(entry)
+                            continue
+                        entry["records"] = data
+                        total += len(data)
+                        budget -= len(data)
+                parts.append(entry)
+            responses.append(dict(topic=t.topic, partitions=parts))
+        return responses, total, errors
+
+    # ListOffsets ----------------------------------------------------------------------------------
+    def list_offsets(self, ctx: RequestContext, req: Any) -> Any:
+        if is_big(sum(len(t.partitions) for t in req.topics)):
+            return self._list_offsets_big(ctx, req)
+        topics_out, batches, slow = run_now(self._list_offsets(ctx, req))
+        if slow:
+            return self._list_offsets_later(ctx, topics_out, batches)
+        self._locate_records(batches)
+        return ctx.respond(throttle_time=0, topics=topics_out)
+
+    async def _list_offsets_big(self, ctx: RequestContext, req: Any) -> Any:
+        """ListOffsets of many partitions: the logs read in slices, the answer built in the
+        worker (broker/net/offload.py)."""
+        topics_out, batches, _slow = await run_sliced(self._list_offsets(ctx, req))
+        await self.appender.in_worker(self._locate_records, batches)
+        return await encoded_off_loop(lambda: ctx.respond(throttle_time=0, topics=topics_out))
+
+    def _list_offsets(
+        self, ctx: RequestContext, req: Any
+    ) -> Sliced[tuple[list[dict[str, Any]], list[tuple[dict[str, Any], bytes, int]], bool]]:
+        """Each partition's answer at batch granularity, the batches still to decode for the
+        exact record, and whether decoding them may take long (then off the loop)."""
+        topics_out = []
+        # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
+        lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
+        refused = _refused_topics(ctx, Operation.DESCRIBE, (t.name for t in req.topics))
+        committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED  # v2+
+        work = 0
+        for t in req.topics:
+            parts = []
+            for p in t.partitions:
+                work += 1
+                if work % SLICE == 0:
+                    yield
+                plog = self.topics.partition(t.name, p.partition_index)
+                entry = dict(
+                    partition_index=p.partition_index,
+                    error_code=0,
+                    timestamp=-1,
+                    offset=-1,
+                    leader_epoch=0,
+                )
+                try:
+                    if t.name in refused:
+                        entry["error_code"] = _TOPIC_REFUSED
+                    elif plog is None:
+                        entry["error_code"] = ErrorCode.unknown_topic_or_partition
+                    elif plog.offline is not None:
+                        entry["error_code"] = ErrorCode.kafka_storage_error
+                    elif p.timestamp == LATEST:
+                        hw = high_watermark(plog)
+                        entry["offset"] = plog.last_stable_offset(hw) if committed else hw
+                    elif p.timestamp == EARLIEST:
+                        entry["offset"] = plog.log_start_offset
+                    elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
+                        entry["error_code"] = ErrorCode.invalid_request
+                    else:
+                        if p.timestamp == MAX_TIMESTAMP:
+                            found = plog.max_timestamp_batch()
+                        else:
+                            found = plog.offset_for_timestamp(p.timestamp)
+                        if found is not None and found[0] < high_watermark(plog):
+                            # batch granularity; never below the log start (DeleteRecords)
+                            entry["offset"] = max(found[0], plog.log_start_offset)
+                            entry["timestamp"] = found[1]
+                            lookups.append((entry, plog, entry["offset"], p.timestamp))
+                except OSError as e:  # an unreadable segment, a log gone offline
+                    log.error("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
+                    entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)
+                parts.append(entry)
+            topics_out.append(dict(name=t.name, partitions=parts))
+        batches = []
+        slow = False
+        for entry, plog, base, ts in lookups:
+            work += 1
+            if work % SLICE == 0:
+                yield
+            found_batch = _one_batch(plog, base)
+            if found_batch is not None:
+                h, batch = found_batch
+                batches.append((entry, batch, ts))
+                # decoding it may take long: as for Produce, off the event loop then
+                slow = slow or h.compression != Compression.NONE or h.size > INLINE_BYTES
+        return topics_out, batches, slow
+
+    async def _list_offsets_later(
+        self,
+        ctx: RequestContext,
+        topics_out: list[dict[str, Any]],
+        batches: list[tuple[dict[str, Any], bytes, int]],
+    ) -> Any:
+        await self.appender.in_worker(self._locate_records, batches)
+        return ctx.respond(throttle_time=0, topics=topics_out)
+
+    def _locate_records(self, batches: list[tuple[dict[str, Any], bytes, int]]) -> None:
+        """Narrow each answer from its batch to the exact record (any thread: pure)."""
+        limit = self.decompression_limit
+        for entry, batch, ts in batches:
+            try:
+                if ts == MAX_TIMESTAMP:
+                    found = batch_max_timestamp(batch, limit)
+                else:
+                    found = batch_first_at_or_after(batch, entry["offset"], ts, limit)
+            except CorruptBatch as e:
+                log.warning(
+                    "ListOffsets: batch at offset %d cannot be decoded (%s);"
+                    " answering with the batch's offset",
+                    entry["offset"],
+                    e,
+                )
+                continue
+            if found is not None:
+                entry["offset"], entry["timestamp"] = found
+
+
+def _cap(data: bytes, high_watermark: int) -> bytes:
+    """Drop whole batches at or past the high watermark (appended but not yet durable)."""
+    pos = 0
+    n = len(data)
+    while pos < n:
+        size = peek_size(data, pos)
+        if size is None or pos + size > n:
+            break
+        base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
+        if base >= high_watermark:
+            break
+        pos += size
+    return data if pos == n else data[:pos]

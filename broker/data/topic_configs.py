@@ -1,0 +1,325 @@
+"""Topic configs: the per-topic settings kcoord honours, with Kafka's names, types, defaults and
+checks; each topic's overrides, kept in ``<data-dir>/topic-configs.json``; and what a topic's
+settings are once the broker's defaults fill in what it does not override.
+
+| topic config | type | broker default (setting) | Kafka's default |
+|---|---|---|---|
+| ``cleanup.policy`` | list of ``delete``/``compact`` | ``log.cleanup.policy`` | delete |
+| ``retention.ms`` | long, -1: no limit | ``log.retention.ms`` | 604800000 (7 days) |
+| ``retention.bytes`` | long, -1: no limit | ``log.retention.bytes`` | -1 |
+| ``segment.ms`` | long >= 1 | ``log.roll.ms`` | 604800000 (7 days) |
+| ``segment.bytes`` | int >= 1024 | ``log.segment.bytes`` | 1073741824 |
+| ``delete.retention.ms`` | long >= 0 | ``log.cleaner.delete.retention.ms`` | 86400000 (1 day) |
+
+Overrides are set at CreateTopics and changed by IncrementalAlterConfigs/AlterConfigs
+(``broker/admin_api/configs.py``); ``broker/data/retention.py`` applies them. Internal topics carry the
+overrides Kafka gives them at creation (``__consumer_offsets``: ``cleanup.policy=compact`` and
+``segment.bytes`` from ``offsets.topic.segment.bytes``), which may be overridden in turn.
+
+The file maps topic ids (not names: a topic deleted and created again under its name starts
+afresh) to ``{"name": ..., "configs": {...}}``; it is replaced atomically (``storage.files``).
+Entries of topics that no longer exist are dropped when it is next written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kcoord.storage.files import describe_error, write_file
+
+log = logging.getLogger("kcoord.topics")
+
+CONFIGS_FILE = "topic-configs.json"
+
+# DescribeConfigs' config sources and types (Kafka's DescribeConfigsResponse).
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+TYPE_INT = 3
+TYPE_LONG = 5
+TYPE_LIST = 7
+
+POLICIES = ("compact", "delete")
+
+
+class ConfigProblem(ValueError):
+    """A config name kcoord does not know, or a value it does not accept (INVALID_CONFIG)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    name: str
+    type: int  # TYPE_*
+    broker_setting: str
+    minimum: int
+    doc: str
+
+    def check(self, value: str | None) -> str:
+        """The value as stored, or ConfigProblem."""
+        if value is None:
+            raise ConfigProblem(f"{self.name}: a value is required")
+        text = value.strip()
+        if self.type == TYPE_LIST:
+            items = [p.strip().lower() for p in text.split(",") if p.strip()]
+            if not items or any(p not in POLICIES for p in items):
+                raise ConfigProblem(
+                    f"{self.name}: {value[:40]!r} is not valid; allowed: a comma-separated list"
+                    " of delete, compact"
+                )
+            return ",".join(dict.fromkeys(items))
+        try:
+            number = int(text)
+        except ValueError:
+            raise ConfigProblem(f"{self.name}: {value[:40]!r} is not a number") from None
+        top = 2**31 - 1 if self.type == TYPE_INT else 2**63 - 1
+        if not self.minimum <= number <= top:
+            raise ConfigProblem(f"{self.name}: {number} is out of range [{self.minimum}, {top}]")
+        return str(number)
+
+
+DEFS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in (
+        TopicConfigDef(
+            "cleanup.policy",
+            TYPE_LIST,
+            "log.cleanup.policy",
+            0,
+            "delete: old segments are deleted (retention.ms, retention.bytes); compact: the newest"
+            " record per key is kept; both: compacted, and old segments deleted too.",
+        ),
+        TopicConfigDef(
+            "retention.ms",
+            TYPE_LONG,
+            "log.retention.ms",
+            -1,
+            "A segment whose newest record is older than this is deleted (delete policy);"
+            " -1: no time limit.",
+        ),
+        TopicConfigDef(
+            "retention.bytes",
+            TYPE_LONG,
+            "log.retention.bytes",
+            -1,
+            "Oldest segments are deleted while the partition stays at least this big (delete"
+            " policy); -1: no size limit.",
+        ),
+        TopicConfigDef(
+            "segment.ms",
+            TYPE_LONG,
+            "log.roll.ms",
+            1,
+            "The active segment is rolled once its first record is this old.",
+        ),
+        TopicConfigDef(
+            "segment.bytes", TYPE_INT, "log.segment.bytes", 1024, "Roll a segment past this size."
+        ),
+        TopicConfigDef(
+            "delete.retention.ms",
+            TYPE_LONG,
+            "log.cleaner.delete.retention.ms",
+            0,
+            "How long compaction keeps a tombstone (compact policy).",
+        ),
+    )
+}
+
+
+def check_overrides(configs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    """Topic config overrides as given (CreateTopics, AlterConfigs), checked; ConfigProblem if
+    a name is unknown or a value not accepted."""
+    out: dict[str, str] = {}
+    for name, value in configs:
+        d = DEFS.get(name)
+        if d is None:
+            raise ConfigProblem(
+                f"unknown topic config {name[:80]!r}; kcoord supports {', '.join(sorted(DEFS))}"
+            )
+        out[name] = d.check(value)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """A topic's effective settings."""
+
+    cleanup_policy: frozenset[str]
+    retention_ms: int
+    retention_bytes: int
+    segment_ms: int
+    segment_bytes: int
+    delete_retention_ms: int
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigValue:
+    """One config as DescribeConfigs reports it: its value, where it came from, and (v1+) the
+    values under it (synonyms: the topic's own, the broker's, the default)."""
+
+    name: str
+    value: str
+    source: int
+    type: int
+    doc: str
+    synonyms: tuple[tuple[str, str, int], ...]
+
+
+def builtin_defaults(setting: str) -> tuple[Any, bool]:
+    """A broker setting's built-in default (a TopicConfigs without a broker Config)."""
+    from ..config import SETTINGS  # the table only: no cycle at import time
+
+    return SETTINGS[setting].default, True
+
+
+class TopicConfigs:
+    """The topics' overrides and the broker's defaults for them (module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        broker: Callable[[str], tuple[Any, bool]],
+        *,
+        fsync: bool = True,
+        internal: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        """``broker(setting)`` gives a broker setting's value and whether it is its default;
+        ``internal`` the overrides internal topics are created with, by topic name."""
+        self._path = data_dir / CONFIGS_FILE
+        self._broker = broker
+        self._fsync = fsync
+        self._internal = {k: dict(v) for k, v in (internal or {}).items()}
+        self._entries: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._settings: dict[tuple[uuid.UUID, str], TopicSettings] = {}
+        """settings() by topic (every Produce asks): dropped whenever anything changes."""
+
+    def read(self) -> None:
+        """Read the file (start-up); a file that cannot be read leaves every topic on the
+        broker's defaults, and says so."""
+        try:
+            data = json.loads(self._path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            for topic_id, entry in data.items():
+                uuid.UUID(topic_id)
+                configs = check_overrides(entry["configs"].items())
+                self._entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
+            self._settings = {}
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error(
+                "%s could not be read (%s): topics use the broker's defaults",
+                self._path.name,
+                describe_error(e) if isinstance(e, OSError) else e,
+            )
+
+    def set_internal(self, name: str, overrides: Mapping[str, str]) -> None:
+        """The overrides internal topic ``name`` is created with (by its owner, before use)."""
+        self._internal[name] = dict(overrides)
+        self._settings = {}
+
+    def prune(self, live: Iterable[uuid.UUID], keep_names: Iterable[str] = ()) -> None:
+        """Forget (in memory; the file follows at its next write) the entries of topics that
+        do not exist (a creation that failed, a deletion the file did not record); entries
+        named in ``keep_names`` (internal topics, opened later) stay."""
+        keep = {str(t) for t in live}
+        names = set(keep_names)
+        self._entries = {
+            k: v for k, v in self._entries.items() if k in keep or v["name"] in names
+        }
+        self._settings = {}
+
+    def overrides(self, topic_id: uuid.UUID, name: str) -> dict[str, str]:
+        """The topic's own settings: those it was created with or given since (an internal
+        topic's creation overrides under them)."""
+        out = dict(self._internal.get(name, {}))
+        entry = self._entries.get(str(topic_id))
+        if entry is not None:
+            out.update(entry["configs"])
+        return out
+
+    def settings(self, topic_id: uuid.UUID, name: str) -> TopicSettings:
+        """The topic's effective settings (remembered until a change)."""
+        found = self._settings.get((topic_id, name))
+        if found is None:
+            found = self._settings[(topic_id, name)] = self._compute(topic_id, name)
+        return found
+
+    def changed(self) -> None:
+        """Forget the remembered settings (on the event loop, after a :meth:`set` in a worker
+        thread: a settings() racing with it may have remembered the old ones)."""
+        self._settings = {}
+
+    def _compute(self, topic_id: uuid.UUID, name: str) -> TopicSettings:
+        own = self.overrides(topic_id, name)
+        values = {n: own[n] if n in own else str(self._broker(d.broker_setting)[0]) for n, d in DEFS.items()}
+        return TopicSettings(
+            cleanup_policy=frozenset(values["cleanup.policy"].split(",")),
+            retention_ms=int(values["retention.ms"]),
+            retention_bytes=int(values["retention.bytes"]),
+            segment_ms=int(values["segment.ms"]),
+            segment_bytes=int(values["segment.bytes"]),
+            delete_retention_ms=int(values["delete.retention.ms"]),
+        )
+
+    def describe(
+        self, topic_id: uuid.UUID, name: str, own: Mapping[str, str] | None = None
+    ) -> list[ConfigValue]:
+        """Every topic config with its value and source, in name order (DescribeConfigs);
+        ``own``: the overrides of a topic not stored yet (CreateTopics)."""
+        own = self.overrides(topic_id, name) if own is None else own
+        out = []
+        for n, d in sorted(DEFS.items()):
+            broker_value, is_default = self._broker(d.broker_setting)
+            broker_source = SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER
+            synonyms = [(d.broker_setting, str(broker_value), broker_source)]
+            if n in own:
+                synonyms.insert(0, (n, own[n], SOURCE_TOPIC))
+            value, source = synonyms[0][1], synonyms[0][2]
+            out.append(ConfigValue(n, value, source, d.type, d.doc, tuple(synonyms)))
+        return out
+
+    def set(self, topic_id: uuid.UUID, name: str, configs: Mapping[str, str]) -> None:
+        """Make ``configs`` the topic's overrides, durably (blocking; any thread). OSError if
+        the file could not be written (nothing changed then)."""
+        with self._lock:
+            entries = dict(self._entries)
+            entries[str(topic_id)] = {"name": name, "configs": dict(configs)}
+            self._write(entries)
+            self._entries = entries
+            self._settings = {}
+
+    def forget(self, topic_id: uuid.UUID) -> None:
+        """A deleted topic's overrides (blocking; failures only logged: the entry is dropped
+        at the next write anyway, and a new topic never has the old id)."""
+        with self._lock:
+            if str(topic_id) not in self._entries:
+                return
+            entries = dict(self._entries)
+            del entries[str(topic_id)]
+            try:
+                self._write(entries)
+            except OSError as e:
+                log.warning("writing %s failed: %s", self._path.name, describe_error(e))
+            self._entries = entries
+            self._settings = {}
+
+    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+        data = json.dumps(entries, indent=1, sort_keys=True).encode("utf-8")
+        write_file(self._path, data, fsync=self._fsync)

@@ -1,0 +1,480 @@
+"""The consumer-group APIs on the wire: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, ListGroups, DescribeGroups and DeleteGroups.
+
+Each handler turns the request of whatever version arrived into the coordinator's
+version-independent message, routes it to the shard owning the group (A2), and turns the shard's
+answer back into the negotiated version (D13 for error responses). Admin requests that name
+several groups, or none, fan out to the shards involved and merge their answers: shard by shard
+and in slices of at most ``offload.SLICE`` groups, pausing for the event loop in between, with
+a big answer built and encoded in the worker thread (broker/net/offload.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kcoord.coordinator import messages as m
+from kcoord.coordinator.classic.manager import listed_groups
+from kcoord.coordinator.consumer.describe import listed_consumer_groups
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.codec import RawBody, encode_body, encode_response, response_type
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.framing import Frame
+from kcoord.protocol.heartbeat import decode_heartbeat
+from kcoord.protocol.responses import build, to_millis
+
+from ..net.connection import RequestContext
+from ..net.offload import SLICE, encoded_off_loop, gc_paused, is_big, pause
+from ..security.acl.model import CLUSTER_NAME, UNKNOWN_OPERATIONS, Operation, ResourceType
+from .runtime import GroupRuntime
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+_GROUP = ResourceType.GROUP
+_REFUSED = ErrorCode.group_authorization_failed
+
+
+def then(result: Any, finish: Callable[[Any], Any]) -> Any:
+    """``finish(reply)`` now if the shard answered at once, else a future of it (chained by a
+    callback: no task per request). ``finish`` may itself return a future (a response built
+    off the loop): the answer is then its result."""
+    if not isinstance(result, asyncio.Future):
+        return finish(result)
+    answer: asyncio.Future[Any] = result.get_loop().create_future()
+
+    def failed(fut: asyncio.Future[Any]) -> bool:
+        """Pass on a cancellation or an exception of ``fut``; True if there was one."""
+        if answer.done():
+            return True
+        if fut.cancelled():
+            answer.cancel()
+            return True
+        error = fut.exception()
+        if error is not None:
+            answer.set_exception(error)
+            return True
+        return False
+
+    def built(body: asyncio.Future[Any]) -> None:
+        if not failed(body):
+            answer.set_result(body.result())
+
+    def settle(reply: asyncio.Future[Any]) -> None:
+        if failed(reply):
+            return
+        try:
+            value = finish(reply.result())
+        except Exception as e:
+            answer.set_exception(e)
+            return
+        if isinstance(value, asyncio.Future):
+            value.add_done_callback(built)
+        else:
+            answer.set_result(value)
+
+    result.add_done_callback(settle)
+    return answer
+
+
+class GroupApi:
+    def __init__(
+        self,
+        config: Config,
+        runtime: GroupRuntime,
+        transaction_coordinator: Callable[[RequestContext, str], int] | None = None,
+    ) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.transaction_coordinator = transaction_coordinator
+        """FindCoordinator of a TRANSACTION key: 0 if this node coordinates the transactional
+        id for this client, else the error to answer (the transaction coordinator's)."""
+        self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
+        self._max_elements: int = config["socket.request.max.elements"]
+
+    def _client_host(self, ctx: RequestContext) -> str:
+        return "/" + ctx.client_host  # Kafka reports InetAddress.toString(): "/127.0.0.1"
+
+    # FindCoordinator ------------------------------------------------------------------------------
+    def find_coordinator(self, ctx: RequestContext, req: Any) -> Any:
+        key_type = getattr(req, "key_type", GROUP_KEY)
+        keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
+        node_id = int(self.config["node.id"])
+        listener = ctx.connection.listener  # the address of the listener it came in on
+        host, port = listener.advertised_host, listener.advertised_port
+        results = []
+        for key in keys:
+            if key_type == GROUP_KEY and not ctx.allowed(Operation.DESCRIBE, _GROUP, key):
+                results.append(
+                    dict(key=key, node_id=-1, host="", port=-1, error_code=_REFUSED,
+                         error_message="Not authorized to describe the group.")
+                )
+            elif key_type == GROUP_KEY:
+                if self.runtime.ensure_topic() and self.runtime.coordinator_available(key):
+                    results.append(
+                        dict(key=key, node_id=node_id, host=host, port=port, error_code=0, error_message=None)
+                    )
+                else:  # the offsets partition is offline or the topic could not be created
+                    results.append(
+                        dict(
+                            key=key,
+                            node_id=-1,
+                            host="",
+                            port=-1,
+                            error_code=ErrorCode.coordinator_not_available,
+                            error_message="The coordinator is not available.",
+                        )
+                    )
+            elif key_type == TRANSACTION_KEY and self.transaction_coordinator is not None:
+                code = self.transaction_coordinator(ctx, key)
+                if code:
+                    results.append(
+                        dict(key=key, node_id=-1, host="", port=-1, error_code=code,
+                             error_message=ErrorCode(code).name)
+                    )
+                else:
+                    results.append(
+                        dict(key=key, node_id=node_id, host=host, port=port, error_code=0,
+                             error_message=None)
+                    )
+            else:
+                code = (
+                    ErrorCode.transactional_id_authorization_failed
+                    if key_type == TRANSACTION_KEY
+                    else ErrorCode.invalid_request
+                )
+                message = (
+                    "transactions are not supported"
+                    if key_type == TRANSACTION_KEY
+                    else f"unknown key type {key_type}"
+                )
+                results.append(
+                    dict(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+                )
+        if ctx.version >= 4:
+            return ctx.respond(throttle_time=0, coordinators=results)
+        first = results[0]
+        return ctx.respond(
+            throttle_time=0,
+            error_code=first["error_code"],
+            error_message=first["error_message"],
+            node_id=first["node_id"],
+            host=first["host"],
+            port=first["port"],
+        )
+
+    # JoinGroup ------------------------------------------------------------------------------------
+    def join_group(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            return self._join_answer(ctx, m.JoinGroupResponse(_REFUSED, -1, None, None, "", ""))
+        session_ms = to_millis(req.session_timeout)
+        rebalance_ms = to_millis(req.rebalance_timeout) if ctx.version >= 1 else session_ms
+        request = m.JoinGroupRequest(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=rebalance_ms,
+            protocol_type=req.protocol_type,
+            protocols=tuple((p.name, p.metadata) for p in req.protocols),
+            client_id=ctx.header.client_id or "",
+            client_host=self._client_host(ctx),
+            require_known_member_id=ctx.version >= 4,
+            reason=getattr(req, "reason", None),
+            supports_skip_assignment=ctx.version >= 9,
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        result = runtime.submit(p, runtime.shard(p).join_group, request)
+        return then(result, lambda r: self._join_answer(ctx, r))
+
+    @staticmethod
+    def _join_answer(ctx: RequestContext, r: m.JoinGroupResponse) -> Any:
+        return ctx.respond(
+            throttle_time=0,
+            error_code=r.error,
+            generation_id=r.generation_id,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name if ctx.version >= 7 else (r.protocol_name or ""),
+            leader=r.leader,
+            skip_assignment=r.skip_assignment,
+            member_id=r.member_id,
+            members=[
+                dict(member_id=x.member_id, group_instance_id=x.group_instance_id, metadata=x.metadata)
+                for x in r.members
+            ],
+        )
+
+    # SyncGroup ------------------------------------------------------------------------------------
+    def sync_group(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            return self._sync_answer(ctx, m.SyncGroupResponse(_REFUSED, None, None, b""))
+        request = m.SyncGroupRequest(
+            group_id=req.group_id,
+            generation_id=req.generation_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=getattr(req, "protocol_type", None),
+            protocol_name=getattr(req, "protocol_name", None),
+            assignments=tuple((a.member_id, a.assignment) for a in req.assignments),
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        result = runtime.submit(p, runtime.shard(p).sync_group, request)
+        return then(result, lambda r: self._sync_answer(ctx, r))
+
+    @staticmethod
+    def _sync_answer(ctx: RequestContext, r: m.SyncGroupResponse) -> Any:
+        return ctx.respond(
+            throttle_time=0,
+            error_code=r.error,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name,
+            assignment=r.assignment,
+        )
+
+    # Heartbeat ------------------------------------------------------------------------------------
+    def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            return self._heartbeat_body(ctx.version, _REFUSED)
+        request = m.HeartbeatRequest(
+            group_id=req.group_id,
+            generation_id=req.generation_id,
+            member_id=req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        result = runtime.submit(p, runtime.shard(p).heartbeat, request)
+        return then(result, lambda r: self._heartbeat_body(ctx.version, r.error))
+
+    def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int, client_host: str) -> bytes | None:
+        """The hot path: a Heartbeat decoded straight from the frame and answered with a whole
+        response frame, no header object, no Output. None when the generic path must answer."""
+        group_id, generation_id, member_id, instance_id = decode_heartbeat(
+            frame, version, self._max_elements
+        )
+        error = self.runtime.heartbeat(group_id, generation_id, member_id, instance_id)
+        if error is None:
+            return None
+        return encode_response(correlation_id, self._heartbeat_body(version, error), version >= 4)
+
+    def _heartbeat_body(self, version: int, error: int) -> RawBody:
+        """Heartbeat answers differ only by version and error code: encode each once."""
+        key = (version, error)
+        body = self._heartbeat_bodies.get(key)
+        if body is None:
+            response = build(
+                response_type(ApiKey.HEARTBEAT, version), throttle_time=0, error_code=error
+            )
+            body = self._heartbeat_bodies[key] = RawBody(encode_body(response))
+        return body
+
+    # LeaveGroup -----------------------------------------------------------------------------------
+    async def leave_group(self, ctx: RequestContext, req: Any) -> Any:
+        if ctx.version >= 3:
+            members = tuple(
+                m.LeaveMember(x.member_id, x.group_instance_id, getattr(x, "reason", None))
+                for x in req.members
+            )
+        else:
+            members = (m.LeaveMember(req.member_id),)
+        runtime = self.runtime
+        if ctx.allowed(Operation.READ, _GROUP, req.group_id):
+            p = runtime.partition_of(req.group_id)
+            r: m.LeaveGroupResponse = await runtime.call(
+                p, runtime.shard(p).leave_group, m.LeaveGroupRequest(req.group_id, members)
+            )
+        else:
+            r = m.LeaveGroupResponse(_REFUSED, ())
+        if ctx.version >= 3:
+            return ctx.respond(
+                throttle_time=0,
+                error_code=r.error,
+                members=[
+                    dict(member_id=x.member_id, group_instance_id=x.group_instance_id, error_code=x.error)
+                    for x in r.members
+                ],
+            )
+        error = r.error or (r.members[0].error if r.members else 0)
+        return ctx.respond(throttle_time=0, error_code=error)
+
+    # ListGroups -----------------------------------------------------------------------------------
+    async def list_groups(self, ctx: RequestContext, req: Any) -> Any:
+        with gc_paused():  # every group is read: see broker/net/offload.py
+            return await self._list_groups(ctx, req)
+
+    async def _list_groups(self, ctx: RequestContext, req: Any) -> Any:
+        request = m.ListGroupsRequest(
+            states_filter=frozenset(getattr(req, "states_filter", ()) or ()),
+            types_filter=frozenset(getattr(req, "types_filter", ()) or ()),
+        )
+        runtime = self.runtime
+        error = 0
+        work = 0  # groups read since the last pause
+        runs: list[list[m.ListedGroup]] = []  # each sorted
+        before: list[asyncio.Future[None]] = []
+        for p in range(runtime.num_partitions):
+            shard = runtime.shard(p)
+            if shard.loading:
+                error = error or ErrorCode.coordinator_load_in_progress
+                continue
+            pending = runtime.pending(p)
+            if pending is not None:
+                before.append(pending)
+            runs.append(sorted(listed_consumer_groups(shard.consumer_groups(), request)))
+            groups = list(shard.groups())
+            for i in range(0, len(groups), SLICE):
+                runs.append(sorted(listed_groups(groups[i : i + SLICE], request)))
+                work += min(SLICE, len(groups) - i)
+                if work >= SLICE:
+                    work = 0
+                    await pause()
+        for pending in before:  # like a shard reply: not before the shard's earlier outputs
+            await asyncio.shield(pending)
+
+        listed: Iterable[m.ListedGroup] = heapq.merge(*runs)
+        if not ctx.allowed(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, quiet=True):
+            # Only the groups the client may describe, silently (as Kafka).
+            listed = [
+                g for g in listed
+                if ctx.allowed(Operation.DESCRIBE, _GROUP, g.group_id, quiet=True)
+            ]
+
+        def body() -> Any:
+            return ctx.respond(
+                throttle_time=0,
+                error_code=error,
+                groups=[
+                    dict(
+                        group_id=g.group_id,
+                        protocol_type=g.protocol_type,
+                        group_state=g.state,
+                        group_type=g.group_type,
+                    )
+                    for g in listed
+                ],
+            )
+
+        if is_big(sum(map(len, runs))):
+            return await encoded_off_loop(body)
+        return body()
+
+    # DescribeGroups -------------------------------------------------------------------------------
+    async def _per_shard(
+        self,
+        group_ids: Iterable[str],
+        op_name: str,
+        make: Callable[[tuple[str, ...]], Any],
+        atomic: bool = False,
+    ) -> list[Any]:
+        """Ask each shard owning some of ``group_ids`` about its own groups, at most SLICE
+        groups per call (all of a shard's in one call if ``atomic``: one write per shard, as
+        Kafka's DeleteGroups), pausing for the loop between calls; then await the answers."""
+        ids = list(group_ids)
+        if is_big(len(ids)):
+            with gc_paused():
+                return await self._ask_shards(ids, op_name, make, atomic)
+        return await self._ask_shards(ids, op_name, make, atomic)
+
+    async def _ask_shards(
+        self,
+        group_ids: list[str],
+        op_name: str,
+        make: Callable[[tuple[str, ...]], Any],
+        atomic: bool,
+    ) -> list[Any]:
+        runtime = self.runtime
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for i, group_id in enumerate(group_ids, 1):
+            by_shard[runtime.partition_of(group_id)].append(group_id)  # a Java hash each
+            if i % SLICE == 0:
+                await pause()
+        results: list[Any] = []
+        work = 0  # groups asked about since the last pause
+        for p, ids in by_shard.items():
+            step = len(ids) if atomic else SLICE
+            for i in range(0, len(ids), step):
+                op = getattr(runtime.shard(p), op_name)
+                results.append(runtime.submit(p, op, make(tuple(ids[i : i + step]))))
+                work += min(step, len(ids) - i)
+                if work >= SLICE:
+                    work = 0
+                    await pause()
+        return [await r if isinstance(r, asyncio.Future) else r for r in results]
+
+    async def describe_groups(self, ctx: RequestContext, req: Any) -> Any:
+        allowed = [g for g in req.groups if ctx.allowed(Operation.DESCRIBE, _GROUP, g)]
+        answers: list[m.DescribeGroupsResponse] = await self._per_shard(
+            allowed, "describe_groups", m.DescribeGroupsRequest
+        )
+        found = {g.group_id: g for a in answers for g in a.groups}
+        for group_id in req.groups:
+            if group_id not in found:
+                found[group_id] = m.DescribedGroup(_REFUSED, group_id, "", "", "", ())
+        include_ops = getattr(req, "include_authorized_operations", False)
+
+        def body() -> Any:
+            groups = []
+            for group_id in req.groups:
+                g = found[group_id]
+                if g.error_message is not None and ctx.version < 6:
+                    # A consumer (KIP-848) group: before v6 Kafka shows it Dead, no error.
+                    g = m.DescribedGroup(ErrorCode.none, group_id, "Dead", "", "", ())
+                groups.append(
+                    dict(
+                        error_code=g.error,
+                        error_message=g.error_message,
+                        group_id=g.group_id,
+                        group_state=g.state,
+                        protocol_type=g.protocol_type,
+                        protocol_data=g.protocol,
+                        members=[
+                            dict(
+                                member_id=x.member_id,
+                                group_instance_id=x.group_instance_id,
+                                client_id=x.client_id,
+                                client_host=x.client_host,
+                                member_metadata=x.metadata,
+                                member_assignment=x.assignment,
+                            )
+                            for x in g.members
+                        ],
+                        authorized_operations=(
+                            ctx.authorized_operations(_GROUP, group_id)
+                            if include_ops and not g.error
+                            else UNKNOWN_OPERATIONS
+                        ),
+                    )
+                )
+            return ctx.respond(throttle_time=0, groups=groups)
+
+        if is_big(len(req.groups) + sum(len(g.members) for g in found.values())):
+            return await encoded_off_loop(body)
+        return body()
+
+    # DeleteGroups ---------------------------------------------------------------------------------
+    async def delete_groups(self, ctx: RequestContext, req: Any) -> Any:
+        allowed = [g for g in req.groups_names if ctx.allowed(Operation.DELETE, _GROUP, g)]
+        answers: list[m.DeleteGroupsResponse] = await self._per_shard(
+            allowed, "delete_groups", m.DeleteGroupsRequest, atomic=True
+        )
+        found = {r.group_id: r.error for a in answers for r in a.results}
+        for group_id in req.groups_names:
+            found.setdefault(group_id, _REFUSED)
+
+        def body() -> Any:
+            return ctx.respond(
+                throttle_time=0,
+                results=[dict(group_id=g, error_code=found[g]) for g in req.groups_names],
+            )
+
+        if is_big(len(req.groups_names)):
+            return await encoded_off_loop(body)
+        return body()

@@ -1,0 +1,162 @@
+"""The consumer-group (KIP-848) APIs on the wire: ConsumerGroupHeartbeat (68) and
+ConsumerGroupDescribe (69).
+
+Each request of whatever version is turned into the coordinator's version-independent message
+(:mod:`coordinator.consumer.messages`), routed to the shard owning the group, and the answer
+encoded back in the negotiated version.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kcoord.coordinator.consumer import messages as cm
+from kcoord.protocol.consumer_heartbeat import decode_steady_heartbeat, steady_answer
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.framing import Frame
+from kcoord.protocol.responses import to_millis
+
+from ..net.connection import RequestContext
+from ..security.acl.model import UNKNOWN_OPERATIONS, Operation, ResourceType
+from .api import then
+from .runtime import GroupRuntime
+
+_REFUSED = ErrorCode.group_authorization_failed
+
+
+class ConsumerGroupApi:
+    def __init__(self, runtime: GroupRuntime) -> None:
+        self.runtime = runtime
+
+    # ConsumerGroupHeartbeat ---------------------------------------------------------------------
+    def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
+        if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
+            return self._heartbeat_answer(
+                ctx, cm.ConsumerGroupHeartbeatResponse(_REFUSED, "Not authorized to read the group.")
+            )
+        owned = req.topic_partitions
+        request = cm.ConsumerGroupHeartbeatRequest(
+            group_id=req.group_id,
+            member_id=req.member_id,
+            member_epoch=req.member_epoch,
+            instance_id=req.instance_id,
+            rack_id=req.rack_id,
+            rebalance_timeout_ms=to_millis(req.rebalance_timeout),
+            subscribed_topic_names=(
+                None if req.subscribed_topic_names is None else tuple(req.subscribed_topic_names)
+            ),
+            subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+            server_assignor=req.server_assignor,
+            topic_partitions=(
+                None
+                if owned is None
+                else tuple((t.topic_id, tuple(t.partitions)) for t in owned if t.topic_id is not None)
+            ),
+            client_id=ctx.header.client_id or "",
+            client_host="/" + ctx.client_host,
+            version=ctx.version,
+        )
+        runtime = self.runtime
+        p = runtime.partition_of(req.group_id)
+        result = runtime.submit(p, runtime.shard(p).consumer_group_heartbeat, request)
+        return then(result, lambda r: self._heartbeat_answer(ctx, r))
+
+    def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int, client_host: str) -> bytes | None:
+        """The hot path: a steady heartbeat (protocol/consumer_heartbeat.py) answered with a
+        whole response frame; None when the generic path must answer."""
+        fields = decode_steady_heartbeat(frame, version)
+        if fields is None:
+            return None
+        client_id, group_id, member_id, epoch = fields
+        interval = self.runtime.consumer_heartbeat(group_id, member_id, epoch, client_id, "/" + client_host)
+        return None if interval is None else steady_answer(correlation_id, member_id, epoch, interval)
+
+    @staticmethod
+    def _heartbeat_answer(ctx: RequestContext, r: cm.ConsumerGroupHeartbeatResponse) -> Any:
+        assignment = (
+            None
+            if r.assignment is None
+            else dict(
+                topic_partitions=[
+                    dict(topic_id=topic_id, partitions=list(partitions))
+                    for topic_id, partitions in r.assignment
+                ]
+            )
+        )
+        return ctx.respond(
+            throttle_time=0,
+            error_code=r.error,
+            error_message=r.error_message,
+            member_id=r.member_id,
+            member_epoch=r.member_epoch,
+            heartbeat_interval=r.heartbeat_interval_ms,
+            assignment=assignment,
+        )
+
+    # ConsumerGroupDescribe ----------------------------------------------------------------------
+    async def describe(self, ctx: RequestContext, req: Any) -> Any:
+        runtime = self.runtime
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        found: dict[str, cm.DescribedConsumerGroup] = {}
+        for group_id in req.group_ids:
+            if ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+                by_shard[runtime.partition_of(group_id)].append(group_id)
+            else:
+                found[group_id] = cm.DescribedConsumerGroup(
+                    _REFUSED, "Not authorized to describe the group.", group_id, state=""
+                )
+        for p, ids in by_shard.items():
+            answer: cm.ConsumerGroupDescribeResponse = await runtime.call(
+                p, runtime.shard(p).consumer_group_describe, cm.ConsumerGroupDescribeRequest(tuple(ids))
+            )
+            for g in answer.groups:
+                found[g.group_id] = g
+        include_ops = req.include_authorized_operations
+
+        def partitions(ps: tuple[cm.DescribedPartitions, ...]) -> dict[str, Any]:
+            return dict(
+                topic_partitions=[
+                    dict(topic_id=d.topic_id, topic_name=d.topic_name, partitions=list(d.partitions))
+                    for d in ps
+                ]
+            )
+
+        groups = []
+        for group_id in req.group_ids:
+            g = found[group_id]
+            members = []
+            for x in g.members:
+                member = dict(
+                    member_id=x.member_id,
+                    instance_id=x.instance_id,
+                    rack_id=x.rack_id,
+                    member_epoch=x.member_epoch,
+                    client_id=x.client_id,
+                    client_host=x.client_host,
+                    subscribed_topic_names=list(x.subscribed_topic_names),
+                    subscribed_topic_regex=x.subscribed_topic_regex,
+                    assignment=partitions(x.assignment),
+                    target_assignment=partitions(x.target_assignment),
+                )
+                if ctx.version >= 1:
+                    member["member_type"] = x.member_type
+                members.append(member)
+            groups.append(
+                dict(
+                    error_code=g.error,
+                    error_message=g.error_message,
+                    group_id=g.group_id,
+                    group_state=g.state,
+                    group_epoch=g.group_epoch,
+                    assignment_epoch=g.assignment_epoch,
+                    assignor_name=g.assignor_name,
+                    members=members,
+                    authorized_operations=(
+                        ctx.authorized_operations(ResourceType.GROUP, group_id)
+                        if include_ops and not g.error
+                        else UNKNOWN_OPERATIONS
+                    ),
+                )
+            )
+        return ctx.respond(throttle_time=0, groups=groups)

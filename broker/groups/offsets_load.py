@@ -1,0 +1,63 @@
+"""Reading one ``__consumer_offsets`` partition at start-up, batch by batch, into the loader.
+
+Plain batches go to :class:`coordinator.loading.LatestRecords` (newest record per key),
+transactional ones (TxnOffsetCommit) are held there per producer until the producer's marker,
+and control batches carry the markers; the rebalance history sees every offset and group record.
+A batch that cannot be decoded is logged and skipped; an I/O error is the caller's. The event
+loop gets a turn every few hundred batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from kcoord.coordinator.loading import LatestRecords
+from kcoord.coordinator.rebalance_replay import HistoryReplay
+from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
+from kcoord.protocol.control import decode_marker
+from kcoord.protocol.key_values import decode_key_values
+from kcoord.storage.log import PartitionLog
+
+from ..data.topics import OFFSETS_TOPIC
+
+log = logging.getLogger("kcoord.coordinator")
+
+_LOAD_YIELD_EVERY = 256  # batches replayed between yields to the event loop
+
+
+async def read_partition(
+    plog: PartitionLog, partition: int, latest: LatestRecords, history: HistoryReplay
+) -> None:
+    """Feed every batch of ``plog`` to ``latest`` and ``history``; OSError propagates."""
+    for i, (base, header, data) in enumerate(plog.iter_batches()):
+        try:
+            pairs = decode_key_values(header, data[HEADER_SIZE:])
+        except CorruptBatch as e:  # e.g. expands past the decompression bound
+            log.error("%s-%d: batch at offset %d skipped: %s", OFFSETS_TOPIC, partition, base, e)
+            pairs = []
+        if header.is_control:
+            _markers(latest, header, pairs)
+        elif header.is_transactional and header.producer_id >= 0:
+            latest.add_transactional(header.producer_id, header.producer_epoch, pairs)
+            history.add(pairs, header.max_timestamp)
+        else:
+            latest.add(pairs)
+            history.add(pairs, header.max_timestamp)
+        if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
+            await asyncio.sleep(0)
+
+
+def _markers(
+    latest: LatestRecords, header: BatchHeader, pairs: list[tuple[bytes | None, bytes | None]]
+) -> None:
+    """A control batch: a transaction marker ends the producer's pending offsets (other
+    control records are skipped, as readers do)."""
+    if not header.is_transactional:
+        return
+    for key, value in pairs:
+        marker = decode_marker(key, value)
+        if marker is not None:
+            latest.add_marker(
+                header.producer_id, header.producer_epoch, marker.commit, marker.coordinator_epoch
+            )

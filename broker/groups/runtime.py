@@ -1,0 +1,635 @@
+"""The coordinator runtime: drives the sans-IO group shards with real I/O and real time.
+
+One :class:`coordinator.shard.GroupShard` per partition of ``__consumer_offsets``. For every
+request the runtime calls the owning shard with an opaque handle and the current time, appends
+the records of the shard's output to that partition's log, waits for the group-commit fsync,
+and only then completes the replies (which may answer other, earlier parked requests). Outputs
+of one shard are completed in the order they were produced, so a reply never overtakes the
+durability of a record emitted before it. Timers are one ``call_at`` per shard, set to the
+shard's next deadline and delivered back with ``advance``.
+
+At start-up each existing partition is replayed into its shard cooperatively on the event loop;
+meanwhile that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3). The offsets topic itself is
+created on first use (A5). A partition that cannot be opened or read is logged and its shard
+unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers COORDINATOR_NOT_AVAILABLE for
+them, as Kafka does for an offsets partition without a leader) while the others load and serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.loading import LatestRecords
+from kcoord.coordinator.messages import OffsetFetchResponse, TxnMarkerRequest, TxnMarkerResponse
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.rebalance_replay import HistoryReplay
+from kcoord.coordinator.rebalances import RebalanceHistory, log_fields
+from kcoord.coordinator.shard import GroupShard, Output
+from kcoord.protocol.control import encode_marker
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
+from kcoord.protocol.record_encoding import encode_kv_batch, kv_batches
+from kcoord.storage.compaction import abort_compaction, commit_compaction, prepare_compaction
+from kcoord.storage.log import PartitionLog
+
+from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
+from .offsets_load import read_partition
+from .topics_view import StoreTopics
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..data.flusher import Flusher
+    from ..data.topics import TopicStore
+    from ..services import MetricsHooks
+
+log = logging.getLogger("kcoord.coordinator")
+rebalance_log = logging.getLogger("kcoord.rebalance")
+"""One structured line (logfmt) per completed rebalance."""
+
+_NO_REPLY = object()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _ShardRuntime:
+    """Per-shard plumbing: the log, the ordered completion chain and the timer."""
+
+    __slots__ = ("chain", "log", "loaded", "partition", "shard", "timer", "timer_at")
+
+    def __init__(self, partition: int, shard: GroupShard) -> None:
+        self.partition = partition
+        self.shard = shard
+        self.log: PartitionLog | None = None
+        self.chain: asyncio.Future[None] | None = None  # completion of the last queued output
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at: int | None = None
+        self.loaded = False
+
+
+class _Completion:
+    """One shard output on its way to its replies: first its fsync (if it appended), then the
+    shard's previous output, then :meth:`GroupRuntime._finish_output`."""
+
+    __slots__ = ("done", "error", "out", "prev", "runtime", "sr")
+
+    def __init__(
+        self,
+        runtime: GroupRuntime,
+        sr: _ShardRuntime,
+        prev: asyncio.Future[None] | None,
+        out: Output,
+        done: asyncio.Future[None],
+        error: BaseException | None,
+    ) -> None:
+        self.runtime = runtime
+        self.sr = sr
+        self.prev = prev
+        self.out = out
+        self.done = done
+        self.error = error
+
+    def start(self, flushed: asyncio.Future[None] | None) -> None:
+        if flushed is None:
+            self._after_flush(None)
+        else:
+            flushed.add_done_callback(self._after_flush)
+
+    def _after_flush(self, flushed: asyncio.Future[None] | None) -> None:
+        if flushed is not None and self.error is None:
+            if flushed.cancelled():
+                self.error = RuntimeError("fsync cancelled")
+            else:
+                self.error = flushed.exception()
+        prev = self.prev
+        if prev is not None and not prev.done():
+            prev.add_done_callback(self._finish)
+        else:
+            self._finish(None)
+
+    def _finish(self, _prev: asyncio.Future[None] | None) -> None:
+        self.runtime._finish_output(self.sr, self.out, self.done, self.error)
+
+
+class GroupRuntime:
+    def __init__(
+        self, config: Config, topics: TopicStore, flusher: Flusher, metrics: MetricsHooks
+    ) -> None:
+        self.config = config
+        self.topics = topics
+        self.flusher = flusher
+        self._observe_append = metrics.log_append
+        self._observe_partition_load = metrics.partition_load
+        self.num_partitions = int(config["offsets.topic.num.partitions"])
+        self.group_config = GroupConfig(
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            max_size=config["group.max.size"],
+            offsets_topic_num_partitions=self.num_partitions,
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
+            max_batch_bytes=config["message.max.bytes"],
+            consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            consumer_max_size=config["group.consumer.max.size"],
+            consumer_assignors=config.consumer_assignors,
+            consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
+        )
+        start = now_ms()
+        self.topics_view = StoreTopics(topics)
+        self._partition_cache: dict[str, int] = {}
+        self.shards = [
+            _ShardRuntime(
+                p,
+                GroupShard(
+                    p,
+                    self.group_config,
+                    now_ms=start,
+                    partition_for=self.partition_of,
+                    topics=self.topics_view,
+                ),
+            )
+            for p in range(self.num_partitions)
+        ]
+        self.rebalances = RebalanceHistory()
+        """Each group's last rebalances (the web console's timeline)."""
+        self._observe_rebalance = metrics.rebalance
+        for sr in self.shards:
+            sr.shard.rebalance_observer = self._rebalanced
+        self._handles = itertools.count(1)
+        self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
+        self._topic: Topic | None = None
+        self._create_failed_logged = -math.inf  # when a failed creation was last logged
+        self._load_task: asyncio.Task[None] | None = None
+        self._cleaner_task: asyncio.Task[None] | None = None
+        self._cleaned_size: dict[int, int] = {}
+        self.load_seconds: float | None = None
+
+    def _rebalanced(self, done: RebalanceCompleted) -> None:
+        self.rebalances.record(done)
+        rebalance_log.info("rebalance %s", log_fields(done))
+        if self._observe_rebalance is not None:
+            self._observe_rebalance(done)
+
+    # start-up and the offsets topic -----------------------------------------------------------
+    @property
+    def topic_exists(self) -> bool:
+        return self._topic is not None
+
+    async def start(self) -> None:
+        """Load the offsets topic if it is on disk (in the background)."""
+        if self.config["log.cleaner.enable"]:
+            self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
+        data_dir = self.config.data_dir
+        if any((data_dir / f"{OFFSETS_TOPIC}-{p}").is_dir() for p in range(self.num_partitions)):
+            self._open_topic()
+            self._load_task = asyncio.ensure_future(self._load_all())
+        else:
+            # Nothing to load: every shard starts empty and ready.
+            t = now_ms()
+            for sr in self.shards:
+                self._finish(sr, t)
+
+    def ensure_topic(self) -> bool:
+        """Create the offsets topic on first use (A5). False (logged) if it does not exist and
+        could not be created (a full disk): nothing of it is left on disk then."""
+        if self._topic is None:
+            try:
+                self._open_topic()
+            except TopicError as e:
+                # Clients retry FindCoordinator every second or so: say it once a minute.
+                now = time.monotonic()
+                if now - self._create_failed_logged >= 60.0:
+                    self._create_failed_logged = now
+                    log.error("could not create %s (retried on use): %s", OFFSETS_TOPIC, e)
+                return False
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+        return True
+
+    def coordinator_available(self, group_id: str) -> bool:
+        """Whether the offsets partition of ``group_id`` is online (FindCoordinator)."""
+        plog = self.shards[self.partition_of(group_id)].log
+        return plog is None or plog.offline is None
+
+    def _open_topic(self) -> None:
+        config = self.config
+        topics = self.topics
+        existing = topics.get(OFFSETS_TOPIC)
+        if existing is None:
+            existing = topics.open_internal(
+                OFFSETS_TOPIC, self.num_partitions, segment_bytes=config["offsets.topic.segment.bytes"]
+            )
+        self._topic = existing
+        for sr in self.shards:
+            sr.log = existing.partitions[sr.partition]
+
+    async def _load_all(self) -> None:
+        started = time.perf_counter()
+        records = 0
+        for sr in self.shards:
+            assert sr.log is not None
+            part_started = time.perf_counter()
+            part_records = records
+            # The shard's state is a function of the newest record per key: collect those,
+            # then replay them (coordinator/loading.py).
+            latest = LatestRecords()
+            history = HistoryReplay(self.rebalances.per_group)
+            if sr.log.offline is not None:
+                self._unavailable(sr, "its log is offline")
+                continue
+            try:
+                await read_partition(sr.log, sr.partition, latest, history)
+            except OSError as e:
+                self._unavailable(sr, f"reading its log failed: {e}")
+                continue
+            records += latest.records
+            latest.replay_into(sr.shard, now_ms())
+            self.rebalances.restore(history.events())
+            self._finish(sr, now_ms())
+            self._loaded_progress(sr, records - part_records, time.perf_counter() - part_started)
+        self.load_seconds = time.perf_counter() - started
+        shards = [sr.shard for sr in self.shards]
+        log.info(
+            "loaded %s: %d partitions, %d groups, %d offsets, %d records in %.3f s",
+            OFFSETS_TOPIC,
+            self.num_partitions,
+            sum(len(list(s.groups())) for s in shards),
+            sum(s.offset_count() for s in shards),
+            records,
+            self.load_seconds,
+        )
+
+    def _loaded_progress(self, sr: _ShardRuntime, records: int, seconds: float) -> None:
+        """Start-up progress: one line per loaded offsets partition."""
+        done = sum(1 for x in self.shards if x.loaded)
+        log.info(
+            "loading %s: partition %d loaded (%d/%d): %d groups, %d offsets, %d records in %.3f s",
+            OFFSETS_TOPIC,
+            sr.partition,
+            done,
+            self.num_partitions,
+            len(list(sr.shard.groups())),
+            sr.shard.offset_count(),
+            records,
+            seconds,
+        )
+        self._observe_partition_load(seconds)
+
+    def _unavailable(self, sr: _ShardRuntime, why: str) -> None:
+        """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
+        log.error(
+            "%s-%d not loaded: %s; its groups have no coordinator until the broker restarts",
+            OFFSETS_TOPIC,
+            sr.partition,
+            why,
+        )
+        out = sr.shard.unload(now_ms())
+        sr.loaded = True
+        self._process(sr, out)
+
+    def _finish(self, sr: _ShardRuntime, t: int) -> None:
+        out = sr.shard.finish_loading(t)
+        sr.loaded = True
+        self._process(sr, out)
+
+    @property
+    def loaded(self) -> bool:
+        return all(sr.loaded for sr in self.shards)
+
+    async def stop(self) -> None:
+        for task in (self._load_task, self._cleaner_task):
+            if task is not None and not task.done():
+                task.cancel()
+        for sr in self.shards:
+            if sr.timer is not None:
+                sr.timer.cancel()
+        # Parked requests are answered by the connection closing.
+
+    # compaction ---------------------------------------------------------------------------------
+    async def _cleaner_loop(self) -> None:
+        """Compact the offsets partitions now and then, off the event loop (phase 1 in a thread)."""
+        backoff = self.config["log.cleaner.backoff.ms"] / 1000.0
+        while True:
+            await asyncio.sleep(backoff)
+            if not self.loaded:
+                continue
+            for sr in self.shards:
+                try:
+                    await self.compact_partition(sr.partition)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("compaction of %s-%d failed", OFFSETS_TOPIC, sr.partition)
+
+    async def compact_partition(self, partition: int, force: bool = False) -> None:
+        sr = self.shards[partition]
+        plog = sr.log
+        if plog is None or plog.offline is not None or len(plog.segment_base_offsets) < 2:
+            return  # only sealed segments of online logs are compacted
+        size = plog.size_bytes
+        if not force and size <= self._cleaned_size.get(partition, 0):
+            return  # nothing new since the last compaction
+        retention = self.config["log.cleaner.delete.retention.ms"]
+        plan = await asyncio.to_thread(
+            prepare_compaction, plog, now_ms=now_ms(), delete_retention_ms=retention
+        )
+        if sr.log is not plog:
+            abort_compaction(plog, plan)
+            return
+        stats = commit_compaction(plog, plan)
+        self._cleaned_size[partition] = plog.size_bytes
+        if not stats.stale and stats.bytes_before != stats.bytes_after:
+            log.info(
+                "compacted %s-%d: %d -> %d bytes, %d -> %d records in %.3f s",
+                OFFSETS_TOPIC,
+                partition,
+                stats.bytes_before,
+                stats.bytes_after,
+                stats.records_before,
+                stats.records_after,
+                stats.seconds,
+            )
+
+    # routing ------------------------------------------------------------------------------------
+    def partition_of(self, group_id: str) -> int:
+        # Java's String.hashCode is a Python loop over the id: remember it per group.
+        p = self._partition_cache.get(group_id)
+        if p is None:
+            if len(self._partition_cache) >= 65536:
+                self._partition_cache.clear()
+            p = self._partition_cache[group_id] = partition_for(group_id, self.num_partitions)
+        return p
+
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> int | None:
+        """A Heartbeat's error code, answered on the spot; None when the owning shard still has
+        outputs waiting to become durable (then use :meth:`submit`, which keeps replies in order)."""
+        sr = self._idle_shard(group_id)
+        if sr is None:
+            return None
+        error = sr.shard.heartbeat_now(group_id, generation_id, member_id, group_instance_id, now_ms())
+        if sr.shard.next_wakeup() != sr.timer_at:
+            self._reschedule(sr)
+        return error
+
+    def consumer_heartbeat(
+        self, group_id: str, member_id: str, member_epoch: int, client_id: str, client_host: str
+    ) -> int | None:
+        """A steady ConsumerGroupHeartbeat answered on the spot (the heartbeat interval to
+        answer); None when it is not one, or when the owning shard has outputs waiting."""
+        sr = self._idle_shard(group_id)
+        if sr is None:
+            return None
+        shard = sr.shard
+        interval = shard.consumer_heartbeat_now(group_id, member_id, member_epoch, client_id, client_host, now_ms())
+        if shard.next_wakeup() != sr.timer_at:
+            self._reschedule(sr)
+        return interval
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        wanted: Iterable[tuple[str, Iterable[int]]] | None,
+        require_stable: bool = False,
+    ) -> OffsetFetchResponse | None:
+        """An OffsetFetch answered on the spot; None when the owning shard has outputs still
+        waiting to become durable (a fetch must not overtake them: then use :meth:`submit`)."""
+        sr = self._idle_shard(group_id)
+        if sr is None:
+            return None
+        return sr.shard.fetch_offsets(group_id, wanted, require_stable)
+
+    async def write_txn_marker(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> int:
+        """Append a COMMIT or ABORT marker of ``producer_id`` to ``__consumer_offsets``
+        partition ``partition`` through the shard's write path (durable when answered) and
+        make that producer's pending offsets there visible or drop them, for every group of
+        the partition. Returns the error code (0: written; NOT_COORDINATOR,
+        COORDINATOR_LOAD_IN_PROGRESS, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED,
+        or a storage error as the coordinator maps it)."""
+        if not 0 <= partition < self.num_partitions:
+            return ErrorCode.unknown_topic_or_partition
+        request = TxnMarkerRequest(producer_id, producer_epoch, commit, coordinator_epoch)
+        shard = self.shards[partition].shard
+        response: TxnMarkerResponse = await self.call(partition, shard.txn_marker, request)
+        return int(response.error)
+
+    def _idle_shard(self, group_id: str) -> _ShardRuntime | None:
+        """The shard of ``group_id`` if no output of it is still waiting to become durable, so
+        that a reply given on the spot overtakes none; None otherwise."""
+        sr = self.shards[self.partition_of(group_id)]
+        return sr if sr.chain is None else None
+
+    def submit(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
+        """Run ``op(handle, request, now)`` on shard ``partition``.
+
+        Returns the reply itself when the shard answered at once and nothing needs to become
+        durable first (heartbeats, fetches, most errors): no future, no task. Otherwise returns
+        an asyncio.Future that the reply will complete.
+        """
+        sr = self.shards[partition]
+        handle = next(self._handles)
+        out = op(handle, request, now_ms())
+        if not out.records and out.marker is None and sr.chain is None:
+            mine: Any = _NO_REPLY
+            waiting = self._waiting
+            for h, response in out.replies:
+                if h == handle:
+                    mine = response
+                else:
+                    fut = waiting.pop(h, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(response)
+            self._reschedule(sr)
+            if mine is not _NO_REPLY:
+                return mine
+            return self._future_for(handle)  # parked: a later output answers it
+        fut = self._future_for(handle)
+        self._process(sr, out)
+        return fut
+
+    def _future_for(self, handle: Hashable) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[handle] = fut
+        return fut
+
+    async def call(self, partition: int, op: Callable[..., Output], request: Any) -> Any:
+        """Run ``op(handle, request, now)`` on shard ``partition``; await its reply."""
+        result = self.submit(partition, op, request)
+        if isinstance(result, asyncio.Future):
+            return await result
+        return result
+
+    def shard(self, partition: int) -> GroupShard:
+        return self.shards[partition].shard
+
+    def pending(self, partition: int) -> asyncio.Future[None] | None:
+        """Done once every output queued on shard ``partition`` so far is complete; None if
+        none is. A reply read from the shard's state now must not be sent before it (what
+        :meth:`submit` does for the replies of shard operations)."""
+        return self.shards[partition].chain
+
+    # outputs --------------------------------------------------------------------------------------
+    def _process(self, sr: _ShardRuntime, out: Output) -> None:
+        """Append the output's records and complete its replies once durable, in order."""
+        if out.records or out.marker is not None:
+            self._append(sr, out)
+        elif out.replies and sr.chain is None:
+            self._deliver(out)
+        elif out.replies:
+            self._complete_in_order(sr, None, out, None)
+        self._reschedule(sr)
+
+    def _append(self, sr: _ShardRuntime, out: Output) -> None:
+        t = now_ms()
+        if sr.log is None:
+            self.ensure_topic()
+        if sr.log is None:  # the offsets topic cannot be created (a full disk): nothing written
+            self._process(sr, sr.shard.append_failed(out, ErrorCode.kafka_storage_error, t))
+            return
+        batches = self._batches(sr, out, t)
+        if batches is None:
+            # Nothing was appended or replied: the shard undoes the write and answers for it.
+            self._process(sr, sr.shard.append_failed(out, ErrorCode.message_too_large, t))
+            return
+        error: BaseException | None = None
+        try:
+            started = time.perf_counter()
+            for batch in batches:
+                sr.log.append(batch)
+            self._observe_append(time.perf_counter() - started)
+        except OSError as e:  # disk full, I/O error: the shard decides what it means
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, e)
+            error = e
+        except Exception as e:
+            log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
+            error = e
+        self._complete_in_order(sr, sr.log if error is None else None, out, error)
+
+    def _batches(self, sr: _ShardRuntime, out: Output, t: int) -> list[bytes] | None:
+        """The batches to append for ``out``, each at most message.max.bytes, as Kafka's
+        coordinator runtime writes them; None when ``out`` cannot be written so.
+
+        An output that has something to undo should it fail (``on_failure``: commits, group
+        records of a sync or a static member's replacement, deletions) is one atomic write:
+        one batch or nothing. The others (tombstones of expired offsets, the record of a
+        group left Empty) are independent records, cut into as many batches as they need,
+        like Kafka's non-atomic writes."""
+        limit = self.group_config.max_batch_bytes
+        marker = out.marker
+        if marker is not None:
+            return [
+                encode_marker(
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.commit,
+                    marker.coordinator_epoch,
+                    t,
+                )
+            ]
+        batch = encode_kv_batch(
+            out.records,
+            t,
+            producer_id=out.producer_id,
+            producer_epoch=out.producer_epoch,
+            is_transactional=out.producer_id >= 0,
+            base_sequence=0 if out.producer_id >= 0 else -1,
+        )
+        if len(batch) <= limit:
+            return [batch]
+        if not out.on_failure:
+            batches = [encode_kv_batch(run, t) for run in kv_batches(out.records, limit)]
+            if all(len(b) <= limit for b in batches):
+                return batches
+        log.warning(
+            "write of %d records to %s-%d refused: %d bytes do not fit in one batch of at most"
+            " %d bytes (message.max.bytes)",
+            len(out.records),
+            OFFSETS_TOPIC,
+            sr.partition,
+            len(batch),
+            limit,
+        )
+        return None
+
+    def _complete_in_order(
+        self,
+        sr: _ShardRuntime,
+        plog: PartitionLog | None,
+        out: Output,
+        error: BaseException | None,
+    ) -> None:
+        """Deliver ``out``'s replies once ``plog`` is flushed and the shard's previous output
+        is complete (or hand a failed append back to the shard). Callbacks, not a task: this
+        runs for every offset commit."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        _Completion(self, sr, sr.chain, out, done, error).start(
+            self.flusher.synced([plog]) if plog is not None else None
+        )
+        sr.chain = done
+
+    def _finish_output(
+        self, sr: _ShardRuntime, out: Output, done: asyncio.Future[None], error: BaseException | None
+    ) -> None:
+        try:
+            if error is not None:
+                code = (
+                    ErrorCode.kafka_storage_error
+                    if isinstance(error, OSError)
+                    else ErrorCode.unknown_server_error
+                )
+                self._process(sr, sr.shard.append_failed(out, code, now_ms()))
+            else:
+                self._deliver(out)
+        finally:
+            done.set_result(None)
+            if sr.chain is done:
+                sr.chain = None
+
+    def _deliver(self, out: Output) -> None:
+        waiting = self._waiting
+        for handle, response in out.replies:
+            fut = waiting.pop(handle, None)  # every handle gets exactly one reply
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+
+    # timers -------------------------------------------------------------------------------------
+    def _reschedule(self, sr: _ShardRuntime) -> None:
+        # The heap's first entry, even a stale one: waking early costs one advance() that finds
+        # nothing due (or re-queues a session timer that heartbeats moved on).
+        deadline = sr.shard.next_wakeup()
+        if deadline == sr.timer_at:
+            return
+        if sr.timer is not None:
+            sr.timer.cancel()
+            sr.timer = None
+        sr.timer_at = deadline
+        if deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline - now_ms()) / 1000.0)
+        sr.timer = loop.call_later(delay, self._fire, sr)
+
+    def _fire(self, sr: _ShardRuntime) -> None:
+        sr.timer = None
+        sr.timer_at = None
+        out = sr.shard.advance(now_ms())
+        self._process(sr, out)
+

@@ -1,0 +1,523 @@
+"""Prometheus metrics and the operator's HTTP endpoints: ``/metrics``, ``/healthz``, ``/readyz``
+(and the web console's paths, answered by broker/console/).
+
+Served by ``kcoord serve --metrics-port N`` from the broker's own event loop (a tiny HTTP/1.1
+server). A scrape first reads the coordinator's state into a snapshot, in slices between which
+the loop serves its clients (broker/metrics/group_state.py), then renders the snapshot.
+
+Two kinds of metrics:
+
+- event metrics, updated as things happen through the broker's hooks: requests and their
+  latency by API, completed rebalances and their duration, log append and fsync latency, the
+  load time of each ``__consumer_offsets`` partition;
+- state metrics, computed at scrape time from the shards (:class:`_CoordinatorCollector`):
+  groups by state, committed offsets, and kafka_exporter's consumer-group series
+  (``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag``,
+  ``kafka_consumergroup_members``, with its labels ``consumergroup``, ``topic``, ``partition``).
+  Lag is the partition's high watermark (what Fetch reports) minus the committed offset, or
+  minus the log start offset when that is later (records deleted by DeleteRecords or retention
+  are not waiting to be consumed). Only
+  ``metrics.max.groups`` groups get series of their own, the others are summed into
+  ``consumergroup="__other__"`` (see broker/metrics/group_state.py for the rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sized
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.protocol.apis import ApiKey
+
+from ..console.login import CHALLENGE, ConsoleLogin
+from ..console.routes import Console
+from ..console.views import ConsoleState
+from ..net.offload import off_loop
+from ..services import MetricsHooks
+from ..txn.data import OpenTxns
+from .group_state import GroupSeries, GroupsSnapshot, read_groups
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from ..config import Config
+    from ..data.topics import TopicStore
+    from ..groups.runtime import GroupRuntime
+
+log = logging.getLogger("kcoord.metrics")
+
+_LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+_REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's request name for an API key (``OFFSET_COMMIT`` -> ``OffsetCommit``)."""
+    try:
+        name = ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorState:
+    """What a scrape reads the state metrics from."""
+
+    runtime: GroupRuntime
+    topics: TopicStore
+    producers: Sized
+    """The producer states held (``DataApi.producers``)."""
+    config: Config
+    """Read at each scrape for ``metrics.max.groups`` (groups with series of their own)."""
+    transactions: Callable[[], list[OpenTxns]] | None = None
+    """The partitions with open transactions (``AllProducers.open_transactions``)."""
+
+
+class BrokerMetrics:
+    """Every metric of one broker, in its own registry (so several brokers can share a process).
+
+    Built before the parts it measures, which are handed its :meth:`hooks`; the state it
+    reports at scrape time is read from what :meth:`observe` is given once they exist."""
+
+    def __init__(self) -> None:
+        disable_created_metrics()  # no *_created series: they only add noise to every scrape
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "kcoord_requests", "Requests received, by API.", ["api"], registry=r
+        )
+        self.request_latency = Histogram(
+            "kcoord_request_latency_seconds",
+            "Time from a request's arrival to its response being ready, by API.",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.connections_refused = Counter(
+            "kcoord_connections_refused",
+            "Connections closed by a limit, for being idle, or after a failed login.",
+            ["reason"],
+            registry=r,
+        )
+        self.authorization_denied = Counter(
+            "kcoord_authorization_denied",
+            "Operations the ACLs refused, by principal and resource type.",
+            ["principal", "resource_type"],
+            registry=r,
+        )
+        self.rebalances = Counter(
+            "kcoord_group_rebalances", "Completed rebalances (classic and consumer groups).", registry=r
+        )
+        self.rebalance_duration = Histogram(
+            "kcoord_group_rebalance_duration_seconds",
+            "Time from a rebalance's start to a Stable group (or Empty at a new generation).",
+            buckets=_REBALANCE_BUCKETS,
+            registry=r,
+        )
+        self.rebalance_by_trigger = Histogram(
+            "kcoord_group_rebalance_trigger_seconds",
+            "Rebalance duration by what started it (member_joined, member_left, member_expired,"
+            " subscription_changed, metadata_changed, other) and group type.",
+            ["trigger", "type"],
+            buckets=_REBALANCE_BUCKETS,
+            registry=r,
+        )
+        self.log_append = Histogram(
+            "kcoord_log_append_seconds",
+            "Time to append a batch of records to a partition log (without fsync).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.log_flush = Histogram(
+            "kcoord_log_flush_seconds",
+            "Time of one group-commit fsync round over the dirty logs.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.partition_load = Histogram(
+            "kcoord_offsets_partition_load_seconds",
+            "Time to load one __consumer_offsets partition at start-up.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        ProcessCollector(registry=r)
+        self._coordinator = _CoordinatorCollector()
+        r.register(self._coordinator)
+        self._requests_by_key: dict[int, Counter] = {}
+        self._latency_by_key: dict[int, Histogram] = {}
+
+    def hooks(self) -> MetricsHooks:
+        """The hooks through which the broker's parts report to these metrics."""
+        return MetricsHooks(
+            enabled=True,
+            request=self.request,
+            response=self.response_since,
+            log_append=self.log_append.observe,
+            log_flush=self.log_flush.observe,
+            partition_load=self.partition_load.observe,
+            rebalance=self.rebalance,
+            refused=self.refused,
+            denied=self.denied,
+        )
+
+    def observe(self, state: CoordinatorState) -> None:
+        """Read the state metrics from ``state`` (before the first scrape)."""
+        self._coordinator.source = state
+
+    @property
+    def state(self) -> CoordinatorState | None:
+        """What :meth:`observe` was given (the web console reads it too)."""
+        return self._coordinator.source
+
+    # hooks ------------------------------------------------------------------------------------
+    def refused(self, reason: str) -> None:
+        self.connections_refused.labels(reason).inc()
+
+    def denied(self, principal: str, resource_type: str) -> None:
+        self.authorization_denied.labels(principal, resource_type).inc()
+
+    def request(self, api_key: int) -> None:
+        child = self._requests_by_key.get(api_key)
+        if child is None:
+            child = self._requests_by_key[api_key] = self.requests.labels(api_name(api_key))
+        child.inc()
+
+    def response(self, api_key: int, seconds: float) -> None:
+        child = self._latency_by_key.get(api_key)
+        if child is None:
+            child = self._latency_by_key[api_key] = self.request_latency.labels(api_name(api_key))
+        child.observe(seconds)
+
+    def response_since(self, api_key: int, started: float) -> None:
+        """:meth:`response` for a request that arrived at ``started`` (``time.perf_counter()``)."""
+        self.response(api_key, time.perf_counter() - started)
+
+    def rebalance(self, done: RebalanceCompleted) -> None:
+        self.rebalances.inc()
+        self.rebalance_duration.observe(done.duration_ms / 1000.0)
+        self.rebalance_by_trigger.labels(done.trigger, done.group_type).observe(
+            done.duration_ms / 1000.0
+        )
+
+    async def exposition(self) -> bytes:
+        """The whole ``/metrics`` response: the coordinator's state is read first (in slices),
+        every collector then runs on the loop, and the text is written in the worker thread
+        from what they returned."""
+        collector = self._coordinator
+        source = collector.source
+        assert source is not None, "BrokerMetrics.observe() comes before the first scrape"
+        snapshot = await read_groups(
+            source.runtime, source.topics, int(source.config["metrics.max.groups"])
+        )
+        collector.snapshot = snapshot  # collected right away: no other scrape can come between
+        try:
+            collected = _Collected(list(self.registry.collect()))
+        finally:
+            collector.snapshot = None
+        return await off_loop(generate_latest, collected)
+
+
+class _Collected(Collector):
+    """Metric families already collected, for ``generate_latest`` to write out."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
+
+
+class _CoordinatorCollector(Collector):
+    """State metrics, from the snapshot :meth:`BrokerMetrics.exposition` has just read."""
+
+    def __init__(self) -> None:
+        self.source: CoordinatorState | None = None
+        self.snapshot: GroupsSnapshot | None = None
+
+    def describe(self) -> list[Metric]:
+        return []  # computed at scrape time; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        source = self.source
+        assert source is not None
+        runtime = source.runtime
+        by_state = GaugeMetricFamily(
+            "kcoord_groups", "Classic groups by state.", labels=["state"]
+        )
+        consumer_by_state = GaugeMetricFamily(
+            "kcoord_consumer_groups", "KIP-848 consumer groups by state.", labels=["state"]
+        )
+        commits = CounterMetricFamily(
+            "kcoord_offset_commits", "Partition offsets committed (OffsetCommit) since start."
+        )
+        offsets = GaugeMetricFamily("kcoord_offsets", "Committed offsets held, all groups.")
+        loaded = GaugeMetricFamily(
+            "kcoord_offsets_partitions_loaded", "__consumer_offsets partitions loaded and serving."
+        )
+        partitions = GaugeMetricFamily(
+            "kcoord_offsets_partitions", "Partitions of __consumer_offsets (coordinator shards)."
+        )
+        members = GaugeMetricFamily(
+            "kafka_consumergroup_members",
+            "Amount of members in a consumer group",
+            labels=["consumergroup"],
+        )
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset",
+            "Current Offset of a ConsumerGroup at Topic/Partition",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        current_sum = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset_sum",
+            "Current Offset of a ConsumerGroup at Topic for all partitions",
+            labels=["consumergroup", "topic"],
+        )
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "Current Approximate Lag of a ConsumerGroup at Topic/Partition",
+            labels=["consumergroup", "topic", "partition"],
+        )
+        lag_sum = GaugeMetricFamily(
+            "kafka_consumergroup_lag_sum",
+            "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
+            labels=["consumergroup", "topic"],
+        )
+        snap = self.snapshot
+        if snap is not None:
+            for state, n in snap.states.items():
+                by_state.add_metric([state.value], n)
+            for name, n in snap.consumer_states.items():
+                consumer_by_state.add_metric([name], n)
+            commits.add_metric([], snap.committed)
+            offsets.add_metric([], snap.offsets)
+            loaded.add_metric([], snap.loaded)
+            partitions.add_metric([], snap.partitions)
+            groups = snap.groups if snap.other is None else [*snap.groups, snap.other]
+            for g in groups:
+                _add_group(g, members, current, current_sum, lag, lag_sum)
+        yield from (by_state, consumer_by_state, commits, offsets, loaded, partitions)
+        yield from (members, current, current_sum, lag, lag_sum)
+        yield GaugeMetricFamily(
+            "kcoord_producer_ids",
+            "Idempotent producer states held for de-duplication (one per partition written).",
+            value=len(source.producers),
+        )
+        if source.transactions is not None:
+            yield from _transaction_metrics(source.transactions())
+        if runtime.load_seconds is not None:
+            yield GaugeMetricFamily(
+                "kcoord_offsets_load_seconds",
+                "Time to load every __consumer_offsets partition at start-up.",
+                value=runtime.load_seconds,
+            )
+
+
+def _transaction_metrics(partitions: list[OpenTxns]) -> Iterator[Metric]:
+    """Per partition with open transactions: how many, and the oldest one's age (a stuck
+    last stable offset shows there first)."""
+    ongoing = GaugeMetricFamily(
+        "kcoord_partition_ongoing_transactions",
+        "Open transactions in a partition (they hold back its last stable offset).",
+        labels=["topic", "partition"],
+    )
+    age = GaugeMetricFamily(
+        "kcoord_partition_oldest_transaction_age_seconds",
+        "Age of the oldest open transaction in a partition.",
+        labels=["topic", "partition"],
+    )
+    now_ms = time.time() * 1000
+    for p in partitions:
+        labels = [p.topic, str(p.partition)]
+        ongoing.add_metric(labels, p.count)
+        age.add_metric(labels, max(0.0, (now_ms - p.oldest_start_ms) / 1000))
+    yield ongoing
+    yield age
+
+
+def _add_group(
+    g: GroupSeries,
+    members: GaugeMetricFamily,
+    current: GaugeMetricFamily,
+    current_sum: GaugeMetricFamily,
+    lag: GaugeMetricFamily,
+    lag_sum: GaugeMetricFamily,
+) -> None:
+    """kafka_exporter's series of one group (partitions in topic, partition order)."""
+    gid = g.group_id
+    members.add_metric([gid], g.members)
+    sums: dict[str, list[int]] = {}
+    for topic, partition, offset, behind in g.partitions:
+        current.add_metric([gid, topic, str(partition)], offset)
+        lag.add_metric([gid, topic, str(partition)], behind)
+        topic_sums = sums.setdefault(topic, [0, 0])
+        topic_sums[0] += offset
+        topic_sums[1] += behind
+    for topic, (c_sum, l_sum) in sums.items():
+        current_sum.add_metric([gid, topic], c_sum)
+        lag_sum.add_metric([gid, topic], l_sum)
+
+
+# HTTP -------------------------------------------------------------------------------------------
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+_MAX_HEADERS = 100
+
+
+class MetricsServer:
+    """``/metrics`` (Prometheus text format), ``/healthz`` (200 while the Kafka listener is up)
+    and ``/readyz`` (200 once every offsets partition is loaded, else 503).
+
+    ``serving`` says whether the Kafka listener is up; ``runtime`` is the group runtime, whose
+    shards say whether their offsets partition is loaded."""
+
+    def __init__(
+        self,
+        metrics: BrokerMetrics,
+        host: str,
+        port: int,
+        *,
+        serving: Callable[[], bool],
+        runtime: GroupRuntime,
+        login: ConsoleLogin | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.login = login
+        """Set when the broker has an authorizer: the console then asks who is looking."""
+        self._serving = serving
+        self._runtime = runtime
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console | None:
+        """The web console, once the metrics observe the broker's state."""
+        if self._console is None and self.metrics.state is not None:
+            source = self.metrics.state
+            self._console = Console(ConsoleState(source.runtime, source.topics, _now_ms))
+        return self._console
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, reuse_address=True
+        )
+        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz)", self.host, self.bound_port)
+
+    @property
+    def bound_port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def respond(
+        self, method: str, path: str, authorization: str | None = None, host: str = ""
+    ) -> tuple[int, str, bytes]:
+        """Status, content type and body for a request (401 for a console path without a
+        good login, when the console asks for one)."""
+        if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, await self.metrics.exposition()
+        console = self.console
+        if method in ("GET", "HEAD") and console is not None and console.handles(path):
+            viewer = None
+            if self.login is not None:
+                viewer = await self.login.viewer(authorization, host)
+                if viewer is None:
+                    return 401, "text/plain; charset=utf-8", b"log in with a kcoord user\n"
+            answer = await console.respond(path, viewer)
+            if answer is not None:
+                return answer
+        return self.answer(method, path)
+
+    def answer(self, method: str, path: str) -> tuple[int, str, bytes]:
+        """:meth:`respond` for every request but a read of ``/metrics`` (which awaits)."""
+        path = path.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain; charset=utf-8", b"method not allowed\n"
+        if path == "/healthz":
+            if self._serving():
+                return 200, "text/plain; charset=utf-8", b"ok\n"
+            return 503, "text/plain; charset=utf-8", b"not serving\n"
+        if path == "/readyz":
+            runtime = self._runtime
+            done = sum(sr.loaded for sr in runtime.shards)
+            total = len(runtime.shards)
+            if self._serving() and done == total:
+                return 200, "text/plain; charset=utf-8", b"ready\n"
+            body = f"loading {done}/{total} offsets partitions\n".encode()
+            return 503, "text/plain; charset=utf-8", body
+        return 404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /healthz, /readyz\n"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            authorization = None
+            try:
+                line = await asyncio.wait_for(reader.readline(), 10)
+                for _ in range(_MAX_HEADERS + 1):  # headers: only Authorization is read
+                    header = await asyncio.wait_for(reader.readline(), 10)
+                    if header in (b"\r\n", b"\n", b""):
+                        break
+                    name, sep, value = header.partition(b":")
+                    if sep and name.strip().lower() == b"authorization":
+                        authorization = value.strip().decode("latin-1")
+                else:
+                    raise ValueError("too many headers")
+            except ValueError:  # a line over the reader's limit (64 KiB), too many headers
+                method, path = "GET", ""
+                status, ctype, body = 400, "text/plain; charset=utf-8", b"request too large\n"
+            else:
+                parts = line.decode("latin-1").split()
+                if len(parts) < 2:
+                    return
+                method, path = parts[0].upper(), parts[1]
+                peer = writer.get_extra_info("peername")
+                host = str(peer[0]) if peer else ""
+                status, ctype, body = await self.respond(method, path, authorization, host)
+            challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if status == 401 else ""
+            head = (
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
+                f"{challenge}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            ).encode("latin-1")
+            writer.write(head if method == "HEAD" else head + body)
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+        finally:
+            writer.close()

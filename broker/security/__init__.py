@@ -1,0 +1,1 @@
+"""Authentication (SASL: PLAIN, SCRAM, OAUTHBEARER) and authorization (ACLs)."""

@@ -1,0 +1,174 @@
+"""SaslHandshake (v0-v1) and SaslAuthenticate (v0-v2) on a SASL listener.
+
+A connection of a SASL listener starts unauthenticated: until SaslAuthenticate succeeds it may
+only send ApiVersions, SaslHandshake and SaslAuthenticate (the connection refuses anything
+else). SaslHandshake picks one of ``sasl.enabled.mechanisms``; SaslAuthenticate carries the
+mechanism's tokens (KIP-152 framing); after a SaslHandshake v0 the tokens come instead as bare
+size-prefixed frames with no Kafka header, answered the same way (:meth:`SaslApi.raw_token`, a
+failure closes the connection). PLAIN is checked against the user's stored SCRAM
+credential (the PBKDF2 work in a worker thread); SCRAM runs :class:`ScramServer`; OAUTHBEARER
+(only when enabled) takes unsecured development tokens (``oauthbearer.py``). A failure
+answers SASL_AUTHENTICATION_FAILED with a message, then closes the connection after
+``connection.failed.authentication.delay.ms``. Success makes ``User:<name>`` the principal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kcoord.protocol.errors import ErrorCode
+
+from . import oauthbearer
+from .credentials import CredentialStore
+from .scram import MECHANISMS, ScramError, ScramServer
+
+if TYPE_CHECKING:
+    from ...config import Config
+    from ...net.connection import Connection, RequestContext
+
+log = logging.getLogger("kcoord.sasl")
+
+PLAIN = "PLAIN"
+
+
+class SaslApi:
+    def __init__(
+        self, config: Config, store: CredentialStore, on_failure: Callable[[str], None]
+    ) -> None:
+        self.store = store
+        self._on_failure = on_failure
+        """Counts a failed login (the metrics' refused-connections hook)."""
+        self.mechanisms = tuple(
+            m.strip().upper() for m in config["sasl.enabled.mechanisms"].split(",") if m.strip()
+        )
+        self.failure_delay_s = config["connection.failed.authentication.delay.ms"] / 1000.0
+
+    def handshake(self, ctx: RequestContext, req: Any) -> Any:
+        conn = ctx.connection
+        mechanism = req.mechanism.upper()
+        if conn.authenticated or conn.sasl_mechanism is not None:
+            return ctx.respond(error_code=ErrorCode.illegal_sasl_state, mechanisms=list(self.mechanisms))
+        if mechanism not in self.mechanisms:
+            return ctx.respond(
+                error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=list(self.mechanisms)
+            )
+        conn.sasl_mechanism = mechanism
+        if mechanism in MECHANISMS:
+            conn.sasl_exchange = ScramServer(mechanism, lambda user: self.store.get(user, mechanism))
+        if ctx.version == 0:  # the tokens follow as bare size-prefixed frames (before KIP-152)
+            conn.sasl_raw = self.raw_token
+        return ctx.respond(error_code=ErrorCode.none, mechanisms=list(self.mechanisms))
+
+    async def authenticate(self, ctx: RequestContext, req: Any) -> Any:
+        conn = ctx.connection
+        if conn.authenticated or conn.sasl_mechanism is None or conn.sasl_raw is not None:
+            return self._failed(ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate out of turn")
+        try:
+            answer = await self._step(conn, bytes(req.auth_bytes))
+        except _LoginFailed as e:
+            return self._failed(ctx, e.code, e.message)
+        return ctx.respond(error_code=ErrorCode.none, error_message=None, auth_bytes=answer, session_lifetime=0)
+
+    async def raw_token(self, conn: Connection, token: bytes) -> bytes | None:
+        """A token of a SaslHandshake v0 exchange (no Kafka header): the answer token, or None
+        when the login failed (the connection is then closed, as v0 has no way to say why)."""
+        try:
+            answer = await self._step(conn, token)
+        except _LoginFailed as e:
+            self._refuse(conn, e.message)
+            return None
+        if conn.authenticated:
+            conn.sasl_raw = None
+        return answer
+
+    async def _step(self, conn: Connection, token: bytes) -> bytes:
+        """One client token of the mechanism's exchange; the token to answer with."""
+        mechanism = conn.sasl_mechanism
+        if mechanism == PLAIN:
+            user = await self._plain(token)
+            self._succeeded(conn, user)
+            return b""
+        if mechanism == oauthbearer.MECHANISM:
+            return self._oauthbearer(conn, token)
+        exchange = conn.sasl_exchange
+        assert isinstance(exchange, ScramServer)
+        try:
+            answer = exchange.respond(token)
+        except ScramError as e:
+            raise _LoginFailed(ErrorCode.sasl_authentication_failed, self._why(str(mechanism), e)) from None
+        if exchange.done:
+            self._succeeded(conn, exchange.user or "")
+        return answer
+
+    async def _plain(self, token: bytes) -> str:
+        """The user a SASL/PLAIN token logs in (RFC 4616)."""
+        malformed = _LoginFailed(ErrorCode.sasl_authentication_failed, "malformed SASL/PLAIN token")
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise malformed
+        authzid, user_bytes, password_bytes = parts
+        try:
+            user, password = user_bytes.decode("utf-8"), password_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            raise malformed from None
+        if authzid and authzid != user_bytes:
+            raise _LoginFailed(ErrorCode.sasl_authentication_failed, "authorization id must be the user")
+        if not await asyncio.to_thread(self.store.password_ok, user, password):
+            raise _LoginFailed(
+                ErrorCode.sasl_authentication_failed,
+                "Authentication failed: Invalid username or password",
+            )
+        return user
+
+    def _oauthbearer(self, conn: Connection, token: bytes) -> bytes:
+        """An unsecured token's subject logs in; a bad token gets the error challenge, and the
+        client's next message ends the login (RFC 7628)."""
+        if conn.sasl_exchange is _OAUTH_REFUSED:
+            raise _LoginFailed(ErrorCode.sasl_authentication_failed, "invalid OAUTHBEARER token")
+        try:
+            subject = oauthbearer.unsecured_subject(
+                oauthbearer.bearer_token(token), int(time.time() * 1000)
+            )
+        except oauthbearer.InvalidToken as e:
+            log.info("SASL OAUTHBEARER token refused: %s", e)
+            conn.sasl_exchange = _OAUTH_REFUSED
+            return oauthbearer.ERROR_CHALLENGE
+        self._succeeded(conn, subject)
+        return b""
+
+    @staticmethod
+    def _why(mechanism: str, error: ScramError) -> str:
+        log.info("SASL %s authentication failed: %s", mechanism, error)
+        return (
+            "Authentication failed during authentication due to invalid credentials with SASL"
+            f" mechanism {mechanism}"
+        )
+
+    def _succeeded(self, conn: Connection, user: str) -> None:
+        conn.authenticated = True
+        conn.principal = f"User:{user}"
+        conn.sasl_exchange = None
+
+    def _refuse(self, conn: Connection, message: str) -> None:
+        log.info("closing %s: SASL authentication failed (%s)", conn.peer, message)
+        self._on_failure("authentication")
+        conn.close_later(self.failure_delay_s)
+
+    def _failed(self, ctx: RequestContext, code: int, message: str) -> Any:
+        self._refuse(ctx.connection, message)
+        return ctx.respond(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0)
+
+
+_OAUTH_REFUSED = object()
+"""The OAUTHBEARER exchange's state after the error challenge was sent."""
+
+
+class _LoginFailed(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

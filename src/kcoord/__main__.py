@@ -1,0 +1,7 @@
+"""``python -m kcoord``: the ``kcoord`` command line."""
+
+import sys
+
+from kcoord.cli import main
+
+sys.exit(main())
