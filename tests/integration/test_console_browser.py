@@ -3,7 +3,7 @@ consumers: the groups page lists a Stable group with its members; a killed consu
 its own process) shows up on the open group page as a rebalance triggered by that member's
 expiry, with no reload; the group page's lag in messages and seconds matches
 ``kcoord groups describe``; a screenshot of a timeline with several rebalances is saved to
-``docs/console-group.png`` (linked from the README).
+``docs/console-group.png`` (shown in docs/operating.md).
 
 Every wait is on a condition, with a bound.
 """
