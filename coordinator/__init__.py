@@ -19,7 +19,8 @@ The pieces::
       |     `-- consumer.persistence, .records   records 3-8 and 16 and their replay
       `-- offsets.OffsetManager                  committed offsets: commit, fetch, delete,
                                                  retention; sees groups of both types through
-                                                 offset_groups.ShardOffsetGroups
+                                                 offset_groups.ShardOffsetGroups (the interface
+                                                 it asks of them: offset_interface)
 
 What flows: the runtime calls one method of the shard per request (or timer round, or failed
 append) with an opaque handle and the time; the shard checks routing and hands the request to
@@ -34,9 +35,9 @@ manager, then calls ``finish_loading``.
 How the group types share a shard: each type is a package (``classic/``, ``consumer/``) with its
 model and manager, its record types routed to it by ``GroupShard.replay``, its timer kinds
 registered in the shared ``Timers``, and its groups offered to the offsets manager through
-``offsets.OffsetGroups`` (a consumer group answers ``validate_offset_commit`` with its member
-epoch instead of a generation). The group id space is shared: the shard is where a request for a
-group of the other type is refused, or an Empty group of the other type converted.
+``offset_interface.OffsetGroups`` (a consumer group answers ``validate_offset_commit`` with its
+member epoch instead of a generation). The group id space is shared: the shard is where a
+request for a group of the other type is refused, or an Empty group of the other type converted.
 
 Other modules: ``config`` (GroupConfig, Kafka's setting names), ``messages`` (requests and
 responses independent of the wire version), ``subscription`` (topics of a consumer-protocol

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from kcoord.coordinator.classic.manager import ClassicGroupManager
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
-from kcoord.coordinator.offsets import OffsetGroup
+from kcoord.coordinator.offset_interface import OffsetGroup
 
 
 class ShardOffsetGroups:
     """The shard's groups of both types as its offsets see them
-    (:class:`coordinator.offsets.OffsetGroups`); a standalone committer's group is classic."""
+    (:class:`coordinator.offset_interface.OffsetGroups`); a standalone committer's group is
+    classic."""
 
     def __init__(self, classic: ClassicGroupManager, consumer: ConsumerGroupManager) -> None:
         self._classic = classic

@@ -9,11 +9,12 @@ cache (``coordinator.txn_offsets`` handles TxnOffsetCommit and the markers); fet
 RequireStable, expiry, OffsetDelete and DeleteGroups take the pending ones into account.
 
 It sees groups only through a narrow interface that every group type can implement (a classic
-group today, a KIP-848 consumer group later): :class:`OffsetGroup` (may this member commit,
-may offsets be deleted, which offsets may expire) and :class:`OffsetGroups` (find a group,
-create a standalone consumer's group for a commit, tell the group type that a commit kept a
-member alive or that a group has no offsets left). Routing checks (not coordinator, loading)
-are the shard's.
+group today, a KIP-848 consumer group later), in :mod:`coordinator.offset_interface`:
+:class:`~coordinator.offset_interface.OffsetGroup` (may this member commit, may offsets be
+deleted, which offsets may expire) and :class:`~coordinator.offset_interface.OffsetGroups` (find
+a group, create a standalone consumer's group for a commit, tell the group type that a commit
+kept a member alive or that a group has no offsets left). Routing checks (not coordinator,
+loading) are the shard's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import operator
 import struct
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from kcoord.coordinator.config import GroupConfig
 from kcoord.coordinator.messages import (
@@ -36,6 +36,7 @@ from kcoord.coordinator.messages import (
     OffsetFetchResponse,
     TxnOffsetCommitRequest,
 )
+from kcoord.coordinator.offset_interface import OffsetGroups, committing_group
 from kcoord.coordinator.output import Operation
 from kcoord.coordinator.schemas import (
     OffsetCommitKey,
@@ -63,75 +64,6 @@ _NONE = ErrorCode.none
 _NO_OFFSETS: Offsets = {}  # never written
 _new_tuple = tuple.__new__  # a named tuple without its constructor's frame (per partition)
 _first = operator.itemgetter(0)
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetExpiry:
-    """Which offsets of a group may expire (J2-J4): all but those of ``kept_topics``,
-    ``offsets.retention`` after ``since`` (the group's own moment, e.g. since it is Empty), or
-    after each offset's commit when ``since`` is None. An offset with an explicit expire
-    timestamp (an old v1 value) expires then instead."""
-
-    since: int | None = None
-    kept_topics: frozenset[str] = frozenset()
-
-
-class OffsetGroup(Protocol):
-    """A group as its offsets see it (Kafka's Group interface, the offsets part)."""
-
-    @property
-    def group_id(self) -> str: ...
-
-    @property
-    def is_empty(self) -> bool: ...
-
-    @property
-    def may_have_record(self) -> bool:
-        """Whether a group record may exist (it gets a tombstone when the group goes)."""
-        ...
-
-    def validate_offset_commit(
-        self,
-        member_id: str,
-        instance_id: str | None,
-        generation: int,
-        api_version: int,
-        transactional: bool = False,
-    ) -> int | None:
-        """``generation`` is the generation or member epoch the commit carries;
-        ``api_version`` its OffsetCommit version (-1 if unknown); ``transactional`` for a
-        TxnOffsetCommit (KIP-447: no group-state checks, no consumer-protocol version check)."""
-        ...
-
-    def validate_offset_delete(self) -> int | None: ...
-
-    def is_subscribed_to(self, topic: str) -> bool: ...
-
-    def offset_expiry(self) -> OffsetExpiry | None: ...
-
-
-class OffsetGroups(Protocol):
-    """The groups of the shard, as its offsets need them."""
-
-    def offset_group(self, group_id: str) -> OffsetGroup | None: ...
-
-    def create_standalone(self, group_id: str, now_ms: int) -> OffsetGroup:
-        """An Empty group without protocol type, for a standalone consumer's commit (C2)."""
-        ...
-
-    def forget(self, group_id: str) -> None:
-        """Undo :meth:`create_standalone` (the commit it was for was refused)."""
-        ...
-
-    def commit_accepted(self, group_id: str, member_id: str, now_ms: int) -> None:
-        """A commit of ``member_id`` is being stored (M3: it keeps the member alive)."""
-        ...
-
-    def offset_group_ids(self) -> list[str]: ...
-
-    def offsets_gone(self, group_id: str, now_ms: int) -> None:
-        """The group has no offsets left: an Empty one goes Dead (I6)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,21 +124,6 @@ def fetched_offsets(
         (topic, tuple([_fetched(p, v) for p, v in sorted(by_topic[topic], key=_first)]))
         for topic in sorted(by_topic)
     )
-
-
-def committing_group(
-    groups: OffsetGroups, group_id: str, generation_id: int, now_ms: int
-) -> tuple[OffsetGroup, bool] | int:
-    """The group an (Txn)OffsetCommit goes to, and whether it was created for it; or the
-    error. As in Kafka, an unknown group is created for a commit without a generation (an
-    Empty standalone group, C2), and a commit with one gets ILLEGAL_GENERATION (a member of a
-    group this coordinator does not know: an old generation)."""
-    group = groups.offset_group(group_id)
-    if group is not None:
-        return group, False
-    if generation_id >= 0:
-        return ErrorCode.illegal_generation
-    return groups.create_standalone(group_id, now_ms), True
 
 
 class OffsetManager:
@@ -442,9 +359,10 @@ class OffsetManager:
         """OffsetDelete (Kafka's handleDeleteOffsets), after the shard's routing checks.
 
         Group-level errors (then no topics): unknown group -> GROUP_ID_NOT_FOUND, and the
-        group's own check (:meth:`OffsetGroup.validate_offset_delete`). An Empty group loses
-        every requested offset; a group with members keeps the offsets of topics it
-        subscribes to (GROUP_SUBSCRIBED_TO_TOPIC per partition) and loses the others.
+        group's own check
+        (:meth:`coordinator.offset_interface.OffsetGroup.validate_offset_delete`). An Empty
+        group loses every requested offset; a group with members keeps the offsets of topics
+        it subscribes to (GROUP_SUBSCRIBED_TO_TOPIC per partition) and loses the others.
 
         Each removed offset gets a tombstone; partitions without an offset still answer
         NONE. A group left without offsets is then told so (I6: an Empty one goes Dead). Like

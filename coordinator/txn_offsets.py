@@ -18,7 +18,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from kcoord.coordinator.messages import TxnMarkerRequest, TxnMarkerResponse, TxnOffsetCommitRequest
-from kcoord.coordinator.offsets import OffsetGroups, OffsetManager, committing_group
+from kcoord.coordinator.offset_interface import OffsetGroups, committing_group
+from kcoord.coordinator.offsets import OffsetManager
 from kcoord.coordinator.output import Operation
 from kcoord.coordinator.schemas import (
     OffsetCommitKey,

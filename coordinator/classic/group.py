@@ -4,8 +4,8 @@ This module owns what a classic consumer group *is*: its state machine with chec
 transitions (C1-C4), its members in insertion order, the static-member and pending-member
 registries, the protocol vote counters and the awaiting-join count (B1-B9), protocol
 selection (E7), and the group as the offsets manager sees it (who may commit or delete its
-offsets, which offsets may expire: :class:`coordinator.offsets.OffsetGroup`). It knows nothing
-about requests, replies, records or timers: the classic group manager
+offsets, which offsets may expire: :class:`coordinator.offset_interface.OffsetGroup`). It knows
+nothing about requests, replies, records or timers: the classic group manager
 (:mod:`coordinator.classic.manager`) drives it. Parked requests are represented by the
 runtime's opaque handles stored on the member (``join_handle``/``sync_handle``); the group only
 tells its manager which handles it displaced so that every handle gets exactly one reply.
@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kcoord.coordinator.messages import JoinMember
-from kcoord.coordinator.offsets import OffsetExpiry
+from kcoord.coordinator.offset_interface import OffsetExpiry
 from kcoord.coordinator.rebalances import NOTHING_SETTLED, Settled
 from kcoord.coordinator.sharing import SharingTable
 from kcoord.coordinator.subscription import CONSUMER_PROTOCOL_TYPE, subscribed_topics

@@ -5,8 +5,8 @@ the classic group requests that passed the shard's routing checks: JoinGroup (th
 :class:`coordinator.classic.join.JoinGroupHandler`), SyncGroup with the group record of a new
 generation (and its undo, :class:`SyncWriteFailed`), Heartbeat, LeaveGroup, ListGroups and
 DescribeGroups, and the group side of DeleteGroups. It is also the shard's
-:class:`coordinator.offsets.OffsetGroups` (the groups as the offsets manager needs them), and it
-rebuilds the groups from their records at start-up (K3).
+:class:`coordinator.offset_interface.OffsetGroups` (the groups as the offsets manager needs
+them), and it rebuilds the groups from their records at start-up (K3).
 """
 
 from __future__ import annotations
@@ -364,7 +364,7 @@ class ClassicGroupManager:
         log.warning("group %s: its deletion could not be stored; it is back", group.group_id)
         return True
 
-    # ---- the groups as the offsets see them (coordinator.offsets.OffsetGroups) --------------
+    # ---- the groups as the offsets see them (coordinator.offset_interface.OffsetGroups) --
 
     def offset_group(self, group_id: str) -> ClassicGroup | None:
         return self.groups.get(group_id)

@@ -3,8 +3,8 @@
 :class:`ConsumerGroup` is the model the manager changes; it keeps its derived indexes right on
 every change (static members by instance id, how many members subscribe to each topic name,
 which member epoch holds each partition). It also answers for its offsets
-(:class:`coordinator.offsets.OffsetGroup`): commits are checked against the member epoch, and
-offsets of topics the group still subscribes to never expire.
+(:class:`coordinator.offset_interface.OffsetGroup`): commits are checked against the member
+epoch, and offsets of topics the group still subscribes to never expire.
 
 States (Kafka's): Empty (no members), Assigning (the group epoch is ahead of the target
 assignment), Reconciling (some member is not yet at the target epoch), Stable, and Dead once
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from kcoord.coordinator.consumer.member import Assignment, ConsumerMember
 from kcoord.coordinator.consumer.topics import TopicId, TopicInfo
-from kcoord.coordinator.offsets import OffsetExpiry
+from kcoord.coordinator.offset_interface import OffsetExpiry
 from kcoord.coordinator.rebalances import NOTHING_SETTLED, Owners, RebalanceStart, Settled
 from kcoord.protocol.errors import ErrorCode
 
@@ -217,7 +217,7 @@ class ConsumerGroup:
             for p in partitions
         }
 
-    # ---- the offsets' view (coordinator.offsets.OffsetGroup) -------------------------------
+    # ---- the offsets' view (coordinator.offset_interface.OffsetGroup) ----------------
 
     @property
     def is_empty(self) -> bool:
