@@ -70,6 +70,8 @@ MODULES = (
     "coordinator/offset_groups.py",
     "coordinator/write_size.py",
     "coordinator/consumer/manager.py",
+    "coordinator/consumer/heartbeat_checks.py",
+    "coordinator/consumer/group_epoch.py",
     "coordinator/consumer/group.py",
     "coordinator/consumer/member.py",
     "coordinator/consumer/target.py",

@@ -14,7 +14,9 @@ The pieces::
       |     `-- classic.group.ClassicGroup       the model (states, members, protocol vote)
       |-- consumer.manager.ConsumerGroupManager  KIP-848 consumer groups (ConsumerGroupHeartbeat,
       |     |-- consumer.group.ConsumerGroup     its timers, ConsumerGroupDescribe): the model,
+      |     |-- consumer.heartbeat_checks        Kafka's checks of a heartbeat,
       |     |-- consumer.member                  a member and its reconciliation,
+      |     |-- consumer.group_epoch             the group epoch and what moves it,
       |     |-- consumer.target, .assignors      the target assignment and the server assignors,
       |     `-- consumer.persistence, .records   records 3-8 and 16 and their replay
       `-- offsets.OffsetManager                  committed offsets: commit, fetch, delete,

@@ -49,6 +49,7 @@ from kcoord.coordinator.consumer.describe import (
     not_a_consumer_group,
 )
 from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.heartbeat_checks import heartbeat_request_error
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeRequest,
@@ -364,7 +365,9 @@ class GroupShard:
             return op.end()
         error = self._gate(req.group_id, empty_id_ok=False)
         response = (
-            ConsumerGroupHeartbeatResponse(error) if error is not None else self.consumer.validate(req)
+            ConsumerGroupHeartbeatResponse(error)
+            if error is not None
+            else heartbeat_request_error(req, self.config.consumer_assignors)
         )
         classic = self.classic.groups.get(req.group_id) if response is None else None
         if classic is not None:

@@ -1,14 +1,15 @@
 """The consumer groups (KIP-848) of one shard: ConsumerGroupHeartbeat, its timers, and the
 group side of ListGroups, ConsumerGroupDescribe, DeleteGroups and offsets.
 
-A heartbeat goes through Kafka's three steps: (1) create or update the member (record 5),
-bumping the group epoch (record 3) when its subscription changed or the subscribed topics did;
-(2) if the group epoch is ahead of the target assignment, recompute the target (records 7, then
-6); (3) move the member towards its target (record 8, :func:`coordinator.consumer.member.
-reconcile`). A member leaves with epoch -1 (tombstones 8, 7, 5, then 3), a static member steps
-out with epoch -2 and keeps its partitions until its session ends or the same instance id
-comes back; a member silent for the session timeout, or one that does not revoke within its
-rebalance timeout, is fenced the same way.
+A heartbeat that passed Kafka's checks (:mod:`coordinator.consumer.heartbeat_checks`) goes
+through Kafka's three steps: (1) create or update the member (record 5), bumping the group epoch
+(record 3, :mod:`coordinator.consumer.group_epoch`) when its subscription changed or the
+subscribed topics did; (2) if the group epoch is ahead of the target assignment, recompute the
+target (records 7, then 6); (3) move the member towards its target (record 8,
+:func:`coordinator.consumer.member.reconcile`). A member leaves with epoch -1 (tombstones 8, 7,
+5, then 3), a static member steps out with epoch -2 and keeps its partitions until its session
+ends or the same instance id comes back; a member silent for the session timeout, or one that
+does not revoke within its rebalance timeout, is fenced the same way.
 
 State changes at once; if the records of an operation cannot be stored, the failure action
 (:class:`ConsumerWriteFailed`) puts the group back as it was before the operation, provided
@@ -27,12 +28,13 @@ from kcoord.coordinator.consumer import persistence as records
 from kcoord.coordinator.consumer.assignors import ASSIGNORS
 from kcoord.coordinator.consumer.change import Change, ConsumerWriteFailed
 from kcoord.coordinator.consumer.group import STABLE, ConsumerGroup, MemberTimers
+from kcoord.coordinator.consumer.group_epoch import bump_group_epoch, refresh_topics
+from kcoord.coordinator.consumer.heartbeat_checks import epoch_checked, heartbeat_error
 from kcoord.coordinator.consumer.member import (
     JOIN_EPOCH,
     STATIC_LEAVE_EPOCH,
     ConsumerMember,
     MemberState,
-    owned_subset,
     reconcile,
 )
 from kcoord.coordinator.consumer.messages import (
@@ -40,11 +42,10 @@ from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from kcoord.coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
-from kcoord.coordinator.consumer.regex import compile_regex, resolve_regex
 from kcoord.coordinator.consumer.target import update_target
-from kcoord.coordinator.consumer.topics import TopicId, TopicsView, metadata_hash, subscribed_topics
+from kcoord.coordinator.consumer.topics import TopicId, TopicsView
 from kcoord.coordinator.output import Operation, RebalanceCompleted
-from kcoord.coordinator.rebalances import Settled, begin, finish
+from kcoord.coordinator.rebalances import Settled, finish
 from kcoord.coordinator.timers import TimerEntry, TimerKind, Timers
 from kcoord.protocol.errors import ErrorCode
 
@@ -52,10 +53,6 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMER = 4
 REBALANCE_TIMER = 5
-
-
-def _error(code: int, message: str | None = None) -> ConsumerGroupHeartbeatResponse:
-    return ConsumerGroupHeartbeatResponse(code, message)
 
 
 class ConsumerGroupManager:
@@ -100,46 +97,10 @@ class ConsumerGroupManager:
 
     # ---- ConsumerGroupHeartbeat ------------------------------------------------------------
 
-    def validate(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse | None:
-        """Kafka's request checks, in its order; None when the request is well formed."""
-        invalid = ErrorCode.invalid_request
-        if req.instance_id == "":
-            return _error(invalid, "InstanceId can't be empty.")
-        if req.rack_id == "":
-            return _error(invalid, "RackId can't be empty.")
-        epoch = req.member_epoch
-        if req.member_id == "" and (req.version >= 1 or epoch != JOIN_EPOCH):
-            return _error(invalid, "MemberId can't be empty.")
-        if epoch == JOIN_EPOCH:
-            if req.rebalance_timeout_ms == -1:
-                return _error(invalid, "RebalanceTimeoutMs must be provided in first request.")
-            if req.topic_partitions is None or req.topic_partitions:
-                return _error(invalid, "TopicPartitions must be empty when (re-)joining.")
-            if not req.subscribed_topic_names and not req.subscribed_topic_regex:
-                return _error(
-                    invalid, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-                )
-        elif epoch == STATIC_LEAVE_EPOCH:
-            if req.instance_id is None:
-                return _error(invalid, "InstanceId can't be null.")
-        elif epoch < STATIC_LEAVE_EPOCH:
-            return _error(invalid, f"MemberEpoch {epoch} is invalid.")
-        if req.server_assignor is not None and req.server_assignor not in self.config.consumer_assignors:
-            return _error(
-                ErrorCode.unsupported_assignor,
-                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
-                + ", ".join(self.config.consumer_assignors)
-                + ".",
-            )
-        if req.subscribed_topic_regex:
-            problem = compile_regex(req.subscribed_topic_regex)[1]
-            if problem is not None:
-                return _error(ErrorCode.invalid_regular_expression, problem)
-        return None
-
     def heartbeat(self, handle: Hashable, req: ConsumerGroupHeartbeatRequest, now_ms: int) -> None:
-        """One ConsumerGroupHeartbeat of a well-formed request (:meth:`validate`) for a
-        group id that is not a classic group's; its reply goes into the operation."""
+        """One ConsumerGroupHeartbeat of a well-formed request
+        (:func:`coordinator.consumer.heartbeat_checks.heartbeat_request_error`) for a group id
+        that is not a classic group's; its reply goes into the operation."""
         op = self.op
         gid = req.group_id
         group = self.groups.get(gid)
@@ -149,7 +110,10 @@ class ConsumerGroupManager:
             return
         if group is None:
             if req.member_epoch != JOIN_EPOCH:
-                op.reply(handle, _error(ErrorCode.group_id_not_found, f"Consumer group {gid} not found."))
+                op.reply(
+                    handle,
+                    heartbeat_error(ErrorCode.group_id_not_found, f"Consumer group {gid} not found."),
+                )
                 return
             group = ConsumerGroup(gid)
             change = Change(group, created=True)
@@ -159,7 +123,7 @@ class ConsumerGroupManager:
         if len(group.members) >= self.config.consumer_max_size and member_id not in group.members:
             op.reply(
                 handle,
-                _error(
+                heartbeat_error(
                     ErrorCode.group_max_size_reached,
                     "The consumer group has reached its maximum capacity of "
                     f"{self.config.consumer_max_size} members.",
@@ -232,10 +196,14 @@ class ConsumerGroupManager:
             elif updated.subscription_differs(member):
                 reason = f"member {member_id} changed its subscription"
         topics_moved = group.topics_version != self.topics.version
-        if (reason or topics_moved) and self.refresh_topics(change, now_ms) and not reason:
+        if (
+            (reason or topics_moved)
+            and refresh_topics(self.op, change, self.topics, now_ms)
+            and not reason
+        ):
             reason = "the subscribed topics changed"
         if reason:
-            self.bump(change, now_ms, reason)
+            bump_group_epoch(self.op, change, now_ms, reason)
         if group.group_epoch > group.assignment_epoch:
             change.touch()
             update_target(group, self.config.consumer_assignors[0], lambda r: emit(*r))
@@ -267,55 +235,35 @@ class ConsumerGroupManager:
             member = group.members.get(member_id)
             if member is None:
                 if not joining:
-                    return _error(
+                    return heartbeat_error(
                         ErrorCode.unknown_member_id,
                         f"Member {member_id} is not a member of group {group.group_id}.",
                     )
                 return ConsumerMember(member_id), True
-            return self._epoch_checked(member, req)
+            return epoch_checked(member, req)
         existing = group.static_member(req.instance_id)
         if joining:
             if existing is None:
                 member = group.members.get(member_id)
                 return (member, False) if member is not None else (ConsumerMember(member_id), True)
             if existing.member_epoch != STATIC_LEAVE_EPOCH:
-                return _error(
+                return heartbeat_error(
                     ErrorCode.unreleased_instance_id,
                     f"Static member {member_id} with instance id {req.instance_id} cannot join the"
                     f" group because the instance id is owned by {existing.member_id} member.",
                 )
             return self.replace_static(change, existing, member_id), False
         if existing is None:
-            return _error(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+            return heartbeat_error(
+                ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown."
+            )
         if existing.member_id != member_id:
-            return _error(
+            return heartbeat_error(
                 ErrorCode.fenced_instance_id,
                 f"Static member {member_id} with instance id {req.instance_id} was fenced by"
                 f" member {existing.member_id}.",
             )
-        return self._epoch_checked(existing, req)
-
-    @staticmethod
-    def _epoch_checked(
-        member: ConsumerMember, req: ConsumerGroupHeartbeatRequest
-    ) -> tuple[ConsumerMember, bool] | ConsumerGroupHeartbeatResponse:
-        """A higher epoch than the member's is fenced; a lower one only passes as the
-        previous epoch with owned partitions within the assignment (a lost response)."""
-        epoch = req.member_epoch
-        if epoch > member.member_epoch or (
-            epoch < member.member_epoch
-            and (
-                epoch != member.previous_member_epoch
-                or not owned_subset(req.topic_partitions, member.assigned)
-            )
-        ):
-            return _error(
-                ErrorCode.fenced_member_epoch,
-                f"The consumer group member has a {'greater' if epoch > member.member_epoch else 'smaller'}"
-                f" member epoch ({epoch}) than the one known by the group coordinator"
-                f" ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
-            )
-        return member, False
+        return epoch_checked(existing, req)
 
     def replace_static(self, change: Change, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member comes back under a new member id: it takes over the old one's
@@ -353,20 +301,24 @@ class ConsumerGroupManager:
         handle: Hashable,
     ) -> ConsumerGroupHeartbeatResponse:
         if group is None:
-            return _error(ErrorCode.group_id_not_found, f"Consumer group {req.group_id} not found.")
+            return heartbeat_error(
+                ErrorCode.group_id_not_found, f"Consumer group {req.group_id} not found."
+            )
         if req.instance_id is None:
             member = group.members.get(req.member_id)
             if member is None:
-                return _error(
+                return heartbeat_error(
                     ErrorCode.unknown_member_id,
                     f"Member {req.member_id} is not a member of group {group.group_id}.",
                 )
         else:
             member = group.static_member(req.instance_id)
             if member is None:
-                return _error(ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown.")
+                return heartbeat_error(
+                    ErrorCode.unknown_member_id, f"Instance id {req.instance_id} is unknown."
+                )
             if member.member_id != req.member_id:
-                return _error(
+                return heartbeat_error(
                     ErrorCode.fenced_instance_id,
                     f"Static member {req.member_id} with instance id {req.instance_id} was fenced"
                     f" by member {member.member_id}.",
@@ -410,51 +362,9 @@ class ConsumerGroupManager:
         for record in records.member_tombstones(group.group_id, member.member_id):
             self.op.emit(*record)
         group.remove_member(member.member_id)
-        self.refresh_topics(change, now_ms)
+        refresh_topics(self.op, change, self.topics, now_ms)
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
-        self.bump(change, now_ms, f"member {member.member_id} {why}")
-
-    def bump(self, change: Change, now_ms: int, reason: str) -> None:
-        group = change.group
-        change.touch()
-        group.group_epoch += 1
-        self.op.emit(*records.epoch_record(group))
-        if group.rebalance is None:
-            group.rebalance = begin(now_ms, reason, group.settled)
-
-    def refresh_topics(self, change: Change, now_ms: int) -> bool:
-        """Re-read the subscribed topics (and re-resolve regexes); True if they changed."""
-        group = change.group
-        topics = self.topics
-        version = topics.version
-        changed = False
-        used = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
-        for regex in [r for r in group.regexes if r not in used]:
-            change.touch()
-            del group.regexes[regex]
-            self.op.emit(*records.regex_record(group.group_id, regex, None))
-        for regex in used:
-            old = group.regexes.get(regex)
-            if old is not None and old.version == version:
-                continue
-            resolved = resolve_regex(regex, topics, now_ms)
-            change.touch()
-            if old is None or old.topics != resolved.topics:
-                group.regexes[regex] = resolved
-                self.op.emit(*records.regex_record(group.group_id, regex, resolved))
-                changed = True
-            else:
-                group.regexes[regex] = replace(old, version=version)
-        subscribed = subscribed_topics(topics, group.subscribed_topic_names())
-        digest = metadata_hash(subscribed)
-        if subscribed != group.subscribed or group.topics_version != version:
-            change.touch()
-            group.subscribed = subscribed
-            group.topics_version = version
-        if digest != group.metadata_hash:
-            group.metadata_hash = digest
-            changed = True
-        return changed
+        bump_group_epoch(self.op, change, now_ms, f"member {member.member_id} {why}")
 
     def finish(self, change: Change, handle: Hashable | None) -> None:
         """Register a created group and attach the undo of a changing operation."""
@@ -479,7 +389,7 @@ class ConsumerGroupManager:
                 action.group_id,
             )
         if action.handle is not None:
-            self.op.reply(action.handle, _error(error))
+            self.op.reply(action.handle, heartbeat_error(error))
 
     def maybe_completed(self, group: ConsumerGroup, now_ms: int) -> None:
         if group.rebalance is None or group.state != STABLE:
