@@ -59,6 +59,8 @@ MODULES = (
     "coordinator/classic/manager.py",
     "coordinator/classic/groups.py",
     "coordinator/shard.py",
+    "coordinator/shard_views.py",
+    "coordinator/append_failures.py",
     "coordinator/messages.py",
     "coordinator/schemas.py",
     "coordinator/loading.py",

@@ -47,5 +47,7 @@ subscription), ``write_size`` (how big a write will be before its records exist)
 ``deletion`` (DeleteGroups' undo when its tombstones cannot be appended), ``rebalances`` (the
 event of each completed rebalance, both types, and the bounded per-group history the runtime
 keeps of them), ``rebalance_replay`` (that history rebuilt from a partition's records at
-start-up).
+start-up), ``shard_views`` (the shard's read-only accessors, a base of ``GroupShard``),
+``append_failures`` (each failure action of an Output that could not be appended, handed back
+to its owner).
 """

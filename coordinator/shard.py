@@ -21,26 +21,26 @@ F3). Every handle passed in receives exactly one reply, possibly later.
 - Timers (:class:`coordinator.timers.Timers`) are shared: the runtime asks
   :meth:`GroupShard.next_wakeup` and calls :meth:`GroupShard.advance` when it passes.
 - State is applied eagerly. If the runtime cannot append an Output's records it calls
-  :meth:`GroupShard.append_failed`, which hands each failure action to its owner and returns
-  the replies to deliver instead.
+  :meth:`GroupShard.append_failed`, which hands each failure action to its owner
+  (:func:`coordinator.append_failures.handle_failed_append`) and returns the replies to
+  deliver instead.
 - On start-up the shard is loading: the runtime feeds it the partition's records through
   :meth:`GroupShard.replay` (each routed by its key's record type) and then calls
   :meth:`GroupShard.finish_loading` (K3).
+- What the shard holds (its mode, groups, offsets, timers) is read through the accessors of
+  its base class, :class:`coordinator.shard_views.ShardViews`.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from enum import Enum
+from collections.abc import Callable, Hashable, Iterable
 
-from kcoord.coordinator.classic.group import ClassicGroup
+from kcoord.coordinator.append_failures import handle_failed_append
 from kcoord.coordinator.classic.groups import default_member_id, join_error, sync_error
-from kcoord.coordinator.classic.join import StaticReplaceWriteFailed
-from kcoord.coordinator.classic.manager import ClassicGroupManager, SyncWriteFailed
+from kcoord.coordinator.classic.manager import ClassicGroupManager
 from kcoord.coordinator.config import GroupConfig
-from kcoord.coordinator.consumer.change import ConsumerWriteFailed
 from kcoord.coordinator.consumer.classic_members import ClassicMembers
 from kcoord.coordinator.consumer.describe import (
     describe_group,
@@ -48,7 +48,6 @@ from kcoord.coordinator.consumer.describe import (
     not_a_classic_group,
     not_a_consumer_group,
 )
-from kcoord.coordinator.consumer.group import ConsumerGroup
 from kcoord.coordinator.consumer.heartbeat_checks import heartbeat_request_error
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.consumer.messages import (
@@ -59,7 +58,7 @@ from kcoord.coordinator.consumer.messages import (
 )
 from kcoord.coordinator.consumer.steady import steady_heartbeat
 from kcoord.coordinator.consumer.topics import NO_TOPICS, TopicsView
-from kcoord.coordinator.deletion import DeleteWriteFailed, delete_groups, undo_delete
+from kcoord.coordinator.deletion import delete_groups
 from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
     DescribedGroup,
@@ -84,9 +83,8 @@ from kcoord.coordinator.messages import (
 )
 from kcoord.coordinator.migration import GroupMigration
 from kcoord.coordinator.offset_groups import ShardOffsetGroups
-from kcoord.coordinator.offsets import CommitWriteFailed, OffsetManager, commit_error
-from kcoord.coordinator.output import Operation, Output, RebalanceCompleted, map_store_error
-from kcoord.coordinator.rebalances import RebalanceStart
+from kcoord.coordinator.offsets import OffsetManager, commit_error
+from kcoord.coordinator.output import Operation, Output
 from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
@@ -94,26 +92,19 @@ from kcoord.coordinator.schemas import (
     UnknownKey,
     decode_key,
 )
+from kcoord.coordinator.shard_views import ShardMode, ShardViews
 from kcoord.coordinator.timers import Timers
-from kcoord.coordinator.txn_offsets import MarkerWriteFailed, TxnOffsets
-from kcoord.coordinator.txn_pending import TxnCommitWriteFailed
+from kcoord.coordinator.txn_offsets import TxnOffsets
 from kcoord.protocol.errors import ErrorCode
 
-__all__ = ["DeleteWriteFailed", "GroupShard", "Output", "RebalanceCompleted", "ShardMode"]
+__all__ = ["GroupShard", "Output"]
 
 log = logging.getLogger(__name__)
-
-
-class ShardMode(Enum):
-    LOADING = "loading"
-    ACTIVE = "active"
-    UNLOADED = "unloaded"
-
 
 _ACTIVE = ShardMode.ACTIVE
 
 
-class GroupShard:
+class GroupShard(ShardViews):
     """The groups and offsets of one ``__consumer_offsets`` partition (module docstring).
 
     ``partition_for``, if given, maps a group id to its partition (normally
@@ -152,69 +143,6 @@ class GroupShard:
         """TxnOffsetCommit and transaction markers (pending offsets live in ``offsets``)."""
         self.skipped_records = 0
         """Records with keys this shard does not model (KIP-848 key versions), skipped."""
-
-    # ---- introspection ------------------------------------------------------------------
-
-    @property
-    def mode(self) -> ShardMode:
-        return self._mode
-
-    @property
-    def loading(self) -> bool:
-        return self._mode is ShardMode.LOADING
-
-    @property
-    def rebalance_observer(self) -> Callable[[RebalanceCompleted], None] | None:
-        """Called with each completed rebalance (the runtime's metrics hook)."""
-        return self.classic.state.rebalance_observer
-
-    @rebalance_observer.setter
-    def rebalance_observer(self, observer: Callable[[RebalanceCompleted], None] | None) -> None:
-        self.classic.state.rebalance_observer = observer
-        self.consumer.rebalance_observer = observer
-
-    @property
-    def offsets_committed(self) -> int:
-        """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
-        return self.offsets.committed_count
-
-    def group(self, group_id: str) -> ClassicGroup | None:
-        """The live group (read-only by convention), None if unknown."""
-        return self.classic.groups.get(group_id)
-
-    def groups(self) -> Iterator[ClassicGroup]:
-        """The classic groups."""
-        return iter(self.classic)
-
-    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
-        """The live consumer (KIP-848) group (read-only by convention), None if unknown."""
-        return self.consumer.get(group_id)
-
-    def consumer_groups(self) -> Iterator[ConsumerGroup]:
-        return iter(self.consumer)
-
-    def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
-        """The start of the group's rebalance under way, if one is (either type)."""
-        consumer = self.consumer.get(group_id)
-        if consumer is not None:
-            return consumer.rebalance
-        return self.classic.state.rebalance_under_way(group_id)
-
-    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
-        """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""
-        return dict(self.offsets.of(group_id))
-
-    def offset_count(self) -> int:
-        """Committed offsets held, over every group."""
-        return self.offsets.count()
-
-    def offset_count_of(self, group_id: str) -> int:
-        """Committed offsets held for ``group_id``."""
-        return len(self.offsets.of(group_id))
-
-    def pending_timer_count(self) -> int:
-        """Timer entries queued, stale ones included (for metrics/tests)."""
-        return len(self.timers)
 
     # ---- routing ---------------------------------------------------------------------------
 
@@ -557,29 +485,9 @@ class GroupShard:
         """
         op = self._op
         op.begin()
-        mapped = map_store_error(error)
-        affected: set[Hashable] = set()
-        for action in output.on_failure:
-            affected.update(action.handles)
-        for h, resp in output.replies:
-            if h not in affected:
-                op.reply(h, resp)
-        for action in output.on_failure:
-            if isinstance(action, CommitWriteFailed):
-                self.offsets.commit_write_failed(action, mapped)
-            elif isinstance(action, SyncWriteFailed):
-                self.classic.sync_write_failed(action, mapped, now_ms)
-            elif isinstance(action, StaticReplaceWriteFailed):
-                self.classic.static_replace_write_failed(action, mapped, now_ms)
-            elif isinstance(action, ConsumerWriteFailed):
-                self.consumer.write_failed(action, mapped)
-            elif isinstance(action, (TxnCommitWriteFailed, MarkerWriteFailed)):
-                self.txn.write_failed(action, mapped)
-            elif isinstance(action, DeleteWriteFailed):
-                response = undo_delete(action, mapped, self.classic, self.consumer, self.offsets)
-                op.reply(action.handle, response)
-            else:
-                raise TypeError(f"unknown failure action {action!r}")
+        handle_failed_append(
+            op, output, error, now_ms, self.classic, self.consumer, self.offsets, self.txn
+        )
         if output.records and not output.on_failure:
             log.warning("append of %d records failed with %s", len(output.records), error)
         return op.end()

@@ -33,7 +33,8 @@ from kcoord.coordinator.schemas import (
     encode_key,
     encode_offset_commit_value,
 )
-from kcoord.coordinator.shard import GroupShard, ShardMode
+from kcoord.coordinator.shard import GroupShard
+from kcoord.coordinator.shard_views import ShardMode
 from kcoord.protocol.javahash import partition_for
 from tests.unit.test_group_harness import E, Harness, subscription
 

@@ -1,0 +1,103 @@
+"""What a shard holds, as the runtime, its metrics and the tests read it: the shard's mode, its
+groups of both types, their committed offsets, its timer queue; and the hook through which it
+reports completed rebalances.
+
+:class:`ShardViews` is the base class of :class:`coordinator.shard.GroupShard` that holds these
+accessors, so that the shard's own module is its routing and its operations. They read the
+managers the shard built (its ``classic``, ``consumer``, ``offsets`` and ``timers``) as they
+are now, with no routing check (partition, loading) and no Output; only setting
+``rebalance_observer`` changes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from enum import Enum
+
+from kcoord.coordinator.classic.group import ClassicGroup
+from kcoord.coordinator.classic.manager import ClassicGroupManager
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+from kcoord.coordinator.offsets import OffsetManager
+from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.rebalances import RebalanceStart
+from kcoord.coordinator.schemas import OffsetCommitValue
+from kcoord.coordinator.timers import Timers
+
+
+class ShardMode(Enum):
+    LOADING = "loading"
+    ACTIVE = "active"
+    UNLOADED = "unloaded"
+
+
+class ShardViews:
+    """The read-only accessors of a shard (module docstring). The attributes declared here
+    are set by :class:`coordinator.shard.GroupShard`, the one subclass."""
+
+    classic: ClassicGroupManager
+    consumer: ConsumerGroupManager
+    offsets: OffsetManager
+    timers: Timers
+    _mode: ShardMode
+
+    @property
+    def mode(self) -> ShardMode:
+        return self._mode
+
+    @property
+    def loading(self) -> bool:
+        return self._mode is ShardMode.LOADING
+
+    @property
+    def rebalance_observer(self) -> Callable[[RebalanceCompleted], None] | None:
+        """Called with each completed rebalance (the runtime's metrics hook)."""
+        return self.classic.state.rebalance_observer
+
+    @rebalance_observer.setter
+    def rebalance_observer(self, observer: Callable[[RebalanceCompleted], None] | None) -> None:
+        self.classic.state.rebalance_observer = observer
+        self.consumer.rebalance_observer = observer
+
+    @property
+    def offsets_committed(self) -> int:
+        """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
+        return self.offsets.committed_count
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        """The live group (read-only by convention), None if unknown."""
+        return self.classic.groups.get(group_id)
+
+    def groups(self) -> Iterator[ClassicGroup]:
+        """The classic groups."""
+        return iter(self.classic)
+
+    def consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The live consumer (KIP-848) group (read-only by convention), None if unknown."""
+        return self.consumer.get(group_id)
+
+    def consumer_groups(self) -> Iterator[ConsumerGroup]:
+        return iter(self.consumer)
+
+    def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
+        """The start of the group's rebalance under way, if one is (either type)."""
+        consumer = self.consumer.get(group_id)
+        if consumer is not None:
+            return consumer.rebalance
+        return self.classic.state.rebalance_under_way(group_id)
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], OffsetCommitValue]:
+        """A copy of the latest committed offsets of ``group_id`` ((topic, partition) keys)."""
+        return dict(self.offsets.of(group_id))
+
+    def offset_count(self) -> int:
+        """Committed offsets held, over every group."""
+        return self.offsets.count()
+
+    def offset_count_of(self, group_id: str) -> int:
+        """Committed offsets held for ``group_id``."""
+        return len(self.offsets.of(group_id))
+
+    def pending_timer_count(self) -> int:
+        """Timer entries queued, stale ones included (for metrics/tests)."""
+        return len(self.timers)
