@@ -80,6 +80,7 @@ MODULES = (
     "coordinator/consumer/steady.py",
     "broker/net/connection.py",
     "broker/groups/runtime.py",
+    "broker/groups/write_path.py",
     "broker/groups/offset_api.py",
     "broker/groups/api.py",
     "broker/groups/consumer_api.py",

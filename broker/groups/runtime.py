@@ -6,7 +6,9 @@ the records of the shard's output to that partition's log, waits for the group-c
 and only then completes the replies (which may answer other, earlier parked requests). Outputs
 of one shard are completed in the order they were produced, so a reply never overtakes the
 durability of a record emitted before it. Timers are one ``call_at`` per shard, set to the
-shard's next deadline and delivered back with ``advance``.
+shard's next deadline and delivered back with ``advance``. The per-shard plumbing, the batches an
+output is appended as and the chain that completes outputs in order are in
+broker/groups/write_path.py.
 
 At start-up each existing partition is replayed into its shard cooperatively on the event loop;
 meanwhile that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3). The offsets topic itself is
@@ -32,16 +34,15 @@ from kcoord.coordinator.output import RebalanceCompleted
 from kcoord.coordinator.rebalance_replay import HistoryReplay
 from kcoord.coordinator.rebalances import RebalanceHistory, log_fields
 from kcoord.coordinator.shard import GroupShard, Output
-from kcoord.protocol.control import encode_marker
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.javahash import partition_for
-from kcoord.protocol.record_encoding import encode_kv_batch, kv_batches
 from kcoord.storage.compaction import abort_compaction, commit_compaction, prepare_compaction
 from kcoord.storage.log import PartitionLog
 
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
 from .offsets_load import read_partition
 from .topics_view import StoreTopics
+from .write_path import OutputCompletion, ShardRuntime, output_batches
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -58,65 +59,6 @@ _NO_REPLY = object()
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class _ShardRuntime:
-    """Per-shard plumbing: the log, the ordered completion chain and the timer."""
-
-    __slots__ = ("chain", "log", "loaded", "partition", "shard", "timer", "timer_at")
-
-    def __init__(self, partition: int, shard: GroupShard) -> None:
-        self.partition = partition
-        self.shard = shard
-        self.log: PartitionLog | None = None
-        self.chain: asyncio.Future[None] | None = None  # completion of the last queued output
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at: int | None = None
-        self.loaded = False
-
-
-class _Completion:
-    """One shard output on its way to its replies: first its fsync (if it appended), then the
-    shard's previous output, then :meth:`GroupRuntime._finish_output`."""
-
-    __slots__ = ("done", "error", "out", "prev", "runtime", "sr")
-
-    def __init__(
-        self,
-        runtime: GroupRuntime,
-        sr: _ShardRuntime,
-        prev: asyncio.Future[None] | None,
-        out: Output,
-        done: asyncio.Future[None],
-        error: BaseException | None,
-    ) -> None:
-        self.runtime = runtime
-        self.sr = sr
-        self.prev = prev
-        self.out = out
-        self.done = done
-        self.error = error
-
-    def start(self, flushed: asyncio.Future[None] | None) -> None:
-        if flushed is None:
-            self._after_flush(None)
-        else:
-            flushed.add_done_callback(self._after_flush)
-
-    def _after_flush(self, flushed: asyncio.Future[None] | None) -> None:
-        if flushed is not None and self.error is None:
-            if flushed.cancelled():
-                self.error = RuntimeError("fsync cancelled")
-            else:
-                self.error = flushed.exception()
-        prev = self.prev
-        if prev is not None and not prev.done():
-            prev.add_done_callback(self._finish)
-        else:
-            self._finish(None)
-
-    def _finish(self, _prev: asyncio.Future[None] | None) -> None:
-        self.runtime._finish_output(self.sr, self.out, self.done, self.error)
 
 
 class GroupRuntime:
@@ -149,7 +91,7 @@ class GroupRuntime:
         self.topics_view = StoreTopics(topics)
         self._partition_cache: dict[str, int] = {}
         self.shards = [
-            _ShardRuntime(
+            ShardRuntime(
                 p,
                 GroupShard(
                     p,
@@ -269,7 +211,7 @@ class GroupRuntime:
             self.load_seconds,
         )
 
-    def _loaded_progress(self, sr: _ShardRuntime, records: int, seconds: float) -> None:
+    def _loaded_progress(self, sr: ShardRuntime, records: int, seconds: float) -> None:
         """Start-up progress: one line per loaded offsets partition."""
         done = sum(1 for x in self.shards if x.loaded)
         log.info(
@@ -285,7 +227,7 @@ class GroupRuntime:
         )
         self._observe_partition_load(seconds)
 
-    def _unavailable(self, sr: _ShardRuntime, why: str) -> None:
+    def _unavailable(self, sr: ShardRuntime, why: str) -> None:
         """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
         log.error(
             "%s-%d not loaded: %s; its groups have no coordinator until the broker restarts",
@@ -297,7 +239,7 @@ class GroupRuntime:
         sr.loaded = True
         self._process(sr, out)
 
-    def _finish(self, sr: _ShardRuntime, t: int) -> None:
+    def _finish(self, sr: ShardRuntime, t: int) -> None:
         out = sr.shard.finish_loading(t)
         sr.loaded = True
         self._process(sr, out)
@@ -431,7 +373,7 @@ class GroupRuntime:
         response: TxnMarkerResponse = await self.call(partition, shard.txn_marker, request)
         return int(response.error)
 
-    def _idle_shard(self, group_id: str) -> _ShardRuntime | None:
+    def _idle_shard(self, group_id: str) -> ShardRuntime | None:
         """The shard of ``group_id`` if no output of it is still waiting to become durable, so
         that a reply given on the spot overtakes none; None otherwise."""
         sr = self.shards[self.partition_of(group_id)]
@@ -487,7 +429,7 @@ class GroupRuntime:
         return self.shards[partition].chain
 
     # outputs --------------------------------------------------------------------------------------
-    def _process(self, sr: _ShardRuntime, out: Output) -> None:
+    def _process(self, sr: ShardRuntime, out: Output) -> None:
         """Append the output's records and complete its replies once durable, in order."""
         if out.records or out.marker is not None:
             self._append(sr, out)
@@ -497,14 +439,14 @@ class GroupRuntime:
             self._complete_in_order(sr, None, out, None)
         self._reschedule(sr)
 
-    def _append(self, sr: _ShardRuntime, out: Output) -> None:
+    def _append(self, sr: ShardRuntime, out: Output) -> None:
         t = now_ms()
         if sr.log is None:
             self.ensure_topic()
         if sr.log is None:  # the offsets topic cannot be created (a full disk): nothing written
             self._process(sr, sr.shard.append_failed(out, ErrorCode.kafka_storage_error, t))
             return
-        batches = self._batches(sr, out, t)
+        batches = output_batches(out, t, self.group_config.max_batch_bytes, sr.partition)
         if batches is None:
             # Nothing was appended or replied: the shard undoes the write and answers for it.
             self._process(sr, sr.shard.append_failed(out, ErrorCode.message_too_large, t))
@@ -523,55 +465,9 @@ class GroupRuntime:
             error = e
         self._complete_in_order(sr, sr.log if error is None else None, out, error)
 
-    def _batches(self, sr: _ShardRuntime, out: Output, t: int) -> list[bytes] | None:
-        """The batches to append for ``out``, each at most message.max.bytes, as Kafka's
-        coordinator runtime writes them; None when ``out`` cannot be written so.
-
-        An output that has something to undo should it fail (``on_failure``: commits, group
-        records of a sync or a static member's replacement, deletions) is one atomic write:
-        one batch or nothing. The others (tombstones of expired offsets, the record of a
-        group left Empty) are independent records, cut into as many batches as they need,
-        like Kafka's non-atomic writes."""
-        limit = self.group_config.max_batch_bytes
-        marker = out.marker
-        if marker is not None:
-            return [
-                encode_marker(
-                    marker.producer_id,
-                    marker.producer_epoch,
-                    marker.commit,
-                    marker.coordinator_epoch,
-                    t,
-                )
-            ]
-        batch = encode_kv_batch(
-            out.records,
-            t,
-            producer_id=out.producer_id,
-            producer_epoch=out.producer_epoch,
-            is_transactional=out.producer_id >= 0,
-            base_sequence=0 if out.producer_id >= 0 else -1,
-        )
-        if len(batch) <= limit:
-            return [batch]
-        if not out.on_failure:
-            batches = [encode_kv_batch(run, t) for run in kv_batches(out.records, limit)]
-            if all(len(b) <= limit for b in batches):
-                return batches
-        log.warning(
-            "write of %d records to %s-%d refused: %d bytes do not fit in one batch of at most"
-            " %d bytes (message.max.bytes)",
-            len(out.records),
-            OFFSETS_TOPIC,
-            sr.partition,
-            len(batch),
-            limit,
-        )
-        return None
-
     def _complete_in_order(
         self,
-        sr: _ShardRuntime,
+        sr: ShardRuntime,
         plog: PartitionLog | None,
         out: Output,
         error: BaseException | None,
@@ -580,13 +476,13 @@ class GroupRuntime:
         is complete (or hand a failed append back to the shard). Callbacks, not a task: this
         runs for every offset commit."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        _Completion(self, sr, sr.chain, out, done, error).start(
+        OutputCompletion(self._finish_output, sr, sr.chain, out, done, error).start(
             self.flusher.synced([plog]) if plog is not None else None
         )
         sr.chain = done
 
     def _finish_output(
-        self, sr: _ShardRuntime, out: Output, done: asyncio.Future[None], error: BaseException | None
+        self, sr: ShardRuntime, out: Output, done: asyncio.Future[None], error: BaseException | None
     ) -> None:
         try:
             if error is not None:
@@ -611,7 +507,7 @@ class GroupRuntime:
                 fut.set_result(response)
 
     # timers -------------------------------------------------------------------------------------
-    def _reschedule(self, sr: _ShardRuntime) -> None:
+    def _reschedule(self, sr: ShardRuntime) -> None:
         # The heap's first entry, even a stale one: waking early costs one advance() that finds
         # nothing due (or re-queues a session timer that heartbeats moved on).
         deadline = sr.shard.next_wakeup()
@@ -627,7 +523,7 @@ class GroupRuntime:
         delay = max(0.0, (deadline - now_ms()) / 1000.0)
         sr.timer = loop.call_later(delay, self._fire, sr)
 
-    def _fire(self, sr: _ShardRuntime) -> None:
+    def _fire(self, sr: ShardRuntime) -> None:
         sr.timer = None
         sr.timer_at = None
         out = sr.shard.advance(now_ms())

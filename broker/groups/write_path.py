@@ -1,0 +1,133 @@
+"""The pieces of the group runtime's write path that stand on their own.
+
+:class:`ShardRuntime` is what the runtime keeps per ``__consumer_offsets`` partition besides its
+shard: the partition's log, the chain of its outputs still on their way to their replies, and
+its timer. :func:`output_batches` is what one shard output is appended as (record batches of at
+most ``message.max.bytes``, or a transaction marker). :class:`OutputCompletion` carries one
+appended output through its fsync and then the shard's previous output, in that order, to the
+runtime's ``finish`` callback, which delivers its replies (broker/groups/runtime.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from kcoord.coordinator.shard import GroupShard, Output
+from kcoord.protocol.control import encode_marker
+from kcoord.protocol.record_encoding import encode_kv_batch, kv_batches
+from kcoord.storage.log import PartitionLog
+
+from ..data.topics import OFFSETS_TOPIC
+
+log = logging.getLogger("kcoord.coordinator")
+
+class ShardRuntime:
+    """Per-shard plumbing: the log, the ordered completion chain and the timer."""
+
+    __slots__ = ("chain", "log", "loaded", "partition", "shard", "timer", "timer_at")
+
+    def __init__(self, partition: int, shard: GroupShard) -> None:
+        self.partition = partition
+        self.shard = shard
+        self.log: PartitionLog | None = None
+        self.chain: asyncio.Future[None] | None = None  # completion of the last queued output
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at: int | None = None
+        self.loaded = False
+
+
+FinishOutput = Callable[[ShardRuntime, Output, asyncio.Future[None], BaseException | None], None]
+"""``(sr, out, done, error)``: complete ``out`` (its replies, or the shard's undoing of it when
+``error`` is set), then set ``done``."""
+
+
+class OutputCompletion:
+    """One shard output on its way to its replies: first its fsync (if it appended), then the
+    shard's previous output, then ``finish`` (GroupRuntime._finish_output)."""
+
+    __slots__ = ("done", "error", "finish", "out", "prev", "sr")
+
+    def __init__(
+        self,
+        finish: FinishOutput,
+        sr: ShardRuntime,
+        prev: asyncio.Future[None] | None,
+        out: Output,
+        done: asyncio.Future[None],
+        error: BaseException | None,
+    ) -> None:
+        self.finish = finish
+        self.sr = sr
+        self.prev = prev
+        self.out = out
+        self.done = done
+        self.error = error
+
+    def start(self, flushed: asyncio.Future[None] | None) -> None:
+        if flushed is None:
+            self._after_flush(None)
+        else:
+            flushed.add_done_callback(self._after_flush)
+
+    def _after_flush(self, flushed: asyncio.Future[None] | None) -> None:
+        if flushed is not None and self.error is None:
+            if flushed.cancelled():
+                self.error = RuntimeError("fsync cancelled")
+            else:
+                self.error = flushed.exception()
+        prev = self.prev
+        if prev is not None and not prev.done():
+            prev.add_done_callback(self._finish)
+        else:
+            self._finish(None)
+
+    def _finish(self, _prev: asyncio.Future[None] | None) -> None:
+        self.finish(self.sr, self.out, self.done, self.error)
+
+
+def output_batches(out: Output, t: int, limit: int, partition: int) -> list[bytes] | None:
+    """The batches to append for ``out``, each at most ``limit`` (message.max.bytes) bytes, as
+    Kafka's coordinator runtime writes them; None when ``out`` cannot be written so.
+
+    An output that has something to undo should it fail (``on_failure``: commits, group
+    records of a sync or a static member's replacement, deletions) is one atomic write:
+    one batch or nothing. The others (tombstones of expired offsets, the record of a
+    group left Empty) are independent records, cut into as many batches as they need,
+    like Kafka's non-atomic writes."""
+    marker = out.marker
+    if marker is not None:
+        return [
+            encode_marker(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.commit,
+                marker.coordinator_epoch,
+                t,
+            )
+        ]
+    batch = encode_kv_batch(
+        out.records,
+        t,
+        producer_id=out.producer_id,
+        producer_epoch=out.producer_epoch,
+        is_transactional=out.producer_id >= 0,
+        base_sequence=0 if out.producer_id >= 0 else -1,
+    )
+    if len(batch) <= limit:
+        return [batch]
+    if not out.on_failure:
+        batches = [encode_kv_batch(run, t) for run in kv_batches(out.records, limit)]
+        if all(len(b) <= limit for b in batches):
+            return batches
+    log.warning(
+        "write of %d records to %s-%d refused: %d bytes do not fit in one batch of at most"
+        " %d bytes (message.max.bytes)",
+        len(out.records),
+        OFFSETS_TOPIC,
+        partition,
+        len(batch),
+        limit,
+    )
+    return None
