@@ -79,6 +79,7 @@ MODULES = (
     "coordinator/consumer/target.py",
     "coordinator/consumer/steady.py",
     "broker/net/connection.py",
+    "broker/net/frame_loop.py",
     "broker/groups/runtime.py",
     "broker/groups/write_path.py",
     "broker/groups/offset_api.py",

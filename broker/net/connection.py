@@ -9,19 +9,10 @@ frame, skipping the header object, the kio entity and the response builder; it m
 unparseable header or body, an unknown API, a response that cannot be encoded) closes this
 connection with one log line; nothing else is affected.
 
-What one client can hold is bounded (the hardening limits, README "Limits"):
-
-* frames are handled a few at a time (:data:`_FRAMES_PER_PASS`, :data:`_PASS_SECONDS`); when a
-  pass ends with frames left the connection stops reading and continues in a later turn of the
-  event loop, so a client pipelining thousands of requests takes turns with everyone else;
-* at most ``queued.max.requests`` requests received and not yet answered; past it, and while
-  answers ready to go out exceed :data:`_MAX_HELD_BYTES` or the socket's send buffer is full
-  (``pause_writing``), the connection reads and handles nothing more until answers drain;
-* a request larger than 64 KiB reserves its size in the broker-wide ``queued.max.request.bytes``
-  budget (broker/net/admission.py) before the rest of it is read;
-* a request must arrive within ``socket.request.receive.timeout.ms`` of its first byte (the
-  broker's sweep closes connections that take longer), not counting time the broker itself
-  spent not reading.
+:class:`Connection` is what a request means and who sent it (admission, TLS and SASL identity,
+the handlers, answers that come later); reading the frames, flow control and writing the
+answers out in order are its base class, broker/net/frame_loop.py's :class:`FrameLoop`, which
+also describes what one client can hold.
 """
 
 from __future__ import annotations
@@ -32,7 +23,6 @@ import inspect
 import logging
 import struct
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -40,7 +30,7 @@ from typing import Any, cast
 from kcoord.protocol.apis import SUPPORTED, ApiKey, is_flexible, is_supported
 from kcoord.protocol.codec import DecodeError, decode_request, encode_response, response_type
 from kcoord.protocol.errors import ErrorCode
-from kcoord.protocol.framing import Frame, FrameDecoder, FrameError
+from kcoord.protocol.framing import Frame
 from kcoord.protocol.headers import HeaderError, RequestHeader, parse_request_header
 from kcoord.protocol.responses import build
 
@@ -48,20 +38,12 @@ from ..config import Config
 from ..security.acl.model import AclAuthorizer, Operation, ResourceType, operations_bits
 from ..services import MetricsHooks
 from .admission import SMALL_REQUEST, RequestMemory
+from .frame_loop import SEND_BUFFER_HIGH, FrameLoop, ResponseSlot
 from .limits import ConnectionLimits
 from .listeners import ANONYMOUS, Listener, principal_of
 from .offload import gc_paused
 
 log = logging.getLogger("kcoord.connection")
-
-_FRAMES_PER_PASS = 64
-"""Frames handled in one turn of the event loop before the connection lets others go."""
-_PASS_SECONDS = 0.005
-"""...or this much time after its 8th frame (the clock is read every 8), whichever is first."""
-_MAX_HELD_BYTES = 8 * 1024 * 1024
-"""Answers ready but not yet handed to the socket, above which nothing more is handled."""
-_SEND_BUFFER_HIGH = 1024 * 1024
-"""The transport's write buffer size at which it asks us to stop (``pause_writing``)."""
 
 NO_RESPONSE = object()  # a handler's answer when the request gets none (Produce with acks=0)
 
@@ -138,20 +120,12 @@ class ConnectionServices:
     """Decides on each request from the ACLs; None: no authorizer, everything is allowed."""
 
 
-class _Slot:
-    __slots__ = ("data", "done")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.data: bytes | None = None
-
-
-class Connection(asyncio.Protocol):
+class Connection(FrameLoop):
     def __init__(self, services: ConnectionServices) -> None:
         config = services.config
-        self.decoder = FrameDecoder(config["socket.request.max.bytes"])
-        self.transport: asyncio.Transport | None = None
-        self.peer = "?"
+        super().__init__(
+            config["socket.request.max.bytes"], config["queued.max.requests"], services.request_memory
+        )
         self.client_host = ""
         self.listener = services.listener
         self.principal = ANONYMOUS
@@ -167,39 +141,20 @@ class Connection(asyncio.Protocol):
         self._limits = services.limits
         self._refused = services.metrics.refused
         self._admitted = False
-        self.last_active = time.monotonic()
-        """When the client last sent something (connections.max.idle.ms)."""
-        self._slots: deque[_Slot] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.closed = False
-        # Responses ready to go out, written together once per event-loop pass: a client
-        # pipelining many requests gets one write (one syscall) instead of one per response.
-        self._out: list[bytes] = []
-        self._write_scheduled = False
-        self._loop = asyncio.get_running_loop()
         # What the per-request path uses, bound here once (no attribute hops per request).
         self._handlers = services.handlers
         self._direct_handlers = services.direct_handlers
         self._open_connections = services.open_connections
-        self._request_memory = services.request_memory
         self._metered = services.metrics.enabled
         self._on_request = services.metrics.request
         self._on_response = services.metrics.response
         self._max_elements: int = config["socket.request.max.elements"]
-        self._max_in_flight: int = config["queued.max.requests"]
-        # Flow control (module docstring).
-        self._held = 0  # bytes of answers ready but not yet handed to the transport
-        self._writing_paused = False  # the transport's send buffer is full
-        self._reading = True
-        self._pass_scheduled = False
-        self._reserved = 0  # bytes of the request memory budget held for the frame arriving
-        self.partial_since: float | None = None
-        """When the frame being received started arriving (monotonic), while we read."""
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.transport.set_write_buffer_limits(high=_SEND_BUFFER_HIGH)
+        self.transport.set_write_buffer_limits(high=SEND_BUFFER_HIGH)
         peer = transport.get_extra_info("peername")
         if peer:
             self.client_host = str(peer[0])
@@ -231,150 +186,7 @@ class Connection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
 
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        self.last_active = time.monotonic()
-        try:
-            self.decoder.append(data)
-        except FrameError as e:
-            self.abort(f"bad frame: {e}")
-            return
-        self._pass()
-
-    def eof_received(self) -> bool | None:
-        if self.decoder.partial:
-            log.info("connection %s closed mid-frame (%d bytes)", self.peer, self.decoder.partial)
-        return None
-
-    def pause_writing(self) -> None:
-        self._writing_paused = True
-
-    def resume_writing(self) -> None:
-        self._writing_paused = False
-        self._wake()
-
-    # flow control -------------------------------------------------------------------------------
-    def _pass(self) -> None:
-        """Handle the frames that have arrived, a bounded number of them, then decide whether
-        to read on (:meth:`_flow`). This runs for every request: locals, and _busy() inlined."""
-        self._pass_scheduled = False
-        next_frame = self.decoder.next_frame
-        direct = self._direct
-        slots = self._slots
-        max_in_flight = self._max_in_flight
-        budget = _FRAMES_PER_PASS
-        deadline = 0.0  # set at the 8th frame: most passes handle fewer
-        handled = False
-        while (
-            len(slots) < max_in_flight
-            and self._held < _MAX_HELD_BYTES
-            and not self._writing_paused
-            and not self.closed
-        ):
-            frame = next_frame()
-            if frame is None:
-                break
-            handled = True
-            if self._reserved:  # this is the large frame the reservation was for
-                reserved, self._reserved = self._reserved, 0
-                self._request_memory.release(reserved)
-            if not direct(frame) and self._on_frame(frame):
-                break  # a task was started: let it run before handling more (below)
-            budget -= 1
-            if not budget & 7:
-                now = time.perf_counter()
-                if not deadline:
-                    deadline = now + _PASS_SECONDS
-                elif not budget or now >= deadline:
-                    break
-        if handled:
-            self.partial_since = None  # a frame arrived whole; the next one starts its clock
-        if self._reading and self.decoder.idle and not self.closed:
-            return  # the usual end of a pass: all handled, nothing half-arrived, reading on
-        self._flow()
-
-    def _busy(self) -> bool:
-        """Too much is in flight or waiting to be sent: handle nothing more for now."""
-        return (
-            len(self._slots) >= self._max_in_flight
-            or self._writing_paused
-            or self._held >= _MAX_HELD_BYTES
-        )
-
-    def _flow(self) -> None:
-        """Read on, or stop reading until answers drain, a later pass, or request memory."""
-        if self.closed:
-            return
-        decoder = self.decoder
-        if self._busy():
-            self._set_reading(False)  # _wake resumes once answers drain
-            return
-        if decoder.has_frame():
-            self._set_reading(False)
-            if not self._pass_scheduled:
-                self._pass_scheduled = True
-                self._loop.call_soon(self._pass)
-            return
-        size = decoder.head_size()
-        if size is not None and size > SMALL_REQUEST and not self._reserved:
-            memory = self._request_memory
-            if not memory.reserve(size):
-                memory.wait(self)  # admitted() is called back once memory is given back
-                self._set_reading(False)
-                return
-            self._reserved = size
-        self._set_reading(True)
-        if decoder.partial and self.partial_since is None:
-            self.partial_since = time.monotonic()
-
-    def wanted(self) -> int:
-        """Request memory budget: the bytes this connection waits for (0 once closed)."""
-        if self.closed:
-            return 0
-        return self.decoder.head_size() or 0
-
-    def admitted(self, size: int) -> None:
-        """Request memory budget: ``size`` bytes are now reserved for the frame arriving."""
-        self._reserved = size
-        self._loop.call_soon(self._flow)
-
-    def _set_reading(self, on: bool) -> None:
-        if on == self._reading or self.transport is None or self.transport.is_closing():
-            return
-        self._reading = on
-        if on:
-            self.transport.resume_reading()
-        else:
-            self.partial_since = None  # the time we do not read is not the client's
-            self.transport.pause_reading()
-
-    def _wake(self) -> None:
-        """Answers drained: carry on with frames held back by :meth:`_busy`."""
-        if not self._reading and not self._pass_scheduled and not self.closed and not self._busy():
-            self._pass_scheduled = True
-            self._loop.call_soon(self._pass)
-
     # request handling ---------------------------------------------------------------------------
-    def close_later(self, delay_s: float) -> None:
-        """Close once ``delay_s`` has passed (the answers written by then go out first)."""
-        self._set_reading(False)
-        self._loop.call_later(delay_s, self._close_gently)
-
-    def _close_gently(self) -> None:
-        if not self.closed and self.transport is not None:
-            self.closed = True
-            self.transport.close()
-
-    def abort(self, reason: str) -> None:
-        if self.closed:
-            return
-        log.warning("closing connection %s: %s", self.peer, reason)
-        self.closed = True
-        self.partial_since = None
-        if self.transport is not None:
-            self.transport.abort()
-
     def _on_frame(self, frame: Frame) -> bool:
         """Handle one request; True if its answer comes from a task just started (a Fetch, a
         Produce awaiting its fsync, an admin fan-out): the pass then ends, so that the task's
@@ -429,7 +241,7 @@ class Connection(asyncio.Protocol):
         if isinstance(result, asyncio.Future):
             # An answer still to come from the coordinator (GroupRuntime.submit, then()): a
             # callback, not a task, carries it to the slot.
-            slot = _Slot()
+            slot = ResponseSlot()
             self._slots.append(slot)
             result.add_done_callback(
                 functools.partial(
@@ -437,7 +249,7 @@ class Connection(asyncio.Protocol):
                 )
             )
         elif inspect.isawaitable(result):
-            slot = _Slot()
+            slot = ResponseSlot()
             self._slots.append(slot)
             task = asyncio.ensure_future(
                 self._await(result, slot, header.correlation_id, flexible_response, api_key, started)
@@ -458,7 +270,7 @@ class Connection(asyncio.Protocol):
         self, answer: Callable[[Connection, bytes], Awaitable[bytes | None]], token: bytes
     ) -> bool:
         """A bare SASL token (SaslHandshake v0): answered with a bare size-prefixed token."""
-        slot = _Slot()
+        slot = ResponseSlot()
         self._slots.append(slot)
 
         async def run() -> None:
@@ -519,7 +331,7 @@ class Connection(asyncio.Protocol):
 
     def _settle(
         self,
-        slot: _Slot,
+        slot: ResponseSlot,
         correlation_id: int,
         flexible: bool,
         api_key: int,
@@ -541,7 +353,7 @@ class Connection(asyncio.Protocol):
     async def _await(
         self,
         result: Awaitable[Any],
-        slot: _Slot,
+        slot: ResponseSlot,
         correlation_id: int,
         flexible: bool,
         api_key: int,
@@ -559,7 +371,7 @@ class Connection(asyncio.Protocol):
 
     def _complete(
         self,
-        slot: _Slot,
+        slot: ResponseSlot,
         correlation_id: int,
         response: Any,
         flexible: bool,
@@ -578,46 +390,6 @@ class Connection(asyncio.Protocol):
         self._on_response(api_key, started)
         slot.done = True
         self._flush()
-
-    def _enqueue_ready(self, data: bytes) -> None:
-        self._held += len(data)
-        if not self._slots:
-            self._out.append(data)
-            self._schedule_write()
-            return
-        slot = _Slot()
-        slot.data = data
-        slot.done = True
-        self._slots.append(slot)
-        self._flush()
-
-    def _flush(self) -> None:
-        slots = self._slots
-        if not slots or not slots[0].done:
-            return
-        out = self._out
-        while slots and slots[0].done:
-            data = slots.popleft().data
-            if data is not None:
-                out.append(data)
-        self._schedule_write()
-        self._wake()
-
-    def _schedule_write(self) -> None:
-        if not self._write_scheduled:
-            self._write_scheduled = True
-            self._loop.call_soon(self._write_out)
-
-    def _write_out(self) -> None:
-        self._write_scheduled = False
-        out, self._out = self._out, []
-        if not out:
-            return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self._held -= len(data)
-        if self.transport is not None and not self.closed:
-            self.transport.write(data)
-        self._wake()
 
     def _api_versions_fallback(self, correlation_id: int) -> bytes:
         """UNSUPPORTED_VERSION in an ApiVersions v0 body listing what we support (KIP-511)."""

@@ -1,0 +1,283 @@
+"""Reading a client connection's frames and writing its answers: the I/O half of a connection.
+
+:class:`FrameLoop` is the part of :class:`broker.net.connection.Connection` that moves bytes: it
+cuts what arrives into frames, hands them on a few at a time (what a frame means, and its
+answer, is the subclass's: ``_direct`` and ``_on_frame``), decides when to read on and when to
+stop, and writes the answers out in the order their requests arrived, the ready ones together
+once per pass of the event loop. Each request that has arrived owns a :class:`ResponseSlot` in
+that order until its answer goes out.
+
+What one client can hold is bounded (the hardening limits, README "Limits"):
+
+* frames are handled a few at a time (:data:`_FRAMES_PER_PASS`, :data:`_PASS_SECONDS`); when a
+  pass ends with frames left the connection stops reading and continues in a later turn of the
+  event loop, so a client pipelining thousands of requests takes turns with everyone else;
+* at most ``queued.max.requests`` requests received and not yet answered; past it, and while
+  answers ready to go out exceed :data:`_MAX_HELD_BYTES` or the socket's send buffer is full
+  (``pause_writing``), the connection reads and handles nothing more until answers drain;
+* a request larger than 64 KiB reserves its size in the broker-wide ``queued.max.request.bytes``
+  budget (broker/net/admission.py) before the rest of it is read;
+* a request must arrive within ``socket.request.receive.timeout.ms`` of its first byte (the
+  broker's sweep closes connections that take longer), not counting time the broker itself
+  spent not reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from kcoord.protocol.framing import Frame, FrameDecoder, FrameError
+
+from .admission import SMALL_REQUEST, RequestMemory
+
+log = logging.getLogger("kcoord.connection")
+
+_FRAMES_PER_PASS = 64
+"""Frames handled in one turn of the event loop before the connection lets others go."""
+_PASS_SECONDS = 0.005
+"""...or this much time after its 8th frame (the clock is read every 8), whichever is first."""
+_MAX_HELD_BYTES = 8 * 1024 * 1024
+"""Answers ready but not yet handed to the socket, above which nothing more is handled."""
+SEND_BUFFER_HIGH = 1024 * 1024
+"""The transport's write buffer size at which it asks us to stop (``pause_writing``)."""
+
+
+class ResponseSlot:
+    """A request's place in the order answers go out in: ``done`` once its answer (``data``,
+    or None for none) is there."""
+
+    __slots__ = ("data", "done")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.data: bytes | None = None
+
+
+class FrameLoop(asyncio.Protocol):
+    """The I/O of one connection (module docstring); a frame's meaning and its answer are the
+    subclass's (:meth:`_direct`, :meth:`_on_frame`)."""
+
+    def __init__(
+        self, max_frame_bytes: int, max_in_flight: int, request_memory: RequestMemory
+    ) -> None:
+        self.decoder = FrameDecoder(max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.last_active = time.monotonic()
+        """When the client last sent something (connections.max.idle.ms)."""
+        self._slots: deque[ResponseSlot] = deque()
+        self.closed = False
+        # Responses ready to go out, written together once per event-loop pass: a client
+        # pipelining many requests gets one write (one syscall) instead of one per response.
+        self._out: list[bytes] = []
+        self._write_scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self._request_memory = request_memory
+        self._max_in_flight = max_in_flight
+        # Flow control (module docstring).
+        self._held = 0  # bytes of answers ready but not yet handed to the transport
+        self._writing_paused = False  # the transport's send buffer is full
+        self._reading = True
+        self._pass_scheduled = False
+        self._reserved = 0  # bytes of the request memory budget held for the frame arriving
+        self.partial_since: float | None = None
+        """When the frame being received started arriving (monotonic), while we read."""
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_active = time.monotonic()
+        try:
+            self.decoder.append(data)
+        except FrameError as e:
+            self.abort(f"bad frame: {e}")
+            return
+        self._pass()
+
+    def eof_received(self) -> bool | None:
+        if self.decoder.partial:
+            log.info("connection %s closed mid-frame (%d bytes)", self.peer, self.decoder.partial)
+        return None
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake()
+
+    # flow control -------------------------------------------------------------------------------
+    def _pass(self) -> None:
+        """Handle the frames that have arrived, a bounded number of them, then decide whether
+        to read on (:meth:`_flow`). This runs for every request: locals, and _busy() inlined."""
+        self._pass_scheduled = False
+        next_frame = self.decoder.next_frame
+        direct = self._direct
+        slots = self._slots
+        max_in_flight = self._max_in_flight
+        budget = _FRAMES_PER_PASS
+        deadline = 0.0  # set at the 8th frame: most passes handle fewer
+        handled = False
+        while (
+            len(slots) < max_in_flight
+            and self._held < _MAX_HELD_BYTES
+            and not self._writing_paused
+            and not self.closed
+        ):
+            frame = next_frame()
+            if frame is None:
+                break
+            handled = True
+            if self._reserved:  # this is the large frame the reservation was for
+                reserved, self._reserved = self._reserved, 0
+                self._request_memory.release(reserved)
+            if not direct(frame) and self._on_frame(frame):
+                break  # a task was started: let it run before handling more (below)
+            budget -= 1
+            if not budget & 7:
+                now = time.perf_counter()
+                if not deadline:
+                    deadline = now + _PASS_SECONDS
+                elif not budget or now >= deadline:
+                    break
+        if handled:
+            self.partial_since = None  # a frame arrived whole; the next one starts its clock
+        if self._reading and self.decoder.idle and not self.closed:
+            return  # the usual end of a pass: all handled, nothing half-arrived, reading on
+        self._flow()
+
+    def _busy(self) -> bool:
+        """Too much is in flight or waiting to be sent: handle nothing more for now."""
+        return (
+            len(self._slots) >= self._max_in_flight
+            or self._writing_paused
+            or self._held >= _MAX_HELD_BYTES
+        )
+
+    def _flow(self) -> None:
+        """Read on, or stop reading until answers drain, a later pass, or request memory."""
+        if self.closed:
+            return
+        decoder = self.decoder
+        if self._busy():
+            self._set_reading(False)  # _wake resumes once answers drain
+            return
+        if decoder.has_frame():
+            self._set_reading(False)
+            if not self._pass_scheduled:
+                self._pass_scheduled = True
+                self._loop.call_soon(self._pass)
+            return
+        size = decoder.head_size()
+        if size is not None and size > SMALL_REQUEST and not self._reserved:
+            memory = self._request_memory
+            if not memory.reserve(size):
+                memory.wait(self)  # admitted() is called back once memory is given back
+                self._set_reading(False)
+                return
+            self._reserved = size
+        self._set_reading(True)
+        if decoder.partial and self.partial_since is None:
+            self.partial_since = time.monotonic()
+
+    def wanted(self) -> int:
+        """Request memory budget: the bytes this connection waits for (0 once closed)."""
+        if self.closed:
+            return 0
+        return self.decoder.head_size() or 0
+
+    def admitted(self, size: int) -> None:
+        """Request memory budget: ``size`` bytes are now reserved for the frame arriving."""
+        self._reserved = size
+        self._loop.call_soon(self._flow)
+
+    def _set_reading(self, on: bool) -> None:
+        if on == self._reading or self.transport is None or self.transport.is_closing():
+            return
+        self._reading = on
+        if on:
+            self.transport.resume_reading()
+        else:
+            self.partial_since = None  # the time we do not read is not the client's
+            self.transport.pause_reading()
+
+    def _wake(self) -> None:
+        """Answers drained: carry on with frames held back by :meth:`_busy`."""
+        if not self._reading and not self._pass_scheduled and not self.closed and not self._busy():
+            self._pass_scheduled = True
+            self._loop.call_soon(self._pass)
+
+    # closing ------------------------------------------------------------------------------------
+    def close_later(self, delay_s: float) -> None:
+        """Close once ``delay_s`` has passed (the answers written by then go out first)."""
+        self._set_reading(False)
+        self._loop.call_later(delay_s, self._close_gently)
+
+    def _close_gently(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.close()
+
+    def abort(self, reason: str) -> None:
+        if self.closed:
+            return
+        log.warning("closing connection %s: %s", self.peer, reason)
+        self.closed = True
+        self.partial_since = None
+        if self.transport is not None:
+            self.transport.abort()
+
+    # answers out, in request order --------------------------------------------------------------
+    def _enqueue_ready(self, data: bytes) -> None:
+        self._held += len(data)
+        if not self._slots:
+            self._out.append(data)
+            self._schedule_write()
+            return
+        slot = ResponseSlot()
+        slot.data = data
+        slot.done = True
+        self._slots.append(slot)
+        self._flush()
+
+    def _flush(self) -> None:
+        slots = self._slots
+        if not slots or not slots[0].done:
+            return
+        out = self._out
+        while slots and slots[0].done:
+            data = slots.popleft().data
+            if data is not None:
+                out.append(data)
+        self._schedule_write()
+        self._wake()
+
+    def _schedule_write(self) -> None:
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)
+
+    def _write_out(self) -> None:
+        self._write_scheduled = False
+        out, self._out = self._out, []
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._held -= len(data)
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+        self._wake()
+
+    # what a frame means: the subclass's ---------------------------------------------------------
+    def _direct(self, frame: Frame) -> bool:
+        """Answer ``frame`` on its API's hot path; False if it has none or it declined."""
+        raise NotImplementedError
+
+    def _on_frame(self, frame: Frame) -> bool:
+        """Handle one request; True if its answer comes from a task just started (the pass
+        then ends so that the task's first step runs)."""
+        raise NotImplementedError
