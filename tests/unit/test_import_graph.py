@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "kcoord"
 SUBPACKAGES = ("protocol", "storage", "coordinator", "broker", "pipeline", "admin", "compiled")
 """The repository's top-level folders that are the package's subpackages (src/kcoord links them)."""
-MAX_MODULE_LINES = 650
+MAX_MODULE_LINES = 600
 KAFKA_CLIENTS = frozenset({"confluent_kafka", "kafka", "aiokafka"})
 """Client libraries that belong in the command-line tools and tests, never in the server."""
 
