@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DeleteWriteFailed", "delete_groups", "deleted_state", "undo_delete"]
 
-log = logging.getLogger("coordinator.shard")
+log = logging.getLogger("kcoord.coordinator.shard")  # its lines are the shard's
 
 
 @dataclass(frozen=True, slots=True)
