@@ -7,7 +7,7 @@ stop, and writes the answers out in the order their requests arrived, the ready 
 once per pass of the event loop. Each request that has arrived owns a :class:`ResponseSlot` in
 that order until its answer goes out.
 
-What one client can hold is bounded (the hardening limits, README "Limits"):
+What one client can hold is bounded (the hardening limits, docs/limits.md):
 
 * frames are handled a few at a time (:data:`_FRAMES_PER_PASS`, :data:`_PASS_SECONDS`); when a
   pass ends with frames left the connection stops reading and continues in a later turn of the

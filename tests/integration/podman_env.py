@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 BASE_IMAGE = "docker.io/library/python:3.11-slim"
-# What the Debian mirror must give podman here (see the README's Container section).
+# What the Debian mirror must give podman here (see docs/testing.md, test_container).
 APT_PACKAGES = [
     "podman",
     "runc",

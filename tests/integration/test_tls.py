@@ -30,7 +30,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make_certs(d: Path) -> Path:
     """A CA, a broker certificate for 127.0.0.1/localhost and a client certificate in ``d``,
-    with the openssl commands the README documents."""
+    with the openssl commands docs/security.md documents."""
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=kcoord-test-ca",
              "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
     for name, subject, san in (
