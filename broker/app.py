@@ -123,7 +123,6 @@ class Broker:
         self.cluster = ClusterApi(config, self.topics, self.cluster_id)
         self.config_api = ConfigApi(config, self.topics)
         self.retention = LogRetention(config, self.topics)
-        self.data = DataApi(config, self.topics, self.flusher, hooks)
         self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
         # The transaction coordinator (issue 16): markers go to the data partitions through the
         # data plane's MarkerWriter, to __consumer_offsets through the group runtime.
@@ -137,6 +136,9 @@ class Broker:
             self.flusher,
             write_markers=self.markers.write_markers,
             allocate_producer_id=ProducerIdBlocks(config.data_dir, fsync=fsync).allocate,
+        )
+        self.data = DataApi(
+            config, self.topics, self.flusher, hooks, self.transactions.verify_partition
         )
         txn = TxnApi(
             self.transactions,

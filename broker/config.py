@@ -126,7 +126,7 @@ SETTINGS: dict[str, Setting] = {
             False,
             "With the authorizer on: allow an operation on a resource that has no ACL at all.",
         ),
-        Setting("auto.create.topics.enable", bool, True, "Create unknown topics on Metadata/Produce."),
+        Setting("auto.create.topics.enable", bool, True, "Create unknown topics on Metadata."),
         Setting("num.partitions", int, 1, "Partitions of an auto-created topic.", 1),
         Setting("default.replication.factor", int, 1, "Replication factor (a single node: 1).", 1),
         Setting("log.segment.bytes", int, 1 << 30, "Roll a segment past this size.", 1024),

@@ -428,11 +428,7 @@ class ClusterApi:
             overrides = check_overrides((c.name, c.value) for c in t.configs)
         except ConfigProblem as e:
             raise TopicError(ErrorCode.invalid_config, str(e)) from None
-        if t.name in INTERNAL_TOPICS:
-            raise TopicError(
-                ErrorCode.invalid_request, f"{t.name} is created by its coordinator"
-            )
-        return count, rf, overrides
+        return count, rf, overrides  # an internal topic's name: reserve_topic refuses it
 
     async def _run_all(
         self, reserved: list[tuple[dict[str, Any], Reservation]], timeout: Any

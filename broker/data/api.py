@@ -37,17 +37,16 @@ from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_times
 from kcoord.protocol.validate import Refused, check_batch
 from kcoord.storage.log import LogClosed, OffsetOutOfRange, PartitionLog
 
-from ..security.acl.model import Operation, ResourceType
-from .appender import INLINE_BYTES, Appender, Outcome, refused
 from ..net.connection import NO_RESPONSE, RequestContext
 from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
-from .topics import TopicError
-from ..txn.data import AllProducers, committed_view, transactional_refusal
+from ..security.acl.model import Operation, ResourceType
+from ..txn.data import AllProducers, TxnVerifier, committed_view, transactional_refusal
+from .appender import INLINE_BYTES, Appender, Outcome, refused
 
 if TYPE_CHECKING:
     from ..config import Config
-    from .flusher import Flusher
     from ..services import MetricsHooks
+    from .flusher import Flusher
     from .topics import TopicStore
 
 log = logging.getLogger("kcoord.data")
@@ -112,11 +111,17 @@ def _one_batch(plog: PartitionLog, base_offset: int) -> tuple[BatchHeader, bytes
 
 class DataApi:
     def __init__(
-        self, config: Config, topics: TopicStore, flusher: Flusher, metrics: MetricsHooks
+        self,
+        config: Config,
+        topics: TopicStore,
+        flusher: Flusher,
+        metrics: MetricsHooks,
+        verify_txn: TxnVerifier,
     ) -> None:
         self.config = config
         self.topics = topics
         self.flusher = flusher
+        self.verify_txn = verify_txn
         self._observe_append = metrics.log_append
         self.decompression_limit = decompression_limit(config["message.max.bytes"])
         self.producers = AllProducers(topics)
@@ -167,7 +172,9 @@ class DataApi:
                     request.parts.append((p.index, None, Outcome(refusal)))
                 continue
             for p in topic.partition_data:
-                plog, outcome = self._produce_one(topic.name, p.index, p.records, ctx.version)
+                plog, outcome = self._produce_one(
+                    topic.name, p.index, p.records, ctx.version, req.transactional_id
+                )
                 request.parts.append((p.index, plog, outcome))
         if req.acks == 0:
             if request.must_wait():
@@ -253,20 +260,22 @@ class DataApi:
         return ctx.respond(responses=responses, throttle_time=0)
 
     def _produce_one(
-        self, name: str, index: int, records: bytes | None, version: int
+        self, name: str, index: int, records: bytes | None, version: int, txn_id: str | None
     ) -> tuple[PartitionLog | None, Outcome | asyncio.Future[Outcome]]:
-        """Look up the partition, check its batch's header and hand it to the appender."""
+        """Look up the partition, check its batch's header and hand it to the appender.
+
+        A Produce never creates a topic, as in Kafka: clients ask Metadata first, which creates
+        one where ``auto.create.topics.enable`` and the CREATE ACL allow it (a Produce creating
+        topics went around both, and made the internal topics with one partition). Clients never
+        write to the internal topics."""
         topics = self.topics
         topic = topics.get(name)
-        if topic is None and self.config["auto.create.topics.enable"]:
-            try:
-                topic = topics.create(name, self.config["num.partitions"])
-            except TopicError:
-                topic = None
         if topic is None:
             return None, Outcome(ErrorCode.unknown_topic_or_partition)
         if topic.internal:
-            return None, Outcome(ErrorCode.invalid_topic_exception)
+            return None, Outcome(
+                ErrorCode.invalid_topic_exception, message=f"{name} is an internal topic"
+            )
         plog = topics.partition(name, index)
         if plog is None:
             return None, Outcome(ErrorCode.unknown_topic_or_partition)
@@ -282,6 +291,17 @@ class DataApi:
         except Refused as r:
             log.info("refused produce to %s-%d: %s", name, index, r.message)
             return plog, refused(r)
+        if header.is_transactional:  # a transactional id is there: transactional_refusal
+            error = self.verify_txn(
+                txn_id or "", header.producer_id, header.producer_epoch, name, index
+            )
+            if error:
+                log.info(
+                    "refused transactional produce to %s-%d (producer %d, epoch %d, id %r): %s",
+                    name, index, header.producer_id, header.producer_epoch, txn_id,
+                    ErrorCode(error).name,
+                )
+                return plog, Outcome(error)
         keyed = topics.settings_of(topic).compact  # Kafka refuses keyless records there
         return plog, self.appender.submit(plog, (name, index), header, records, keyed)
 

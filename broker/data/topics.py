@@ -5,9 +5,9 @@ checkpoints it keeps (``broker.data.topic_checkpoints``).
 
 Topics live on disk as Kafka lays them out, one directory per partition
 (``<data-dir>/<topic>-<partition>/``) with a ``partition.metadata`` file holding the topic id, so
-the registry is rebuilt at start-up by listing the data directory. Internal topics (the
-``__consumer_offsets`` log) are registered here too, so Metadata describes them, but only the
-coordinator writes to them.
+the registry is rebuilt at start-up by listing the data directory. Internal topics are
+registered too, so Metadata describes them; only their coordinators create them (``internal``:
+with the partition counts their routing assumes) and write to them.
 
 Creating partitions (new topics, CreatePartitions, auto-creation, ``__consumer_offsets``) is
 all-or-nothing on disk (``storage.creation``: partitions are built in a staging directory and
@@ -321,6 +321,8 @@ class TopicStore:
         problem = topic_name_problem(name)
         if problem:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
+        if name in INTERNAL_TOPICS and not internal:  # module docstring
+            raise TopicError(ErrorCode.invalid_request, f"{name} is created by its coordinator")
         if name in self.topics or name in self._pending:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {quoted(name)} already exists")
         if partitions < 1:

@@ -1,5 +1,5 @@
 """Transactions in the data plane: ``read_committed`` Fetch's aborted transactions, Produce's
-transactional-id check, and every partition's producers taken together (the idle-producer
+transactional-id check and the verification of its transactional batches, and every partition's producers taken together (the idle-producer
 sweep, the ``kcoord_producer_ids`` gauge, the open-transaction metrics).
 
 The state itself lives with each partition log (``storage.txn_log``, ``storage.producer_state``).
@@ -7,7 +7,7 @@ The state itself lives with each partition log (``storage.txn_log``, ``storage.p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 
 _ATTRIBUTES_AT = 22  # low byte of a v2 batch's attributes
+
+TxnVerifier = Callable[[str, int, int, str, int], int]
+"""``(transactional id, producer id, producer epoch, topic, partition)``: 0 if a transactional
+batch of that producer may be appended there, else Produce's error for it (the transaction
+coordinator's ``TxnRuntime.verify_partition``)."""
 
 
 def transactional_refusal(ctx: RequestContext, req: Any) -> int:

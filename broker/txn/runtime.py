@@ -167,6 +167,21 @@ class TxnRuntime:
             return ErrorCode.not_coordinator
         return 0
 
+    def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> int:
+        """May a transactional batch go to ``topic``-``partition``? 0 or Produce's error
+        (:meth:`TxnCoordinator.verify_partition`). While this node cannot answer for the id
+        (loading, its partition offline), NOT_ENOUGH_REPLICAS: the producer retries, as Kafka
+        has it retry a verification that could not reach the coordinator. Without
+        ``__transaction_state`` no transaction was ever begun here: the coordinator's answer
+        (no such id) stands, and the topic is not created for it."""
+        if self.logs is not None and self.coordinator_error(transactional_id):
+            return ErrorCode.not_enough_replicas
+        return self.coordinator.verify_partition(
+            transactional_id, producer_id, producer_epoch, (topic, partition)
+        )
+
     async def _load(self) -> None:
         assert self.logs is not None
         started = time.perf_counter()

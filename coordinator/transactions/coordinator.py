@@ -19,6 +19,8 @@ InitProducerId and on fencing, never on EndTxn.
   leads to) and the client gets CONCURRENT_TRANSACTIONS until the abort is complete.
 - AddPartitionsToTxn / AddOffsetsToTxn: Ongoing with the partitions added (the transaction starts
   with its first partition).
+- :meth:`verify_partition` (no write): a transactional Produce is appended only inside the
+  ongoing transaction that added its partition (KIP-890's verification).
 - EndTxn: Ongoing -> PrepareCommit / PrepareAbort; the runtime writes the markers, then
   :meth:`complete` moves to CompleteCommit / CompleteAbort. A retried EndTxn of a completed
   transaction succeeds; of one still being completed gets CONCURRENT_TRANSACTIONS.
@@ -233,6 +235,31 @@ class TxnCoordinator:
             last_update_ms=now_ms,
         )
         return Transition(transactional_id, meta, after)
+
+    # verifying a transactional Produce (KIP-890) ---------------------------------------------------
+    def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partition: TopicPartition
+    ) -> int:
+        """Whether a transactional batch of ``producer_id``/``producer_epoch`` may be appended to
+        ``partition``: only inside the id's ongoing transaction that added the partition, as a
+        Kafka partition leader asks its transaction coordinator before such an append. 0 or the
+        error Kafka's Produce answers then (its verification errors as it maps them for Produce
+        versions before TRANSACTION_ABORTABLE: a fenced epoch is INVALID_PRODUCER_EPOCH, a
+        partition outside the transaction INVALID_TXN_STATE).
+
+        Without this, a batch from a made-up producer id opened a transaction in the partition
+        that no coordinator knew of, and so would never end: it held the last stable offset, and
+        every read_committed consumer of the partition, forever."""
+        meta = self.txns.get(transactional_id) if transactional_id else None
+        if meta is None or meta.producer_id != producer_id:
+            return _E.invalid_producer_id_mapping
+        if meta.producer_epoch != producer_epoch:
+            return _E.invalid_producer_epoch
+        if meta.state.preparing:
+            return _E.concurrent_transactions
+        if meta.state != TxnState.ONGOING or partition not in meta.partitions:
+            return _E.invalid_txn_state
+        return 0
 
     # EndTxn -------------------------------------------------------------------------------------
     def end_txn(

@@ -466,6 +466,33 @@ def test_txn_offset_commit_needs_write_on_the_transactional_id_and_read_on_group
     assert committed(admin, "tg") == {}  # pending until the transaction's marker
 
 
+def test_a_produce_creates_no_topic_only_metadata_with_create_does(
+    broker: tuple[BrokerProcess, int],
+) -> None:
+    """WRITE on a PREFIXED pattern once let a Produce create any topic under it, around the
+    CREATE ACL. As in Kafka, a Produce creates no topic; Metadata's auto-creation needs CREATE."""
+    from kcoord.protocol.record_encoding import build_batch
+
+    _b, sasl = broker
+    admin = admin_of(sasl, "admin")
+    allow(admin, ("TOPIC", "p-", "PREFIXED", "WRITE", "ALLOW"))
+    batch = build_batch([(None, b"v", (), 1_700_000_000_000)])
+
+    def metadata(user: str, auto_create: bool) -> int:
+        answer = raw(sasl, user, ApiKey.METADATA, 12, topics=[dict(name="p-new", topic_id=None)],
+                     allow_auto_topic_creation=auto_create,
+                     include_topic_authorized_operations=False)
+        return int(answer.topics[0].error_code)
+
+    answer = raw(sasl, "alice", ApiKey.PRODUCE, 9, transactional_id=None, acks=-1, timeout=5000,
+                 topic_data=[dict(name="p-new", partition_data=[dict(index=0, records=batch)])])
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
+    assert metadata("admin", auto_create=False) == ErrorCode.unknown_topic_or_partition
+    assert metadata("alice", auto_create=True) == ErrorCode.topic_authorization_failed
+    allow(admin, ("TOPIC", "p-", "PREFIXED", "CREATE", "ALLOW"))
+    assert metadata("alice", auto_create=True) == ErrorCode.none
+
+
 def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, int]) -> None:
     """WriteTxnMarkers needs CLUSTER_ACTION on the cluster, DescribeProducers READ on the
     topic, a transactional Produce WRITE on its transactional id (issue 16)."""
@@ -475,10 +502,11 @@ def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, i
     admin = admin_of(sasl, "admin")
     create_topic(sasl, "t")
     allow(admin, ("TOPIC", "t", "LITERAL", "WRITE", "ALLOW"))
-    batch = build_batch([(None, b"v", (), 1_700_000_000_000)], producer_id=77, producer_epoch=0,
-                        base_sequence=0, is_transactional=True)
+    pid = 77  # a made-up one, until alice's transactional id has its own
 
     def produce(user: str, txn_id: str) -> int:
+        batch = build_batch([(None, b"v", (), 1_700_000_000_000)], producer_id=pid,
+                            producer_epoch=0, base_sequence=0, is_transactional=True)
         answer = raw(sasl, user, ApiKey.PRODUCE, 9, transactional_id=txn_id, acks=-1,
                      timeout=5000,
                      topic_data=[dict(name="t", partition_data=[dict(index=0, records=batch)])])
@@ -486,7 +514,7 @@ def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, i
 
     def markers(user: str) -> int:
         answer = raw(sasl, user, ApiKey.WRITE_TXN_MARKERS, 1, markers=[dict(
-            producer_id=77, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+            producer_id=pid, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
             topics=[dict(name="t", partition_indexes=[0])])])
         return int(answer.markers[0].topics[0].partitions[0].error_code)
 
@@ -498,8 +526,18 @@ def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, i
 
     assert produce("alice", "tx-a") == ErrorCode.transactional_id_authorization_failed
     allow(admin, ("TRANSACTIONAL_ID", "tx-a", "LITERAL", "WRITE", "ALLOW"))
+    # Allowed, but a made-up producer id is in no transaction of tx-a (KIP-890).
+    assert produce("alice", "tx-a") == ErrorCode.invalid_producer_id_mapping
+    init = raw(sasl, "alice", ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-a",
+               transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
+    assert (init.error_code, init.producer_epoch) == (ErrorCode.none, 0)
+    pid = int(init.producer_id)
+    added = raw(sasl, "alice", ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="tx-a",
+                v3_and_below_producer_id=pid, v3_and_below_producer_epoch=0,
+                v3_and_below_topics=[dict(name="t", partitions=[0])])
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
     assert produce("alice", "tx-a") == ErrorCode.none
     assert markers("alice") == ErrorCode.cluster_authorization_failed
     assert producers("alice")[0] == ErrorCode.topic_authorization_failed
-    assert producers("admin") == (ErrorCode.none, [77])
+    assert producers("admin") == (ErrorCode.none, [pid])
     assert markers("admin") == ErrorCode.none

@@ -128,21 +128,43 @@ def test_idempotent_producer_across_broker_sigkills(broker: BrokerProcess) -> No
 # -- transactions with raw Produce and WriteTxnMarkers -------------------------------------------
 
 
+OWN = "the producer id's own"
+
+
 class Txns:
-    """A raw client writing transactional batches for several producer ids."""
+    """A raw client writing transactional batches for several producer ids, each in a
+    transaction of its own transactional id (:meth:`begin`), which it ends with raw
+    WriteTxnMarkers (:meth:`end`), as a transaction coordinator would."""
 
     def __init__(self, port: int, topic: str) -> None:
         self.c = RawClient(port)
         self.topic = topic
         self.seq: dict[int, int] = {}
+        self.ids: dict[int, str] = {}
 
     def close(self) -> None:
         self.c.close()
 
+    def begin(self, txn_id: str) -> int:
+        """A producer id of ``txn_id`` (epoch 0) in a transaction holding the partition: only
+        there may its transactional batches go (KIP-890)."""
+        r = self.c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=txn_id,
+                           transaction_timeout=900_000, producer_id=-1, producer_epoch=-1)
+        assert (r.error_code, r.producer_epoch) == (0, 0)
+        pid = int(r.producer_id)
+        r = self.c.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=txn_id,
+                           v3_and_below_producer_id=pid, v3_and_below_producer_epoch=0,
+                           v3_and_below_topics=[dict(name=self.topic, partitions=[0])])
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+        self.ids[pid] = txn_id
+        return pid
+
     def produce(
         self, pid: int, values: list[bytes], *, epoch: int = 0, txn: bool = True,
-        txn_id: str | None = "tx",
+        txn_id: str | None = OWN,
     ) -> tuple[int, int]:
+        if txn_id == OWN:
+            txn_id = self.ids[pid]
         seq = self.seq.get(pid, 0)
         batch = build_batch(
             [(None, v, (), T0) for v in values],
@@ -224,38 +246,39 @@ def test_read_committed_over_committed_and_aborted_transactions(broker: BrokerPr
     create_topic(broker.bootstrap, "txn", 1)
     w = Txns(broker.port, "txn")
     try:
+        a, b, c = w.begin("ta"), w.begin("tb"), w.begin("tc")
         assert w.plain(b"p0") == 0
-        assert w.produce(1001, [b"a0", b"a1"]) == (0, 1)
-        assert w.produce(1002, [b"b0"]) == (0, 3)
+        assert w.produce(a, [b"a0", b"a1"]) == (0, 1)
+        assert w.produce(b, [b"b0"]) == (0, 3)
         w.plain(b"p1")
-        w.produce(1001, [b"a2"])
-        w.produce(1002, [b"b1", b"b2"])
+        w.produce(a, [b"a2"])
+        w.produce(b, [b"b1", b"b2"])
         assert w.latest(0) == w.latest(None) == 8  # v1 has no isolation level: uncommitted
         assert w.latest(1) == 1  # the last stable offset: a0, the open transaction's first
         assert _committed(broker, expect=2, timeout=3) == [b"p0"]  # nothing past the LSO
         assert w.fetch(1) == (1, [], [0])
         assert w.fetch(0) == (1, [], [0, 1, 3, 4, 5, 6])  # read_uncommitted: everything
 
-        assert w.end(1001, True) == 0
+        assert w.end(a, True) == 0
         assert w.latest(1) == 3  # b0 now holds it
-        assert w.end(1002, False) == 0
+        assert w.end(b, False) == 0
         assert w.latest(1) == w.latest(0) == 10
         lso, aborted, bases = w.fetch(1)
-        assert (lso, aborted) == (10, [(1002, 3)])  # b0..b2 are dropped by the consumer
+        assert (lso, aborted) == (10, [(b, 3)])  # b0..b2 are dropped by the consumer
         assert bases == [0, 1, 3, 4, 5, 6, 8, 9]  # the markers at 8 and 9 too
         # from the abort's marker on: it is still listed (its marker is in range), as in Kafka
-        assert w.fetch(1, offset=9) == (10, [(1002, 3)], [9])
+        assert w.fetch(1, offset=9) == (10, [(b, 3)], [9])
         visible = [b"p0", b"a0", b"a1", b"p1", b"a2"]
         assert _committed(broker, expect=len(visible) + 1, timeout=3) == visible
         everything = _consume(broker.bootstrap, "txn", 1, "read_uncommitted", expect=8,
                               timeout=15)
         assert len(everything) == 8
 
-        assert w.produce(1003, [b"c0"]) == (0, 10)  # open when the broker dies
+        assert w.produce(c, [b"c0"]) == (0, 10)  # open when the broker dies
         producers = w.producers()
-        assert producers[1002].current_txn_start_offset == -1
-        assert producers[1003].current_txn_start_offset == 10
-        assert producers[1001].last_sequence == 2
+        assert producers[b].current_txn_start_offset == -1
+        assert producers[c].current_txn_start_offset == 10
+        assert producers[a].last_sequence == 2
     finally:
         w.close()
 
@@ -263,24 +286,24 @@ def test_read_committed_over_committed_and_aborted_transactions(broker: BrokerPr
     broker.restart()
     w = Txns(broker.port, "txn")
     try:
-        w.seq = {1003: 1}
+        w.seq, w.ids = {c: 1}, {c: "tc"}
         assert w.latest(1) == 10  # the open transaction still holds the LSO
-        assert w.fetch(1)[:2] == (10, [(1002, 3)])  # the .txnindex rebuilt
+        assert w.fetch(1)[:2] == (10, [(b, 3)])  # the .txnindex rebuilt
         assert _committed(broker, expect=len(visible) + 1, timeout=3) == visible
-        assert w.producers()[1003].current_txn_start_offset == 10
+        assert w.producers()[c].current_txn_start_offset == 10
         # the sequence carried across the restart: a gap or a retry is recognised
-        assert w.produce(1003, [b"c9"], txn=True)[0] == 0
-        w.seq[1003] = 5
-        assert w.produce(1003, [b"c?"])[0] == ErrorCode.out_of_order_sequence_number
-        w.seq[1003] = 2
+        assert w.produce(c, [b"c9"], txn=True)[0] == 0
+        w.seq[c] = 5
+        assert w.produce(c, [b"c?"])[0] == ErrorCode.out_of_order_sequence_number
+        w.seq[c] = 2
         # a newer epoch's abort marker fences the zombie
-        assert w.end(1003, False, epoch=1) == 0
-        assert w.produce(1003, [b"zombie"], epoch=0)[0] == ErrorCode.invalid_producer_epoch
-        assert w.end(1003, True, epoch=0) == ErrorCode.invalid_producer_epoch
+        assert w.end(c, False, epoch=1) == 0
+        assert w.produce(c, [b"zombie"], epoch=0)[0] == ErrorCode.invalid_producer_epoch
+        assert w.end(c, True, epoch=0) == ErrorCode.invalid_producer_epoch
         assert w.latest(1) == w.latest(0)
         assert _committed(broker, expect=len(visible) + 1, timeout=3) == visible
         # a transactional batch needs a transactional id
-        err, _ = w.produce(1004, [b"x"], txn_id=None)
+        err, _ = w.produce(c, [b"x"], txn_id=None)
         assert err == ErrorCode.transactional_id_authorization_failed
     finally:
         w.close()

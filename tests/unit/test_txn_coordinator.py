@@ -172,6 +172,26 @@ def test_add_partitions_errors() -> None:
     assert c.add_partitions("tx", m.producer_id, 0, [TP1], T0) == E.concurrent_transactions
 
 
+# verifying a transactional Produce (KIP-890) -----------------------------------------------------
+def test_a_transactional_batch_is_verified_against_the_ongoing_transaction() -> None:
+    c = coordinator()
+    assert c.verify_partition("nope", 1, 0, TP) == E.invalid_producer_id_mapping
+    assert c.verify_partition("", 1, 0, TP) == E.invalid_producer_id_mapping
+    m = init(c)
+    pid, epoch = m.producer_id, m.producer_epoch
+    assert c.verify_partition("tx", pid + 1, epoch, TP) == E.invalid_producer_id_mapping
+    assert c.verify_partition("tx", pid, epoch, TP) == E.invalid_txn_state  # Empty
+    done(c, c.add_partitions("tx", pid, epoch, [TP], T0))
+    assert c.verify_partition("tx", pid, epoch, TP) == 0
+    assert c.verify_partition("tx", pid, epoch, TP1) == E.invalid_txn_state  # not added
+    assert c.verify_partition("tx", pid, epoch + 1, TP) == E.invalid_producer_epoch
+    assert c.verify_partition("tx", pid, epoch - 1, TP) == E.invalid_producer_epoch
+    done(c, c.end_txn("tx", pid, epoch, True, T0 + 1))
+    assert c.verify_partition("tx", pid, epoch, TP) == E.concurrent_transactions  # PrepareCommit
+    done(c, c.complete("tx", T0 + 2))
+    assert c.verify_partition("tx", pid, epoch, TP) == E.invalid_txn_state  # CompleteCommit
+
+
 # EndTxn ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("commit", [True, False])
 def test_end_txn_prepares_then_completes_and_a_retry_succeeds(commit: bool) -> None:
