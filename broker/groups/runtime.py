@@ -457,12 +457,12 @@ class GroupRuntime:
             for batch in batches:
                 sr.log.append(batch)
             self._observe_append(time.perf_counter() - started)
-        except OSError as e:  # disk full, I/O error: the shard decides what it means
-            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, e)
-            error = e
-        except Exception as e:
+        except OSError as io_error:  # disk full, I/O error: the shard decides what it means
+            log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, io_error)
+            error = io_error
+        except Exception as other:  # a name of its own (compiled: see connection._on_frame)
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
-            error = e
+            error = other
         self._complete_in_order(sr, sr.log if error is None else None, out, error)
 
     def _complete_in_order(

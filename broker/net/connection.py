@@ -210,8 +210,8 @@ class Connection(FrameLoop):
         flexible = is_flexible(api_key, version)
         try:
             header, body_at = parse_request_header(frame, flexible)
-        except HeaderError as e:
-            self.abort(f"bad request header: {e}")
+        except HeaderError as bad_header:  # a name of its own: see below
+            self.abort(f"bad request header: {bad_header}")
             return False
         handler = self._handlers.get(api_key)
         if handler is None:
@@ -224,8 +224,10 @@ class Connection(FrameLoop):
                     request = decode_request(api_key, version, frame, body_at, self._max_elements)
             else:
                 request = decode_request(api_key, version, frame, body_at, self._max_elements)
-        except DecodeError as e:
-            self.abort(str(e))
+        except DecodeError as bad_body:
+            # Not `e` again: compiled, one name bound by two except clauses has the first one's
+            # type, and the second binding raised TypeError (a traceback per bad request).
+            self.abort(str(bad_body))
             return False
         ctx = RequestContext(header, self.client_host, self)
         # ApiVersions responses always use header v0 (KIP-511).

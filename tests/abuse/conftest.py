@@ -91,11 +91,25 @@ def internal_errors(broker: BrokerProcess) -> list[str]:
     return [line for line in text.splitlines() if line.endswith(": internal error")]
 
 
+def tracebacks(broker: BrokerProcess) -> list[str]:
+    """The log's tracebacks, each by its last line: bad input must never cause one (the
+    compiled build once logged one per undecodable request, where pure Python logged none)."""
+    lines = broker.log_path.read_text(errors="replace").splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            end = next((j for j in range(i + 1, len(lines)) if not lines[j].startswith(" ")), i)
+            found.append(lines[end])
+    return found
+
+
 def assert_survived(broker: BrokerProcess, group: HealthyGroup, what: str) -> None:
-    """The broker is alive, no request made a handler fail, and the healthy group consumes
-    again after the probe ``what``."""
+    """The broker is alive, no request made a handler fail or logged a traceback, and the
+    healthy group consumes again after the probe ``what``."""
     assert broker.alive(), f"broker died after {what}:\n{broker.log()}"
     group.wait_progress(what=what)
     assert broker.alive(), f"broker died after {what}:\n{broker.log()}"
     failures = internal_errors(broker)
     assert not failures, f"handler failures after {what}: {failures[:5]}\n{broker.log()}"
+    logged = tracebacks(broker)
+    assert not logged, f"{len(logged)} tracebacks logged after {what}: {logged[:5]}"

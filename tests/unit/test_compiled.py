@@ -4,6 +4,7 @@ tests run again on pure Python: scripts/test)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -99,3 +100,22 @@ def test_turned_off_the_modules_load_from_their_sources() -> None:
 def test_every_listed_module_exists_and_no_module_is_listed_twice() -> None:
     assert len(set(MODULES)) == len(MODULES)
     assert all((ROOT / source).is_file() for source in MODULES)
+
+
+def test_no_compiled_function_binds_one_name_to_two_exception_types() -> None:
+    # Compiled, a local has one type: the first `except A as e` fixes it, and a later
+    # `except B as e` in the same function raises TypeError when B is caught. The broker once
+    # logged a traceback per undecodable request that way (HeaderError, then DecodeError).
+    found = []
+    for source in MODULES:
+        tree = ast.parse((ROOT / source).read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            types: dict[str, set[str]] = {}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ExceptHandler) and node.name:
+                    kind = ast.unparse(node.type) if node.type else "BaseException"
+                    types.setdefault(node.name, set()).add(kind)
+            found += [f"{source}:{fn.name}: {n} {sorted(t)}" for n, t in types.items() if len(t) > 1]
+    assert not found, "one except name, two types (use a name each): " + "; ".join(found)
