@@ -2,8 +2,8 @@
 
 :data:`MODULES` is the one list of what is compiled: the codecs on the request path, the frame
 loop, the group and offsets managers and the record encoding, chosen by profile (bench/compare.py).
-They are compiled as one mypyc group into ``compiled/_build/`` (see :mod:`kcoord.compiled` for how the
-result is found and when it is not used); the build is made in a scratch directory and swapped in
+They are compiled as one mypyc group (compiled/mypyc_setup.py) into ``compiled/_build/`` (see
+:mod:`kcoord.compiled` for how the result is found and when it is not used); the build is made in a scratch directory and swapped in
 whole, so a failed or interrupted build leaves the previous one (or none) in place. A compiled
 module binds its functions and classes early: modules whose tests inject faults by replacing
 their functions (the storage segments, the appender) stay interpreted, and so do the two codecs
@@ -123,22 +123,13 @@ def build() -> None:
     digests = {src: source_digest(ROOT / src) for src in MODULES}
     scratch = Path(tempfile.mkdtemp(prefix="_build-", dir=PACKAGE_DIR))
     try:
-        script = (
-            "import sys\n"
-            "from setuptools import setup\n"
-            "from mypyc.build import mypycify\n"
-            "out, temp, *paths = sys.argv[1:]\n"
-            f"setup(name='kcoord-compiled', py_modules=[], packages=[],\n"
-            f"      ext_modules=mypycify(paths, opt_level='3', group_name={GROUP!r}, target_dir=temp + '/c'),\n"
-            "      script_args=['build_ext', '--build-lib', out, '--build-temp', temp])\n"
-        )
         out, temp = scratch / "out", scratch / "temp"
-        # The setup script runs in an empty directory (the project's pyproject.toml would make
-        # setuptools read the project's metadata); mypyc finds the sources through MYPYPATH, the
-        # folder that holds the kcoord package.
+        # The setup script runs in an empty directory (see compiled/mypyc_setup.py); mypyc finds
+        # the sources through MYPYPATH, the folder that holds the kcoord package.
         env = dict(os.environ, MYPYPATH=str(ROOT.parent))
         proc = subprocess.run(
-            [sys.executable, "-c", script, str(out), str(temp), *[str(ROOT / m) for m in MODULES]],
+            [sys.executable, str(PACKAGE_DIR / "mypyc_setup.py"), str(out), str(temp), GROUP,
+             *[str(ROOT / m) for m in MODULES]],
             cwd=scratch, env=env, capture_output=True, text=True,
         )
         if proc.returncode != 0:
