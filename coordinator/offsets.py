@@ -8,8 +8,8 @@ written by the same store into :class:`coordinator.txn_pending.PendingTxnOffsets
 cache (``coordinator.txn_offsets`` handles TxnOffsetCommit and the markers); fetches with
 RequireStable, expiry, OffsetDelete and DeleteGroups take the pending ones into account.
 
-It sees groups only through a narrow interface that every group type can implement (a classic
-group today, a KIP-848 consumer group later), in :mod:`coordinator.offset_interface`:
+It sees groups only through a narrow interface that every group type implements (classic
+groups and KIP-848 consumer groups), in :mod:`coordinator.offset_interface`:
 :class:`~coordinator.offset_interface.OffsetGroup` (may this member commit, may offsets be
 deleted, which offsets may expire) and :class:`~coordinator.offset_interface.OffsetGroups` (find
 a group, create a standalone consumer's group for a commit, tell the group type that a commit

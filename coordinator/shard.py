@@ -142,7 +142,7 @@ class GroupShard(ShardViews):
         self.txn = TxnOffsets(self.offsets, op, offset_groups)
         """TxnOffsetCommit and transaction markers (pending offsets live in ``offsets``)."""
         self.skipped_records = 0
-        """Records with keys this shard does not model (KIP-848 key versions), skipped."""
+        """Records with key versions this shard does not know, skipped at load."""
 
     # ---- routing ---------------------------------------------------------------------------
 
@@ -496,8 +496,9 @@ class GroupShard(ShardViews):
 
     def replay(self, key: bytes, value: bytes | None, now_ms: int) -> None:
         """Apply one record of this shard's partition, oldest first (loading only): routed by
-        its key's record type. KIP-848 consumer-group records (no manager takes them yet) and
-        unknown key versions are skipped, counted in ``skipped_records``."""
+        its key's record type: offsets, classic group metadata, and the KIP-848 consumer-group
+        records (to the consumer manager's loader). Unknown key versions are skipped, counted in
+        ``skipped_records``."""
         if self._mode is not ShardMode.LOADING:
             raise RuntimeError("replay() is only allowed while the shard is loading")
         decoded = decode_key(key)
