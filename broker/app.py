@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import logging
 import time
 import uuid
-from pathlib import Path
 
 from kcoord.protocol.apis import ApiKey
+from kcoord.storage.engine import Documents
+from kcoord.storage.file_engine import FileEngine
 from kcoord.storage.files import FilePool
 
 from .admin_api.cluster import ClusterApi
@@ -29,7 +29,7 @@ from .data.flusher import Flusher
 from .data.producers_api import ProducersApi
 from .data.retention import LogRetention
 from .data.topic_configs import TopicConfigs
-from .data.topics import INTERNAL_TOPICS, LogSettings, PartitionLimits, TopicStore
+from .data.topics import INTERNAL_TOPICS, PartitionLimits, TopicStore
 from .groups.api import GroupApi
 from .groups.consumer_api import ConsumerGroupApi
 from .groups.offset_api import OffsetApi
@@ -53,27 +53,25 @@ from .txn.runtime import TxnRuntime
 
 log = logging.getLogger("kcoord.broker")
 
+META_PROPERTIES = "meta.properties"
 
-def _read_cluster_id(data_dir: Path, node_id: int) -> str:
-    """The cluster id kept in ``meta.properties`` (Kafka's file), created on first start.
 
-    If the file cannot be written (a full disk) the new id is used for this run only."""
-    path = data_dir / "meta.properties"
-    if path.exists():
-        for line in path.read_text().splitlines():
+def _read_cluster_id(documents: Documents, node_id: int) -> str:
+    """The cluster id kept in the document ``meta.properties`` (Kafka's file), created on first
+    start. If it cannot be written (a full disk) the new id is used for this run only."""
+    stored = documents.read_document(META_PROPERTIES)
+    if stored is not None:
+        for line in stored.decode("utf-8", "replace").splitlines():
             key, _, value = line.partition("=")
             if key.strip() == "cluster.id" and value.strip():
                 return value.strip()
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
-        tmp.replace(path)
+        text = f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n"
+        documents.write_document(META_PROPERTIES, text.encode())
     except OSError as e:
         log.warning("could not write %s (%s): cluster id %s holds for this run only",
-                    path, e.strerror, cluster_id)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+                    META_PROPERTIES, e.strerror, cluster_id)
     return cluster_id
 
 
@@ -88,31 +86,28 @@ class Broker:
         self.connections: set[Connection] = set()
         self.request_memory = RequestMemory(config["queued.max.request.bytes"])
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = _read_cluster_id(config.data_dir, config["node.id"])
+        fsync = config["log.flush.interval.messages"] == 1
+        self.engine = FileEngine(
+            config.data_dir,
+            fsync=fsync,
+            index_interval_bytes=config["log.index.interval.bytes"],
+            producer_expiration_ms=config["producer.id.expiration.ms"],
+            # Every segment and index file of this broker shares one bounded pool of descriptors.
+            pool=FilePool(config["log.max.open.files"]),
+        )
+        self.cluster_id = _read_cluster_id(self.engine, config["node.id"])
         # Metrics exist only when served (--metrics-port): otherwise the hooks cost nothing.
         self.metrics: BrokerMetrics | None = None
         self._metrics_server: MetricsServer | None = None
         if config.metrics_port is not None:
             self.metrics = BrokerMetrics()
         hooks = self.metrics.hooks() if self.metrics is not None else MetricsHooks()
-        fsync = config["log.flush.interval.messages"] == 1
-        producer_expiration_ms = config["producer.id.expiration.ms"]
-        # Every segment and index file of this broker shares one bounded pool of descriptors.
-        self.file_pool = FilePool(config["log.max.open.files"])
         self.topics = TopicStore(
-            config.data_dir,
-            LogSettings(
-                config["log.segment.bytes"],
-                config["log.index.interval.bytes"],
-                fsync,
-                producer_expiration_ms,
-            ),
+            self.engine,
+            config["log.segment.bytes"],
             PartitionLimits(config["max.broker.partitions"], config["max.partitions.per.request"]),
-            pool=self.file_pool,
             configs=TopicConfigs(
-                config.data_dir,
-                lambda name: (config[name], config.source(name) == "default"),
-                fsync=fsync,
+                self.engine, lambda name: (config[name], config.source(name) == "default")
             ),
         )
         self.flusher = Flusher(
@@ -135,7 +130,7 @@ class Broker:
             self.topics,
             self.flusher,
             write_markers=self.markers.write_markers,
-            allocate_producer_id=ProducerIdBlocks(config.data_dir, fsync=fsync).allocate,
+            allocate_producer_id=ProducerIdBlocks(self.engine).allocate,
         )
         self.data = DataApi(
             config, self.topics, self.flusher, hooks, self.transactions.verify_partition
@@ -149,12 +144,12 @@ class Broker:
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
-        self.credentials = credentials = CredentialStore(Path(config.data_dir))
+        self.credentials = credentials = CredentialStore(self.engine)
         sasl = SaslApi(config, credentials, hooks.refused)
         users = UsersApi(credentials)
-        self.authorizer = build_authorizer(config, hooks.denied)
+        self.authorizer = build_authorizer(config, self.engine, hooks.denied)
         acls = AclApi(
-            AclStore(config.data_dir, self.authorizer) if self.authorizer is not None else None
+            AclStore(self.engine, self.authorizer) if self.authorizer is not None else None
         )
         if self.metrics is not None:
             self.metrics.observe(

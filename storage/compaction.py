@@ -52,7 +52,10 @@ import os
 import struct
 import time
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from kcoord.protocol.compression import decompress
@@ -62,13 +65,34 @@ from kcoord.protocol.record_encoding import encode_batch
 from kcoord.protocol.records import decode_batch, read_varint
 from kcoord.storage.cleaning import CleaningSnapshot
 from kcoord.storage.index import INT32_MAX, pwrite_all
-from kcoord.storage.log import PartitionLog
 from kcoord.storage.recovery import CLEANED_SUFFIX, cleaned_path
 from kcoord.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from kcoord.storage.time_index import NO_TIMESTAMP
 from kcoord.storage.txn_index import TXN_INDEX_SUFFIX
 
 DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
+
+
+
+class CleanableLog(Protocol):
+    """What compaction needs of a log (``storage.log.PartitionLog``, through
+    ``storage.cleaning``)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    def flush(self) -> None: ...
+
+    def begin_cleaning(self) -> CleaningSnapshot: ...
+
+    def end_cleaning(self, snapshot: CleaningSnapshot) -> None: ...
+
+    def replace_sealed(
+        self,
+        snapshot: CleaningSnapshot,
+        replacements: Sequence[tuple[Sequence[Segment], int | None]],
+    ) -> bool: ...
+
 
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -105,7 +129,7 @@ class CompactionPlan:
 
 
 def compact(
-    log: PartitionLog, *, now_ms: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    log: CleanableLog, *, now_ms: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
 ) -> CompactionStats:
     """Compact the log's sealed segments in the calling thread (both phases)."""
     plan = prepare_compaction(log, now_ms=now_ms, delete_retention_ms=delete_retention_ms)
@@ -113,7 +137,7 @@ def compact(
 
 
 def prepare_compaction(
-    log: PartitionLog, *, now_ms: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
+    log: CleanableLog, *, now_ms: int, delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
 ) -> CompactionPlan:
     """Phase 1 (any thread): flush, build the offset map and write the cleaned files.
 
@@ -134,7 +158,7 @@ def prepare_compaction(
     return plan
 
 
-def commit_compaction(log: PartitionLog, plan: CompactionPlan) -> CompactionStats:
+def commit_compaction(log: CleanableLog, plan: CompactionPlan) -> CompactionStats:
     """Phase 2 (writer thread): swap the cleaned files in. Returns the plan's stats."""
     if plan.snapshot is None:
         raise ValueError("plan already committed or aborted")
@@ -151,12 +175,12 @@ def commit_compaction(log: PartitionLog, plan: CompactionPlan) -> CompactionStat
     return stats
 
 
-def abort_compaction(log: PartitionLog, plan: CompactionPlan) -> None:
+def abort_compaction(log: CleanableLog, plan: CompactionPlan) -> None:
     """Delete a prepared plan's cleaned files and end the cleaning without changing the log."""
     _discard(log, plan)
 
 
-def _discard(log: PartitionLog, plan: CompactionPlan) -> None:
+def _discard(log: CleanableLog, plan: CompactionPlan) -> None:
     snap, plan.snapshot = plan.snapshot, None
     if snap is None:
         return

@@ -11,7 +11,7 @@ through a bounded pool of descriptors (``storage.files``).
 Recovery at open (checking or rebuilding the segments, cutting a torn tail, reporting lost
 data) is ``storage.recovery``'s.
 
-Offline logs (``storage.offline``): a partition that cannot be opened (:func:`open_or_offline`)
+Offline logs (``storage.offline``): a partition that cannot be opened (``storage.file_engine.open_or_offline``)
 or whose files are lost under the running broker gets a log on which every operation raises
 ``LogOffline``.
 
@@ -46,9 +46,16 @@ from types import TracebackType
 
 from kcoord.protocol.batch import BatchHeader, CorruptBatch, iter_headers, set_base_offset
 from kcoord.storage.cleaning import CleaningMixin
+from kcoord.storage.compaction import (
+    CompactionPlan,
+    CompactionStats,
+    abort_compaction,
+    commit_compaction,
+    prepare_compaction,
+)
 from kcoord.storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
 from kcoord.storage.index import INT32_MAX
-from kcoord.storage.offline import LogOffline, report_unopenable, report_went_offline
+from kcoord.storage.offline import LogOffline, report_went_offline
 from kcoord.storage.recovery import recover_segments
 from kcoord.storage.retention import RetentionMixin
 from kcoord.storage.segment import Segment
@@ -206,6 +213,11 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def name(self) -> str:
+        """``<topic>-<partition>``: the directory's name."""
+        return self._path.name
 
     @property
     def offline(self) -> LogOffline | None:
@@ -510,6 +522,19 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
 
     # -- closing ---------------------------------------------------------------------------
 
+    # -- compaction (storage.compaction) -----------------------------------------------------
+
+    def prepare_compaction(self, *, now_ms: int, delete_retention_ms: int) -> CompactionPlan:
+        """Phase 1 (any thread): the cleaned files, written beside the segments."""
+        return prepare_compaction(self, now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+
+    def commit_compaction(self, plan: CompactionPlan) -> CompactionStats:
+        """Phase 2 (the writer): swap the cleaned files in."""
+        return commit_compaction(self, plan)
+
+    def abort_compaction(self, plan: CompactionPlan) -> None:
+        abort_compaction(self, plan)
+
     def close(self) -> None:
         """Flush (if fsync is on) and release file descriptors. Idempotent.
 
@@ -568,30 +593,3 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         if self._offline is not None:
             raise self._offline
 
-
-def open_or_offline(
-    path: Path,
-    *,
-    segment_bytes: int = 1 << 30,
-    index_interval_bytes: int = 4096,
-    fsync: bool = True,
-    compacted: bool = False,
-    pool: FilePool | None = None,
-    producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
-) -> PartitionLog:
-    """:meth:`PartitionLog.open`, or, if the partition cannot be opened (an I/O error, an
-    unreadable directory or segment, anything recovery cannot handle), an offline log; the
-    failure is logged at ERROR with the offsets affected."""
-    try:
-        return PartitionLog.open(
-            path,
-            segment_bytes=segment_bytes,
-            index_interval_bytes=index_interval_bytes,
-            fsync=fsync,
-            compacted=compacted,
-            pool=pool,
-            producer_expiration_ms=producer_expiration_ms,
-        )
-    except Exception as e:
-        report_unopenable(path, e)
-        return PartitionLog.offline_log(path, e)

@@ -1,7 +1,7 @@
 """Offline partitions: the error an offline partition log raises, and how going offline is
 reported.
 
-A partition log is *offline* when it could not be opened (``storage.log.open_or_offline``
+A partition log is *offline* when it could not be opened (``storage.file_engine.open_or_offline``
 registers it offline so that the other partitions serve), when its active segment file is found
 deleted under the running broker (checked at every flush: a file with no link left would be
 lost at the next start, so what was written to it is refused, not acknowledged), or when an

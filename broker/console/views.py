@@ -22,7 +22,7 @@ from kcoord.coordinator.consumer.group import ASSIGNING, RECONCILING, ConsumerGr
 from kcoord.coordinator.consumer.target import preferred_assignor
 from kcoord.coordinator.rebalances import as_json, decode_assignment
 from kcoord.protocol.records import decode_batch
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 from ..net.offload import SLICE, pause
 
@@ -56,7 +56,7 @@ class RecordTimes:
         self._known: dict[tuple[str, int, int], int | None] = {}
 
     def timestamp(
-        self, topic: str, partition: int, plog: PartitionLog, offset: int, budget: list[int]
+        self, topic: str, partition: int, plog: Log, offset: int, budget: list[int]
     ) -> int | None:
         key = (topic, partition, offset)
         if key in self._known:
@@ -71,7 +71,7 @@ class RecordTimes:
         return found
 
 
-def _read_timestamp(plog: PartitionLog, offset: int) -> int | None:
+def _read_timestamp(plog: Log, offset: int) -> int | None:
     try:
         data = plog.read(offset, 1)
         if not data:
@@ -102,7 +102,7 @@ class ConsoleState:
 
 def _partition_lag(
     state: ConsoleState, topic: str, partition: int, offset: int, now: int, budget: list[int]
-) -> tuple[PartitionLog | None, int | None, float | None]:
+) -> tuple[Log | None, int | None, float | None]:
     """(log, lag in messages, lag in seconds) of a committed offset."""
     plog = state.topics.partition(topic, partition)
     if plog is None or offset < 0:

@@ -35,7 +35,8 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.legacy import encode_legacy_produce_response
 from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
 from kcoord.protocol.validate import Refused, check_batch
-from kcoord.storage.log import LogClosed, OffsetOutOfRange, PartitionLog
+from kcoord.storage.log import LogClosed, OffsetOutOfRange
+from kcoord.storage.engine import Log
 
 from ..net.connection import NO_RESPONSE, RequestContext
 from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
@@ -57,12 +58,12 @@ MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
 
 
-def high_watermark(plog: PartitionLog) -> int:
+def high_watermark(plog: Log) -> int:
     """The last offset + 1 that consumers may read: what is durable (flushed)."""
     return plog.flushed_offset
 
 
-_Settled = tuple[int, PartitionLog | None, Outcome]
+_Settled = tuple[int, Log | None, Outcome]
 
 
 def _fsync_failed(error: BaseException) -> Outcome:
@@ -78,7 +79,7 @@ class _Produce:
 
     def __init__(self) -> None:
         self.topics: list[tuple[str, int]] = []
-        self.parts: list[tuple[int, PartitionLog | None, Outcome | asyncio.Future[Outcome]]] = []
+        self.parts: list[tuple[int, Log | None, Outcome | asyncio.Future[Outcome]]] = []
 
     def must_wait(self) -> bool:
         """Whether an outcome is still to come or an fsync must precede the answer."""
@@ -98,7 +99,7 @@ def _refused_topics(ctx: RequestContext, op: Operation, names: Iterable[str]) ->
     return frozenset(n for n in set(names) if not ctx.allowed(op, ResourceType.TOPIC, n))
 
 
-def _one_batch(plog: PartitionLog, base_offset: int) -> tuple[BatchHeader, bytes] | None:
+def _one_batch(plog: Log, base_offset: int) -> tuple[BatchHeader, bytes] | None:
     """The stored batch holding ``base_offset`` (None if it cannot be read)."""
     try:
         data = plog.read(base_offset, 1)
@@ -209,7 +210,7 @@ class DataApi:
         if not failed:
             return done
         for plog, error in failed.items():
-            log.error("fsync of %s for a produce failed: %r", plog.path.name, error)
+            log.error("fsync of %s for a produce failed: %r", plog.name, error)
         return [
             (index, plog, _fsync_failed(failed[plog]) if plog in failed and o.must_sync else o)
             for index, plog, o in done
@@ -261,7 +262,7 @@ class DataApi:
 
     def _produce_one(
         self, name: str, index: int, records: bytes | None, version: int, txn_id: str | None
-    ) -> tuple[PartitionLog | None, Outcome | asyncio.Future[Outcome]]:
+    ) -> tuple[Log | None, Outcome | asyncio.Future[Outcome]]:
         """Look up the partition, check its batch's header and hand it to the appender.
 
         A Produce never creates a topic, as in Kafka: clients ask Metadata first, which creates
@@ -306,7 +307,7 @@ class DataApi:
         return plog, self.appender.submit(plog, (name, index), header, records, keyed)
 
     def _append_checked(
-        self, plog: PartitionLog, where: tuple[str, int], h: BatchHeader, records: bytes
+        self, plog: Log, where: tuple[str, int], h: BatchHeader, records: bytes
     ) -> Outcome:
         """Append a checked batch (the appender calls this in arrival order), unless it is a
         retry of one of its producer's last batches."""
@@ -467,7 +468,7 @@ class DataApi:
         exact record, and whether decoding them may take long (then off the loop)."""
         topics_out = []
         # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
-        lookups: list[tuple[dict[str, Any], PartitionLog, int, int]] = []
+        lookups: list[tuple[dict[str, Any], Log, int, int]] = []
         refused = _refused_topics(ctx, Operation.DESCRIBE, (t.name for t in req.topics))
         committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED  # v2+
         work = 0

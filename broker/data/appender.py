@@ -14,7 +14,7 @@ checked. An idempotent producer's in-flight batches therefore land in request or
 retried batch queued behind its original finds the original's offset (the append function
 de-duplicates). A refused batch appends nothing, so it is answered at once.
 
-The append itself (de-duplication, ``PartitionLog.append``, producer state) is the caller's
+The append itself (de-duplication, ``Log.append``, producer state) is the caller's
 function; this module only decides when it runs.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from kcoord.protocol.batch import BatchHeader
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.validate import Refused, check_records, needs_worker
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 log = logging.getLogger("kcoord.data")
 
@@ -64,7 +64,7 @@ def refused(r: Refused) -> Outcome:
 
 
 Where = tuple[str, int]  # topic, partition
-AppendFn = Callable[[PartitionLog, Where, BatchHeader, bytes], Outcome]
+AppendFn = Callable[[Log, Where, BatchHeader, bytes], Outcome]
 
 
 class _Pending:
@@ -107,11 +107,11 @@ class Appender:
         self._inline_bytes = inline_bytes
         self._workers = workers
         self._executor: ThreadPoolExecutor | None = None
-        self._chains: dict[PartitionLog, deque[_Pending]] = {}
+        self._chains: dict[Log, deque[_Pending]] = {}
 
     def submit(
         self,
-        plog: PartitionLog,
+        plog: Log,
         where: Where,
         header: BatchHeader,
         records: bytes,
@@ -140,7 +140,7 @@ class Appender:
             self._advance(plog)
         return done
 
-    def pending(self, plog: PartitionLog) -> int:
+    def pending(self, plog: Log) -> int:
         """Batches of ``plog`` accepted but not yet appended or refused."""
         chain = self._chains.get(plog)
         return len(chain) if chain is not None else 0
@@ -160,7 +160,7 @@ class Appender:
             self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="kcoord-check")
         return self._executor
 
-    def _advance(self, plog: PartitionLog) -> None:
+    def _advance(self, plog: Log) -> None:
         """Append (or refuse) the batches at the head of ``plog``'s chain whose checks are done;
         come back when the next one's is."""
         chain = self._chains[plog]
@@ -175,13 +175,13 @@ class Appender:
                 item.done.set_result(outcome)
         del self._chains[plog]
 
-    def _settle(self, plog: PartitionLog, item: _Pending) -> Outcome:
+    def _settle(self, plog: Log, item: _Pending) -> Outcome:
         if item.check is not None:
             if item.check.cancelled():
                 return Outcome(ErrorCode.unknown_server_error, message="broker shutting down")
             error = item.check.exception()
             if error is not None:
-                log.error("checking a batch for %s failed", plog.path, exc_info=error)
+                log.error("checking a batch for %s failed", plog.name, exc_info=error)
                 return Outcome(ErrorCode.unknown_server_error, message="internal error")
             problem = item.check.result()
             if problem is not None:
@@ -190,5 +190,5 @@ class Appender:
         try:
             return self._append(plog, item.where, item.header, item.records)
         except Exception:  # a bug: fail this batch, keep the chain moving
-            log.exception("append to %s failed", plog.path)
+            log.exception("append to %s failed", plog.name)
             return Outcome(ErrorCode.unknown_server_error, message="internal error")

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.compaction import abort_compaction, commit_compaction, prepare_compaction
-from kcoord.storage.log import LogClosed, PartitionLog
+from kcoord.storage.log import LogClosed
+from kcoord.storage.engine import Log
 from kcoord.storage.retention import DeletionPlan
 
 from ..security.acl.model import Operation, ResourceType
@@ -72,7 +72,7 @@ class LogRetention:
     # DeleteRecords --------------------------------------------------------------------------------
     async def delete_records(self, ctx: RequestContext, req: Any) -> Any:
         topics_out = []
-        moved: list[tuple[dict[str, Any], PartitionLog]] = []
+        moved: list[tuple[dict[str, Any], Log]] = []
         for t in req.topics:
             parts = []
             for p in t.partitions:
@@ -100,7 +100,7 @@ class LogRetention:
                     entry["low_watermark"] = plog.log_start_offset
         return ctx.respond(throttle_time=0, topics=topics_out)
 
-    def _delete_one(self, name: str, partition: int, offset: int) -> tuple[int, PartitionLog | None]:
+    def _delete_one(self, name: str, partition: int, offset: int) -> tuple[int, Log | None]:
         """(error, the log whose start moved or stayed); checks in Kafka's order."""
         if name in INTERNAL_TOPICS:
             return ErrorCode.invalid_topic_exception, None
@@ -127,14 +127,14 @@ class LogRetention:
             self.topics.write_checkpoints, self.topics.checkpoint_snapshot()
         )
 
-    def _delete_below_start(self, logs: Iterable[PartitionLog]) -> None:
+    def _delete_below_start(self, logs: Iterable[Log]) -> None:
         for plog in logs:
             try:
                 plan = plog.plan_deletion(now_ms())
                 if plan is not None:
                     plog.delete_planned(plan)
             except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
-                log.error("deleting old segments of %s failed: %s", plog.path.name, e)
+                log.error("deleting old segments of %s failed: %s", plog.name, e)
 
     # retention -------------------------------------------------------------------------------------
     async def _retention_loop(self) -> None:
@@ -151,7 +151,7 @@ class LogRetention:
     async def run_retention(self) -> None:
         """One pass over every partition: roll by time, then delete old segments."""
         now = now_ms()
-        plans: list[tuple[PartitionLog, DeletionPlan]] = []
+        plans: list[tuple[Log, DeletionPlan]] = []
         work = 0
         for topic in list(self.topics.topics.values()):
             settings = self.topics.settings_of(topic)
@@ -163,7 +163,7 @@ class LogRetention:
                     continue
                 try:
                     if plog.roll_if_due(now, settings.segment_ms):
-                        log.info("partition %s: rolled (segment.ms %d)", plog.path.name, settings.segment_ms)
+                        log.info("partition %s: rolled (segment.ms %d)", plog.name, settings.segment_ms)
                     delete = settings.delete and topic.name not in INTERNAL_TOPICS
                     plan = plog.plan_deletion(
                         now,
@@ -171,7 +171,7 @@ class LogRetention:
                         retention_bytes=settings.retention_bytes if delete else -1,
                     )
                 except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
-                    log.error("retention of %s failed: %s", plog.path.name, e)
+                    log.error("retention of %s failed: %s", plog.name, e)
                     continue
                 if plan is not None:
                     plog.advance_log_start(plan.new_log_start)
@@ -184,7 +184,7 @@ class LogRetention:
             try:
                 plog.delete_planned(plan)
             except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
-                log.error("deleting old segments of %s failed: %s", plog.path.name, e)
+                log.error("deleting old segments of %s failed: %s", plog.name, e)
 
     # compaction of user topics ---------------------------------------------------------------------
     async def _cleaner_loop(self) -> None:
@@ -215,21 +215,21 @@ class LogRetention:
                 try:
                     await self._compact(topic.name, p, plog, settings.delete_retention_ms)
                 except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
-                    log.error("compaction of %s failed: %s", plog.path.name, e)
+                    log.error("compaction of %s failed: %s", plog.name, e)
 
-    async def _compact(self, name: str, p: int, plog: PartitionLog, retention: int) -> None:
+    async def _compact(self, name: str, p: int, plog: Log, retention: int) -> None:
         plan = await asyncio.to_thread(
-            prepare_compaction, plog, now_ms=now_ms(), delete_retention_ms=retention
+            plog.prepare_compaction, now_ms=now_ms(), delete_retention_ms=retention
         )
         if self.topics.partition(name, p) is not plog:
-            abort_compaction(plog, plan)
+            plog.abort_compaction(plan)
             return
-        stats = commit_compaction(plog, plan)
+        stats = plog.commit_compaction(plan)
         self._cleaned_size[(name, p)] = plog.size_bytes
         if not stats.stale and stats.bytes_before != stats.bytes_after:
             log.info(
                 "compacted %s: %d -> %d bytes, %d -> %d records",
-                plog.path.name,
+                plog.name,
                 stats.bytes_before,
                 stats.bytes_after,
                 stats.records_before,

@@ -1,5 +1,5 @@
 """Topic configs: the per-topic settings kcoord honours, with Kafka's names, types, defaults and
-checks; each topic's overrides, kept in ``<data-dir>/topic-configs.json``; and what a topic's
+checks; each topic's overrides, kept in the storage engine's document ``topic-configs.json``; and what a topic's
 settings are once the broker's defaults fill in what it does not override.
 
 | topic config | type | broker default (setting) | Kafka's default |
@@ -16,8 +16,8 @@ Overrides are set at CreateTopics and changed by IncrementalAlterConfigs/AlterCo
 overrides Kafka gives them at creation (``__consumer_offsets``: ``cleanup.policy=compact`` and
 ``segment.bytes`` from ``offsets.topic.segment.bytes``), which may be overridden in turn.
 
-The file maps topic ids (not names: a topic deleted and created again under its name starts
-afresh) to ``{"name": ..., "configs": {...}}``; it is replaced atomically (``storage.files``).
+The document maps topic ids (not names: a topic deleted and created again under its name starts
+afresh) to ``{"name": ..., "configs": {...}}``; it is replaced atomically.
 Entries of topics that no longer exist are dropped when it is next written.
 """
 
@@ -29,10 +29,10 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from kcoord.storage.files import describe_error, write_file
+from kcoord.storage.engine import Documents
+from kcoord.storage.files import describe_error
 
 log = logging.getLogger("kcoord.topics")
 
@@ -191,17 +191,15 @@ class TopicConfigs:
 
     def __init__(
         self,
-        data_dir: Path,
+        documents: Documents,
         broker: Callable[[str], tuple[Any, bool]],
         *,
-        fsync: bool = True,
         internal: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """``broker(setting)`` gives a broker setting's value and whether it is its default;
         ``internal`` the overrides internal topics are created with, by topic name."""
-        self._path = data_dir / CONFIGS_FILE
+        self._documents = documents
         self._broker = broker
-        self._fsync = fsync
         self._internal = {k: dict(v) for k, v in (internal or {}).items()}
         self._entries: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -209,10 +207,13 @@ class TopicConfigs:
         """settings() by topic (every Produce asks): dropped whenever anything changes."""
 
     def read(self) -> None:
-        """Read the file (start-up); a file that cannot be read leaves every topic on the
+        """Read the document (start-up); one that cannot be read leaves every topic on the
         broker's defaults, and says so."""
         try:
-            data = json.loads(self._path.read_text(encoding="utf-8"))
+            raw = self._documents.read_document(CONFIGS_FILE)
+            if raw is None:
+                return
+            data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             for topic_id, entry in data.items():
@@ -220,12 +221,10 @@ class TopicConfigs:
                 configs = check_overrides(entry["configs"].items())
                 self._entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
             self._settings = {}
-        except FileNotFoundError:
-            return
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             log.error(
                 "%s could not be read (%s): topics use the broker's defaults",
-                self._path.name,
+                CONFIGS_FILE,
                 describe_error(e) if isinstance(e, OSError) else e,
             )
 
@@ -235,8 +234,8 @@ class TopicConfigs:
         self._settings = {}
 
     def prune(self, live: Iterable[uuid.UUID], keep_names: Iterable[str] = ()) -> None:
-        """Forget (in memory; the file follows at its next write) the entries of topics that
-        do not exist (a creation that failed, a deletion the file did not record); entries
+        """Forget (in memory; the document follows at its next write) the entries of topics that
+        do not exist (a creation that failed, a deletion the document did not record); entries
         named in ``keep_names`` (internal topics, opened later) stay."""
         keep = {str(t) for t in live}
         names = set(keep_names)
@@ -297,7 +296,7 @@ class TopicConfigs:
 
     def set(self, topic_id: uuid.UUID, name: str, configs: Mapping[str, str]) -> None:
         """Make ``configs`` the topic's overrides, durably (blocking; any thread). OSError if
-        the file could not be written (nothing changed then)."""
+        the document could not be written (nothing changed then)."""
         with self._lock:
             entries = dict(self._entries)
             entries[str(topic_id)] = {"name": name, "configs": dict(configs)}
@@ -316,10 +315,10 @@ class TopicConfigs:
             try:
                 self._write(entries)
             except OSError as e:
-                log.warning("writing %s failed: %s", self._path.name, describe_error(e))
+                log.warning("writing %s failed: %s", CONFIGS_FILE, describe_error(e))
             self._entries = entries
             self._settings = {}
 
     def _write(self, entries: dict[str, dict[str, Any]]) -> None:
         data = json.dumps(entries, indent=1, sort_keys=True).encode("utf-8")
-        write_file(self._path, data, fsync=self._fsync)
+        self._documents.write_document(CONFIGS_FILE, data)

@@ -1,22 +1,19 @@
 """The topic registry: which topics exist, their ids and their partition logs; creating,
-growing and deleting topics within the partition limits. Two parts live beside it: the naming
-rules and the internal topics (``broker.data.topic_names``, re-exported here) and the offset
-checkpoints it keeps (``broker.data.topic_checkpoints``).
+growing and deleting topics within the partition limits. The naming rules and the internal
+topics live beside it (``broker.data.topic_names``, re-exported here).
 
-Topics live on disk as Kafka lays them out, one directory per partition
-(``<data-dir>/<topic>-<partition>/``) with a ``partition.metadata`` file holding the topic id, so
-the registry is rebuilt at start-up by listing the data directory. Internal topics are
-registered too, so Metadata describes them; only their coordinators create them (``internal``:
-with the partition counts their routing assumes) and write to them.
+The partitions themselves, their topic ids and their checkpointed offsets are the storage
+engine's (``storage.engine``), so the registry is rebuilt at start-up from what the engine holds.
+Internal topics are registered too, so Metadata describes them; only their coordinators create
+them (``internal``: with the partition counts their routing assumes) and write to them.
 
 Creating partitions (new topics, CreatePartitions, auto-creation, ``__consumer_offsets``) is
-all-or-nothing on disk (``storage.creation``: partitions are built in a staging directory and
-moved into place after a commit point; start-up rolls an interrupted creation back or forward).
-A change is first *reserved* on the event loop: the name (or the topic, for added partitions)
-is taken, so a concurrent create gets TOPIC_ALREADY_EXISTS and Produce/Fetch never see a half
-topic, and its partitions count against ``max.broker.partitions`` at once. The file work then
-runs in a worker thread (:meth:`TopicStore.start`) and the topic is registered when it is done;
-small auto-creations run it synchronously (:meth:`TopicStore.create`).
+all-or-nothing in storage. A change is first *reserved* on the event loop: the name (or the
+topic, for added partitions) is taken, so a concurrent create gets TOPIC_ALREADY_EXISTS and
+Produce/Fetch never see a half topic, and its partitions count against
+``max.broker.partitions`` at once. The storage work then runs in a worker thread
+(:meth:`TopicStore.start`) and the topic is registered when it is done; small auto-creations
+run it synchronously (:meth:`TopicStore.create`).
 
 Limits (Kafka answers POLICY_VIOLATION for a controller operation that is too large):
 ``max.partitions.per.request`` bounds the partitions one request creates over all its topics,
@@ -24,27 +21,21 @@ Limits (Kafka answers POLICY_VIOLATION for a controller operation that is too la
 itself is exempt when it is created). Requests are judged topic by topic in request order.
 
 Start-up opens every partition; one that cannot be opened is logged at ERROR and registered
-offline (``storage.log.open_or_offline``) so that the others serve. Offsets lost since the last
-checkpoint are logged at ERROR with their range (``broker.data.topic_checkpoints``).
+offline so that the others serve.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.creation import STAGING_DIR, CreationIncomplete, create_partitions, recover_staged
-from kcoord.storage.files import FilePool, describe_error, fsync_dir
-from kcoord.storage.log import PartitionLog, open_or_offline
-from kcoord.storage.partition_metadata import read_partition_metadata, write_partition_metadata
+from kcoord.storage.engine import Log, LogSpec, StorageEngine
+from kcoord.storage.files import describe_error
 
-from .topic_checkpoints import CheckpointSnapshot, OffsetCheckpoints, short_error
 from .topic_configs import TopicConfigs, TopicSettings, builtin_defaults
 from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
 
@@ -55,7 +46,6 @@ __all__ = [
     "quoted",
     "topic_name_problem",
     # the registry
-    "LogSettings",
     "PartitionLimits",
     "Reservation",
     "Topic",
@@ -76,19 +66,11 @@ class TopicError(ValueError):
 class Topic:
     name: str
     topic_id: uuid.UUID
-    partitions: list[PartitionLog] = field(default_factory=list)
+    partitions: list[Log] = field(default_factory=list)
 
     @property
     def internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
-
-
-@dataclass(frozen=True, slots=True)
-class LogSettings:
-    segment_bytes: int
-    index_interval_bytes: int
-    fsync: bool
-    producer_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,20 +101,21 @@ class Reservation:
 
 
 class TopicStore:
+    """The topics of ``engine``; ``segment_bytes``: ``log.segment.bytes``, for topics without
+    their own."""
+
     def __init__(
         self,
-        data_dir: Path,
-        settings: LogSettings,
+        engine: StorageEngine,
+        segment_bytes: int,
         limits: PartitionLimits | None = None,
-        pool: FilePool | None = None,
         configs: TopicConfigs | None = None,
     ) -> None:
-        self.data_dir = data_dir
-        self.settings = settings
-        self.configs = configs or TopicConfigs(data_dir, builtin_defaults, fsync=settings.fsync)
+        self.engine = engine
+        self.segment_bytes = segment_bytes
+        self.configs = configs or TopicConfigs(engine, builtin_defaults)
         """Each topic's config overrides and the broker's defaults for them."""
         self.limits = limits or PartitionLimits()
-        self.pool = pool
         self.topics: dict[str, Topic] = {}
         self.by_id: dict[uuid.UUID, Topic] = {}
         self.version = 0
@@ -142,48 +125,19 @@ class TopicStore:
         self._held = 0  # partitions of registered topics
         self._reserved = 0  # partitions of pending changes
         self._appended: asyncio.Future[None] | None = None
-        self._checkpoints = OffsetCheckpoints(data_dir, fsync=settings.fsync)
-        self._doomed: list[Path] = []  # directories of deleted partitions, to remove
 
     # start-up -----------------------------------------------------------------------------------
     def load(self, skip: frozenset[str] = frozenset()) -> None:
-        """Open every partition directory found in the data dir (topics in ``skip`` excepted).
-
-        First settles interrupted creations and deletions, and reads the checkpoints.
-        """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        recover_staged(self.data_dir, fsync=self.settings.fsync)
-        self._checkpoints.read()
+        """Open every partition in storage (topics in ``skip`` excepted), once the engine has
+        settled interrupted creations and deletions."""
+        self.engine.start()
         self.configs.read()
-        found: dict[str, dict[int, Path]] = {}
-        present: set[str] = set()  # topics with a directory, skipped ones included
-        for entry in sorted(self.data_dir.iterdir()):
-            if entry.name == STAGING_DIR or not entry.is_dir():
+        for name, stored in self.engine.stored_topics().items():
+            if name in skip or topic_name_problem(name):
                 continue
-            if entry.name.endswith("-delete"):  # a deletion the previous process did not finish
-                shutil.rmtree(entry, ignore_errors=True)
-                continue
-            name, sep, num = entry.name.rpartition("-")
-            if not sep or not num.isdigit() or topic_name_problem(name):
-                continue
-            present.add(name)
-            if name not in skip:
-                found.setdefault(name, {})[int(num)] = entry
-        for name, dirs in found.items():
-            count = max(dirs) + 1
-            topic = Topic(name, self._topic_id_of(name, list(dirs.values())) or uuid.uuid4())
-            missing = [p for p in range(count) if p not in dirs]
-            if missing:
-                log.error(
-                    "topic %s has missing partition directories %s; they are created empty",
-                    name,
-                    missing,
-                )
-            for p in range(count):
-                if p in dirs:
-                    topic.partitions.append(self._open(name, p, topic.topic_id))
-                else:
-                    topic.partitions.append(self._recreate(name, p, topic.topic_id))
+            count = max(stored.partitions) + 1
+            topic_id = stored.topic_id or uuid.uuid4()
+            topic = self._open_topic(name, topic_id, count, stored.partitions)
             self._register(topic)
             offline = sum(1 for plog in topic.partitions if plog.offline is not None)
             log.info(
@@ -192,65 +146,51 @@ class TopicStore:
                 count,
                 f", {offline} offline" if offline else "",
             )
-        self._checkpoints.report_missing(present)
         self.configs.prune(self.by_id, keep_names=skip)
 
-    def _topic_id_of(self, name: str, dirs: list[Path]) -> uuid.UUID | None:
-        for path in dirs:
-            try:
-                topic_id = read_partition_metadata(path)
-            except (OSError, ValueError) as e:
-                log.warning("%s: unreadable partition.metadata: %s", path.name, short_error(e))
-                continue
-            if topic_id is not None:
-                return topic_id
-        return None
+    def _open_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        count: int,
+        present: Collection[int],
+        segment_bytes: int | None = None,
+    ) -> Topic:
+        """The topic's ``count`` partitions: those ``present`` opened (offline if they cannot
+        be), the others created empty (offline if that fails)."""
+        missing = [p for p in range(count) if p not in present]
+        if missing:
+            log.error("topic %s has missing partitions %s; they are created empty", name, missing)
+        topic = Topic(name, topic_id)
+        for p in range(count):
+            if p in present:
+                plog = self.engine.open_log(name, p, topic_id, self._spec(topic_id, name))
+            else:
+                plog = self._recreate(name, p, topic_id, segment_bytes)
+            topic.partitions.append(plog)
+        return topic
 
-    def _open(self, name: str, partition: int, topic_id: uuid.UUID) -> PartitionLog:
-        """Open an existing partition directory (offline if it cannot be opened), with its
-        topic's settings and its checkpointed log start offset."""
-        path = self.data_dir / f"{name}-{partition}"
-        try:
-            if read_partition_metadata(path) is None:
-                write_partition_metadata(path, topic_id, fsync=self.settings.fsync)
-        except (OSError, ValueError) as e:
-            log.warning(
-                "%s: could not check or write partition.metadata: %s", path.name, short_error(e)
-            )
-        s = self.settings
+    def _spec(self, topic_id: uuid.UUID, name: str) -> LogSpec:
         topic = self.configs.settings(topic_id, name)
-        plog = open_or_offline(
-            path,
-            segment_bytes=topic.segment_bytes,
-            index_interval_bytes=s.index_interval_bytes,
-            fsync=s.fsync,
-            compacted=topic.compact,
-            pool=self.pool,
-            producer_expiration_ms=s.producer_expiration_ms,
-        )
-        self._checkpoints.restore_start(name, partition, plog)
-        self._checkpoints.check_lost(name, partition, plog)
-        return plog
+        return LogSpec(topic.segment_bytes, topic.compact)
 
     def _recreate(
         self, name: str, partition: int, topic_id: uuid.UUID, segment_bytes: int | None = None
-    ) -> PartitionLog:
+    ) -> Log:
         """Create a missing partition of a loaded topic (offline if that fails)."""
         segment_bytes = segment_bytes or self.configs.settings(topic_id, name).segment_bytes
         try:
-            logs = self._build(name, topic_id, range(partition, partition + 1), segment_bytes)
-            plog = logs[0]
+            return self.engine.create_logs(
+                name, topic_id, range(partition, partition + 1), LogSpec(segment_bytes)
+            )[0]
         except OSError as e:
             log.error(
-                "partition %s-%d is offline: its directory is missing and could not be"
-                " created: %s",
+                "partition %s-%d is offline: it is missing and could not be created: %s",
                 name,
                 partition,
                 describe_error(e),
             )
-            plog = PartitionLog.offline_log(self.data_dir / f"{name}-{partition}", e)
-        self._checkpoints.check_lost(name, partition, plog)
-        return plog
+            return self.engine.offline_log(name, partition, e)
 
     def _register(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
@@ -258,7 +198,6 @@ class TopicStore:
         self._held += len(topic.partitions)
         self.version += 1
 
-    # lookups ------------------------------------------------------------------------------------
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
 
@@ -266,13 +205,13 @@ class TopicStore:
         """The topic's effective topic configs."""
         return self.configs.settings(topic.topic_id, topic.name)
 
-    def partition(self, name: str, index: int) -> PartitionLog | None:
+    def partition(self, name: str, index: int) -> Log | None:
         topic = self.topics.get(name)
         if topic is None or not 0 <= index < len(topic.partitions):
             return None
         return topic.partitions[index]
 
-    def all_partitions(self) -> Iterator[tuple[str, int, PartitionLog]]:
+    def all_partitions(self) -> Iterator[tuple[str, int, Log]]:
         """(topic, index, log) of every partition held."""
         for topic in list(self.topics.values()):
             for i, plog in enumerate(topic.partitions):
@@ -364,64 +303,30 @@ class TopicStore:
             self._reserved -= res.count
 
     # doing changes ------------------------------------------------------------------------------
-    def build(self, res: Reservation) -> list[PartitionLog]:
-        """The file work of a reserved change (blocking; any thread): create its partitions
-        all-or-nothing and return their logs, which hold no descriptor yet.
+    def build(self, res: Reservation) -> list[Log]:
+        """The storage work of a reserved change (blocking; any thread): create its partitions
+        all-or-nothing and return their logs.
 
         Raises TopicError(KAFKA_STORAGE_ERROR) if nothing was created. If the creation was
-        committed but could not be completed, the partitions it could not move are returned
+        decided but could not be completed, the partitions it could not finish come back
         offline (the next start completes them).
         """
         try:
             if res.configs:
                 self.configs.set(res.topic_id, res.name, res.configs)
-            return self._build(
-                res.name, res.topic_id, range(res.first, res.first + res.count), res.segment_bytes
-            )
-        except CreationIncomplete as e:
-            log.error(
-                "creating partitions of %s: committed but %d of %d not moved into place (%s);"
-                " they are offline until the next start completes them",
+            return self.engine.create_logs(
                 res.name,
-                res.count - len(e.installed),
-                res.count,
-                describe_error(e.cause),
+                res.topic_id,
+                range(res.first, res.first + res.count),
+                LogSpec(res.segment_bytes or self.segment_bytes),
             )
-            done = {p.name for p in e.installed}
-            out = []
-            for p in range(res.first, res.first + res.count):
-                path = self.data_dir / f"{res.name}-{p}"
-                if path.name in done:
-                    out.append(self._fresh(path, res.segment_bytes))
-                else:
-                    out.append(PartitionLog.offline_log(path, e.cause))
-            return out
         except OSError as e:
             raise TopicError(
                 ErrorCode.kafka_storage_error,
                 f"could not create the partitions: {describe_error(e)}",
             ) from e
 
-    def _build(
-        self, name: str, topic_id: uuid.UUID, partitions: range, segment_bytes: int | None
-    ) -> list[PartitionLog]:
-        paths = create_partitions(
-            self.data_dir, name, topic_id, partitions, fsync=self.settings.fsync
-        )
-        return [self._fresh(path, segment_bytes) for path in paths]
-
-    def _fresh(self, path: Path, segment_bytes: int | None) -> PartitionLog:
-        s = self.settings
-        return PartitionLog.fresh(
-            path,
-            segment_bytes=segment_bytes or s.segment_bytes,
-            index_interval_bytes=s.index_interval_bytes,
-            fsync=s.fsync,
-            pool=self.pool,
-            producer_expiration_ms=s.producer_expiration_ms,
-        )
-
-    def complete(self, res: Reservation, logs: list[PartitionLog]) -> Topic:
+    def complete(self, res: Reservation, logs: list[Log]) -> Topic:
         """Register what :meth:`build` made (event loop)."""
         self.release(res)
         if res.new_topic:
@@ -495,9 +400,8 @@ class TopicStore:
         behind); missing ones of an existing topic are created (offline if that fails).
         """
         self.configs.set_internal(name, {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})
-        dirs = [self.data_dir / f"{name}-{p}" for p in range(partitions)]
-        existing = [d for d in dirs if d.is_dir()]
-        if not existing:
+        stored = self.engine.stored_topics().get(name)
+        if stored is None:
             res = self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)
             try:
                 logs = self.build(res)
@@ -505,13 +409,9 @@ class TopicStore:
                 self.release(res)
                 raise
             return self.complete(res, logs)
-        topic = Topic(name, self._topic_id_of(name, existing) or uuid.uuid4())
-        for p, d in enumerate(dirs):
-            if d.is_dir():
-                topic.partitions.append(self._open(name, p, topic.topic_id))
-            else:
-                log.error("%s: partition directory %s is missing; creating it empty", name, d.name)
-                topic.partitions.append(self._recreate(name, p, topic.topic_id, segment_bytes))
+        topic = self._open_topic(
+            name, stored.topic_id or uuid.uuid4(), partitions, stored.partitions, segment_bytes
+        )
         self._register(topic)
         return topic
 
@@ -529,55 +429,37 @@ class TopicStore:
         self.by_id.pop(topic.topic_id, None)
         self._held -= len(topic.partitions)
         self.version += 1
-        # The checkpoints forget the topic first, so that its absence is not taken for a loss.
-        self._checkpoints.forget(name, len(topic.partitions))
+        # The checkpoints drop the topic first, so that its absence is not taken for a loss.
         self.write_checkpoints(self.checkpoint_snapshot())
-        # Renamed to "-delete" names now (one directory fsync for all); the files themselves
-        # are removed by remove_deleted(), off the event loop, or at the next start.
-        for plog in topic.partitions:
-            try:
-                self._doomed.append(plog.detach())
-            except OSError as e:
-                log.error("deleting %s failed: %s", plog.path.name, describe_error(e))
-        if self.settings.fsync:
-            try:
-                fsync_dir(self.data_dir)
-            except OSError as e:
-                log.warning("fsync of %s failed: %s", self.data_dir, describe_error(e))
+        self.engine.delete_logs(name, topic.partitions)
         self.configs.forget(topic.topic_id)
         self.notify_appended()  # wake long-polling fetches so they see the topic is gone
         log.info("deleted topic %s", name)
         return topic
 
     def remove_deleted(self) -> None:
-        """Remove the directories of deleted partitions (blocking; any thread)."""
-        while True:
-            try:
-                path = self._doomed.pop()
-            except IndexError:  # (another thread took the last one)
-                return
-            shutil.rmtree(path, ignore_errors=True)
+        """Finish deleting removed partitions (blocking; any thread)."""
+        self.engine.remove_deleted()
 
     def close(self) -> None:
-        self.remove_deleted()
         for topic in self.topics.values():
             for plog in topic.partitions:
                 try:
                     plog.close()
                 except OSError as e:
-                    log.warning("closing %s: %s", plog.path.name, describe_error(e))
+                    log.warning("closing %s: %s", plog.name, describe_error(e))
+        self.engine.close()
 
     # checkpoints --------------------------------------------------------------------------------
-    def checkpoint_snapshot(self) -> CheckpointSnapshot:
+    def checkpoint_snapshot(self) -> object:
         """The offsets to checkpoint, taken on the event loop: each partition's start and
-        flushed offset; a partition offline since start-up (offsets unknown) keeps what the
-        previous snapshot (or the checkpoint read at start-up) had. Deleted topics drop out."""
-        return self._checkpoints.snapshot((t.name, t.partitions) for t in self.topics.values())
+        durable end (``StorageEngine.checkpoint``). Deleted topics drop out."""
+        return self.engine.checkpoint((t.name, t.partitions) for t in self.topics.values())
 
-    def write_checkpoints(self, snap: CheckpointSnapshot) -> bool:
-        """Write both checkpoint files from ``snap`` (blocking; any thread). A snapshot older
-        than one already written is skipped. Failures are logged; returns whether it wrote."""
-        return self._checkpoints.write(snap)
+    def write_checkpoints(self, snap: object) -> bool:
+        """Write a snapshot (blocking; any thread); whether it was written (failures are
+        logged, older snapshots skipped)."""
+        return self.engine.write_checkpoint(snap)
 
     # fetch long-poll support ----------------------------------------------------------------------
     def appended_future(self) -> asyncio.Future[None]:

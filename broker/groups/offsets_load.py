@@ -17,7 +17,7 @@ from kcoord.coordinator.rebalance_replay import HistoryReplay
 from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from kcoord.protocol.control import decode_marker
 from kcoord.protocol.key_values import decode_key_values
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 from ..data.topics import OFFSETS_TOPIC
 
@@ -27,7 +27,7 @@ _LOAD_YIELD_EVERY = 256  # batches replayed between yields to the event loop
 
 
 async def read_partition(
-    plog: PartitionLog, partition: int, latest: LatestRecords, history: HistoryReplay
+    plog: Log, partition: int, latest: LatestRecords, history: HistoryReplay
 ) -> None:
     """Feed every batch of ``plog`` to ``latest`` and ``history``; OSError propagates."""
     for i, (base, header, data) in enumerate(plog.iter_batches()):

@@ -36,8 +36,7 @@ from kcoord.coordinator.rebalances import RebalanceHistory, log_fields
 from kcoord.coordinator.shard import GroupShard, Output
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.javahash import partition_for
-from kcoord.storage.compaction import abort_compaction, commit_compaction, prepare_compaction
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
 from .offsets_load import read_partition
@@ -283,12 +282,12 @@ class GroupRuntime:
             return  # nothing new since the last compaction
         retention = self.config["log.cleaner.delete.retention.ms"]
         plan = await asyncio.to_thread(
-            prepare_compaction, plog, now_ms=now_ms(), delete_retention_ms=retention
+            plog.prepare_compaction, now_ms=now_ms(), delete_retention_ms=retention
         )
         if sr.log is not plog:
-            abort_compaction(plog, plan)
+            plog.abort_compaction(plan)
             return
-        stats = commit_compaction(plog, plan)
+        stats = plog.commit_compaction(plan)
         self._cleaned_size[partition] = plog.size_bytes
         if not stats.stale and stats.bytes_before != stats.bytes_after:
             log.info(
@@ -468,7 +467,7 @@ class GroupRuntime:
     def _complete_in_order(
         self,
         sr: ShardRuntime,
-        plog: PartitionLog | None,
+        plog: Log | None,
         out: Output,
         error: BaseException | None,
     ) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kcoord.coordinator.shard import GroupShard, Output
 from kcoord.protocol.control import encode_marker
 from kcoord.protocol.record_encoding import encode_kv_batch, kv_batches
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 from ..data.topics import OFFSETS_TOPIC
 
@@ -31,7 +31,7 @@ class ShardRuntime:
     def __init__(self, partition: int, shard: GroupShard) -> None:
         self.partition = partition
         self.shard = shard
-        self.log: PartitionLog | None = None
+        self.log: Log | None = None
         self.chain: asyncio.Future[None] | None = None  # completion of the last queued output
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at: int | None = None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.batch import TRANSACTIONAL_FLAG, CorruptBatch, iter_headers
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 from ..net.connection import RequestContext
 from ..security.acl.model import Operation, ResourceType
@@ -49,7 +49,7 @@ def transactional_refusal(ctx: RequestContext, req: Any) -> int:
     return 0
 
 
-def committed_view(plog: PartitionLog, offset: int, data: bytes) -> list[dict[str, Any]]:
+def committed_view(plog: Log, offset: int, data: bytes) -> list[dict[str, Any]]:
     """The aborted transactions (producer id, first offset) overlapping the batches ``data``
     read from ``offset``: a ``read_committed`` consumer drops their records."""
     end = offset
@@ -82,7 +82,7 @@ class AllProducers:
     def __init__(self, topics: TopicStore) -> None:
         self._topics = topics
 
-    def _states(self) -> Iterator[tuple[str, int, PartitionLog]]:
+    def _states(self) -> Iterator[tuple[str, int, Log]]:
         for name, index, plog in self._topics.all_partitions():
             if plog.offline is None:
                 yield name, index, plog

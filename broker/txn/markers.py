@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.control import encode_marker
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.log import LogClosed, PartitionLog
+from kcoord.storage.engine import Log
+from kcoord.storage.log import LogClosed
 
 from ..data.topic_names import OFFSETS_TOPIC
 from ..net.connection import RequestContext
@@ -68,7 +69,7 @@ class MarkerWriter:
     ) -> dict[Where, int]:
         """Write one marker per partition (module docstring); an error code per partition."""
         results: dict[Where, int] = {}
-        written: dict[Where, PartitionLog] = {}
+        written: dict[Where, Log] = {}
         delegated: list[Where] = []
         now_ms = int(self._clock() * 1000)
         for where in dict.fromkeys(partitions):
@@ -85,7 +86,7 @@ class MarkerWriter:
                 ([w], self._offsets(w[1], producer_id, producer_epoch, commit, coordinator_epoch))
                 for w in delegated
             )
-        by_log: dict[PartitionLog, list[Where]] = {}
+        by_log: dict[Log, list[Where]] = {}
         for where, plog in written.items():
             by_log.setdefault(plog, []).append(where)
         for plog, wheres in by_log.items():
@@ -115,7 +116,7 @@ class MarkerWriter:
         commit: bool,
         coordinator_epoch: int,
         now_ms: int,
-        written: dict[Where, PartitionLog],
+        written: dict[Where, Log],
     ) -> int | None:
         """Append one data partition's marker; an error code, or None once it is appended."""
         plog = self.topics.partition(*where)

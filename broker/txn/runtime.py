@@ -39,8 +39,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.javahash import partition_for
 from kcoord.protocol.key_values import decode_key_values
 from kcoord.protocol.record_encoding import encode_kv_batch
-from kcoord.storage.compaction import abort_compaction, commit_compaction, prepare_compaction
-from kcoord.storage.log import PartitionLog
+from kcoord.storage.engine import Log
 
 from ..data.topic_names import TRANSACTION_STATE_TOPIC
 from ..data.topics import TopicError
@@ -100,7 +99,7 @@ class TxnRuntime:
             ),
             allocate_producer_id,
         )
-        self.logs: list[PartitionLog] | None = None
+        self.logs: list[Log] | None = None
         self.loaded = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._completions: dict[str, asyncio.Task[None]] = {}
@@ -273,7 +272,7 @@ class TxnRuntime:
         fut.set_result(ErrorCode.not_coordinator)
         return fut
 
-    async def _synced(self, tr: Transition, plog: PartitionLog) -> int:
+    async def _synced(self, tr: Transition, plog: Log) -> int:
         try:
             await self.flusher.sync([plog])
         except asyncio.CancelledError:
@@ -372,10 +371,10 @@ class TxnRuntime:
             if not force and plog.size_bytes <= self._cleaned_size.get(p, 0):
                 continue
             plan = await asyncio.to_thread(
-                prepare_compaction, plog, now_ms=self.clock(), delete_retention_ms=retention
+                plog.prepare_compaction, now_ms=self.clock(), delete_retention_ms=retention
             )
             if self.logs is None or self.logs[p] is not plog:
-                abort_compaction(plog, plan)
+                plog.abort_compaction(plan)
                 continue
-            commit_compaction(plog, plan)
+            plog.commit_compaction(plan)
             self._cleaned_size[p] = plog.size_bytes

@@ -20,6 +20,7 @@ from kcoord.broker.security.acl.model import (
     operations_bits,
 )
 from kcoord.broker.security.acl.store import AclStore, load_acls
+from kcoord.storage.file_engine import FileEngine
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 LIT, PRE = PatternType.LITERAL, PatternType.PREFIXED
@@ -160,12 +161,12 @@ def test_createacls_refuses_what_kafka_refuses(bad: Acl) -> None:
 
 def test_the_acl_file_round_trips_and_failed_writes_change_nothing(tmp_path: Path) -> None:
     authorizer = AclAuthorizer()
-    store = AclStore(tmp_path, authorizer)
+    store = AclStore(FileEngine(tmp_path), authorizer)
     first, second = acl(T, "t", Op.READ), acl(C, CLUSTER_NAME, Op.ALTER, DENY, "User:bob", host="1.2.3.4")
     store.add([first, second, first])
-    assert sorted(load_acls(tmp_path), key=str) == sorted([first, second], key=str)
+    assert sorted(load_acls(FileEngine(tmp_path)), key=str) == sorted([first, second], key=str)
     store.remove([first])
-    assert load_acls(tmp_path) == [second]
+    assert load_acls(FileEngine(tmp_path)) == [second]
     # The file cannot be replaced (a directory took its name): the change is undone.
     (tmp_path / "acls.json").unlink()
     (tmp_path / "acls.json").mkdir()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,10 +23,10 @@ T0 = 1_700_000_000_000
 
 
 class FakeLog:
-    """Stands in for a PartitionLog: the appender only uses it as a key (and its path in logs)."""
+    """Stands in for a partition log: the appender only uses it as a key (and its name in logs)."""
 
     def __init__(self, name: str) -> None:
-        self.path = Path(name)
+        self.name = name
 
 
 def _batch(tag: int, compressed: bool) -> tuple[Any, bytes]:

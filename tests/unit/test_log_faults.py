@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from kcoord.storage.file_engine import open_or_offline
 from kcoord.storage.files import FilePool
-from kcoord.storage.log import PartitionLog, open_or_offline
+from kcoord.storage.log import PartitionLog
 from kcoord.storage.offline import LogOffline
 
 from .test_log import make_batch, open_log, read_all

@@ -16,6 +16,7 @@ from kcoord.broker.security.sasl.scram import (
     make_credential,
     password_matches,
 )
+from kcoord.storage.file_engine import FileEngine
 
 
 def client_final(mechanism: str, password: str, client_first_bare: str, server_first: str, gs2: str = "n,,") -> str:
@@ -84,10 +85,10 @@ def test_bad_or_unknown_client_first_messages(first: bytes) -> None:
 
 
 def test_the_store_keeps_salted_credentials_only_and_plain_checks_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    store = CredentialStore(tmp_path)
+    store = CredentialStore(FileEngine(tmp_path))
     store.put("alice", "SCRAM-SHA-512", make_credential("SCRAM-SHA-512", "s3cret"))
-    assert "s3cret" not in store.path.read_text()
-    again = CredentialStore(tmp_path).get("alice", "SCRAM-SHA-512")
+    assert b"s3cret" not in (tmp_path / "scram-credentials.json").read_bytes()
+    again = CredentialStore(FileEngine(tmp_path)).get("alice", "SCRAM-SHA-512")
     assert again is not None and password_matches("SCRAM-SHA-512", again, "s3cret")
     assert not password_matches("SCRAM-SHA-512", again, "guess")
-    assert CredentialStore(tmp_path).delete("alice") and CredentialStore(tmp_path).users == {}
+    assert CredentialStore(FileEngine(tmp_path)).delete("alice") and CredentialStore(FileEngine(tmp_path)).users == {}

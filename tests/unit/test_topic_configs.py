@@ -18,6 +18,7 @@ from kcoord.broker.data.topic_configs import (
     builtin_defaults,
     check_overrides,
 )
+from kcoord.storage.file_engine import FileEngine
 
 
 def test_checks_follow_kafkas_types_and_ranges() -> None:
@@ -48,7 +49,7 @@ def test_settings_and_sources_layer_topic_over_broker_over_default(tmp_path: Pat
     def lookup(name: str) -> tuple[Any, bool]:
         return broker.get(name) or builtin_defaults(name)
 
-    configs = TopicConfigs(tmp_path, lookup, fsync=False)
+    configs = TopicConfigs(FileEngine(tmp_path, fsync=False), lookup)
     tid = uuid.uuid4()
     configs.set(tid, "t", {"segment.ms": "60000"})
     s = configs.settings(tid, "t")
@@ -62,7 +63,7 @@ def test_settings_and_sources_layer_topic_over_broker_over_default(tmp_path: Pat
 
     # the file is read back; entries of topics gone are pruned, internal topics' kept
     configs.set(uuid.uuid4(), "__consumer_offsets", {"segment.ms": "5"})
-    again = TopicConfigs(tmp_path, lookup, fsync=False)
+    again = TopicConfigs(FileEngine(tmp_path, fsync=False), lookup)
     again.read()
     assert again.overrides(tid, "t") == {"segment.ms": "60000"}
     again.prune([], keep_names=["__consumer_offsets"])
@@ -76,7 +77,7 @@ def test_settings_and_sources_layer_topic_over_broker_over_default(tmp_path: Pat
 
 def test_an_unreadable_file_leaves_the_defaults(tmp_path: Path, caplog: Any) -> None:
     (tmp_path / CONFIGS_FILE).write_text("{not json")
-    configs = TopicConfigs(tmp_path, builtin_defaults)
+    configs = TopicConfigs(FileEngine(tmp_path), builtin_defaults)
     configs.read()
     assert configs.overrides(uuid.uuid4(), "t") == {}
     assert "could not be read" in caplog.text

@@ -19,6 +19,7 @@ from kcoord.broker.txn.runtime import TxnRuntime
 from kcoord.coordinator.transactions.coordinator import Transition
 from kcoord.coordinator.transactions.model import TxnState
 from kcoord.protocol.errors import ErrorCode as E
+from kcoord.storage.file_engine import FileEngine
 
 TP = ("t", 0)
 OFFSETS = ("__consumer_offsets", 3)
@@ -199,9 +200,9 @@ async def test_expired_ids_are_removed_durably(tmp_path: Path) -> None:
 
 
 def test_producer_ids_are_never_reused_across_restarts(tmp_path: Path) -> None:
-    blocks = ProducerIdBlocks(tmp_path, block_size=10)
+    blocks = ProducerIdBlocks(FileEngine(tmp_path), block_size=10)
     assert [blocks.allocate() for _ in range(3)] == [0, 1, 2]
-    again = ProducerIdBlocks(tmp_path, block_size=10)
+    again = ProducerIdBlocks(FileEngine(tmp_path), block_size=10)
     assert again.allocate() == 10  # the rest of the first block is skipped
     assert [again.allocate() for _ in range(10)][-1] == 20
     assert (tmp_path / "producer-ids").read_text() == "next.block.start=30\n"

@@ -1,20 +1,18 @@
-"""The broker's ACLs, durable in the data directory.
+"""The broker's ACLs, durable in the storage engine.
 
-``<data-dir>/acls.json`` lists every ACL; it is replaced atomically (``storage.files.write_file``:
-a temporary file fsynced and renamed, the directory fsynced) before CreateAcls or DeleteAcls
-answers, so an acknowledged change survives a crash and a crash leaves the old or the new list.
-The in-memory :class:`~broker.security.acl.model.AclAuthorizer` changes with the file: a change applies
-to the next request.
+The document ``acls.json`` lists every ACL; it is replaced atomically and durably before
+CreateAcls or DeleteAcls answers, so an acknowledged change survives a crash and a crash leaves
+the old or the new list. The in-memory :class:`~broker.security.acl.model.AclAuthorizer` changes
+with the document: a change applies to the next request.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kcoord.storage.files import write_file
+from kcoord.storage.engine import Documents
 
 from .model import Acl, AclAuthorizer
 
@@ -24,21 +22,21 @@ if TYPE_CHECKING:
 FILE_NAME = "acls.json"
 
 
-def load_acls(data_dir: Path) -> list[Acl]:
-    path = Path(data_dir) / FILE_NAME
-    if not path.exists():
+def load_acls(documents: Documents) -> list[Acl]:
+    raw = documents.read_document(FILE_NAME)
+    if raw is None:
         return []
-    return [Acl.from_json(d) for d in json.loads(path.read_text())["acls"]]
+    return [Acl.from_json(d) for d in json.loads(raw)["acls"]]
 
 
 def build_authorizer(
-    config: Config, denied: Callable[[str, str], None]
+    config: Config, documents: Documents, denied: Callable[[str, str], None]
 ) -> AclAuthorizer | None:
     """The authorizer with the stored ACLs when ``authorizer.class.name`` is set, else None."""
     if not config["authorizer.class.name"].strip():
         return None
     return AclAuthorizer(
-        load_acls(config.data_dir),
+        load_acls(documents),
         super_users=[u.strip() for u in config["super.users"].split(";") if u.strip()],
         allow_if_no_acl=config["allow.everyone.if.no.acl.found"],
         denied=denied,
@@ -46,12 +44,12 @@ def build_authorizer(
 
 
 class AclStore:
-    def __init__(self, data_dir: Path, authorizer: AclAuthorizer) -> None:
-        self.path = Path(data_dir) / FILE_NAME
+    def __init__(self, documents: Documents, authorizer: AclAuthorizer) -> None:
+        self.documents = documents
         self.authorizer = authorizer
 
     def add(self, acls: Iterable[Acl]) -> None:
-        """Store ACLs (those already there are left as they are); OSError if the file cannot
+        """Store ACLs (those already there are left as they are); OSError if the document cannot
         be written, and then nothing changed."""
         new = self.authorizer.add(acls)
         if new:
@@ -62,7 +60,7 @@ class AclStore:
                 raise
 
     def remove(self, acls: Iterable[Acl]) -> None:
-        """Delete ACLs; OSError if the file cannot be written, and then nothing changed."""
+        """Delete ACLs; OSError if the document cannot be written, and then nothing changed."""
         acls = list(acls)
         if acls:
             self.authorizer.remove(acls)
@@ -74,5 +72,4 @@ class AclStore:
 
     def _save(self) -> None:
         data = {"version": 1, "acls": [a.to_json() for a in self.authorizer.acls()]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_file(self.path, json.dumps(data, indent=1).encode())
+        self.documents.write_document(FILE_NAME, json.dumps(data, indent=1).encode())

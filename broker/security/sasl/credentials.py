@@ -1,18 +1,17 @@
-"""The SCRAM credentials of the broker's users, durable in the data directory.
+"""The SCRAM credentials of the broker's users, durable in the storage engine.
 
-``<data-dir>/scram-credentials.json`` holds, per user and mechanism, the salt, iteration count,
-StoredKey and ServerKey (base64), never a password. It is replaced atomically (written to a
-temporary file, fsynced, renamed, the directory fsynced), so a crash leaves the old or the new
-file. SASL/PLAIN logins are checked against the same credentials.
+The document ``scram-credentials.json`` holds, per user and mechanism, the salt, iteration
+count, StoredKey and ServerKey (base64), never a password. It is replaced atomically and
+durably, so a crash leaves the old or the new one. SASL/PLAIN logins are checked against the
+same credentials.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
-from kcoord.storage.files import write_file
+from kcoord.storage.engine import Documents
 
 from .scram import MECHANISMS, ScramCredential, password_matches
 
@@ -20,12 +19,12 @@ FILE_NAME = "scram-credentials.json"
 
 
 class CredentialStore:
-    def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / FILE_NAME
+    def __init__(self, documents: Documents) -> None:
+        self.documents = documents
         self.users: dict[str, dict[str, ScramCredential]] = {}
-        if self.path.exists():
-            raw = json.loads(self.path.read_text())
-            for user, mechanisms in raw.items():
+        stored = documents.read_document(FILE_NAME)
+        if stored is not None:
+            for user, mechanisms in json.loads(stored).items():
                 self.users[user] = {
                     mechanism: ScramCredential(
                         base64.b64decode(c["salt"]),
@@ -79,5 +78,4 @@ class CredentialStore:
             }
             for user, mechanisms in sorted(self.users.items())
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_file(self.path, json.dumps(data, indent=1).encode())
+        self.documents.write_document(FILE_NAME, json.dumps(data, indent=1).encode())

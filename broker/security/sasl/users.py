@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from kcoord.storage.file_engine import FileEngine
+
 from .credentials import CredentialStore
 from .scram import DEFAULT_ITERATIONS, MECHANISMS, MIN_ITERATIONS, make_credential
 
@@ -28,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    store = CredentialStore(Path(args.data_dir))
+    store = CredentialStore(FileEngine(Path(args.data_dir)))
     if args.action == "list":
         for user, mechanisms in sorted(store.users.items()):
             print(f"{user}\t{','.join(sorted(mechanisms))}")

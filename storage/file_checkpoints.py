@@ -1,10 +1,10 @@
-"""The topic registry's offset checkpoints: what each partition's log held when they were last
+"""The files engine's offset checkpoints: what each partition's log held when they were last
 written, and the losses start-up finds against them.
 
 ``storage.checkpoint`` owns the two files (each partition's log start offset and recovery
 point, in Kafka's format) and the comparison; :class:`OffsetCheckpoints` keeps what was read at
 start-up or recorded since, reports at ERROR the offsets a partition lost (or a whole partition
-whose directory is gone), forgets a deleted topic, takes snapshots on the event loop and writes
+whose directory is gone), takes snapshots on the event loop and writes
 them from any thread, never letting an older snapshot overwrite a newer one.
 """
 
@@ -24,8 +24,8 @@ from kcoord.storage.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
+from kcoord.storage.engine import Log
 from kcoord.storage.files import describe_error
-from kcoord.storage.log import PartitionLog
 
 log = logging.getLogger("kcoord.topics")
 
@@ -60,14 +60,14 @@ class OffsetCheckpoints:
             except (OSError, CheckpointError) as e:
                 log.warning("%s could not be read, not used: %s", file, short_error(e))
 
-    def restore_start(self, name: str, partition: int, plog: PartitionLog) -> None:
+    def restore_start(self, name: str, partition: int, plog: Log) -> None:
         """Give the just-opened log its checkpointed log start offset (DeleteRecords and
         retention move it inside a segment; it is written before segments below it go)."""
         start = self._starts.get((name, partition))
         if start is not None and plog.offline is None:
             plog.restore_log_start(start)
 
-    def check_lost(self, name: str, partition: int, plog: PartitionLog) -> None:
+    def check_lost(self, name: str, partition: int, plog: Log) -> None:
         """Log, at ERROR, the offsets partition ``name``-``partition`` held at the last
         checkpoint and no longer has (nothing for an offline log: its offsets are unknown)."""
         if plog.offline is not None:
@@ -104,13 +104,7 @@ class OffsetCheckpoints:
                         end - 1,
                     )
 
-    def forget(self, name: str, partitions: int) -> None:
-        """Drop a deleted topic's partitions, so that their absence is not taken for a loss."""
-        for p in range(partitions):
-            self._starts.pop((name, p), None)
-            self._ends.pop((name, p), None)
-
-    def snapshot(self, topics: Iterable[tuple[str, Sequence[PartitionLog]]]) -> CheckpointSnapshot:
+    def snapshot(self, topics: Iterable[tuple[str, Sequence[Log]]]) -> CheckpointSnapshot:
         """The offsets to checkpoint for ``topics`` (name and partition logs), taken on the
         event loop: each partition's start and flushed offset; a partition offline since
         start-up (offsets unknown) keeps what the previous snapshot (or the checkpoint read at
