@@ -35,6 +35,18 @@ class Setting:
     minimum: int | None = None
     choices: tuple[str, ...] | None = None
     """For a string setting: a comma-separated list of these (e.g. ``log.cleanup.policy``)."""
+    secret: bool = False
+    """A secret whose name does not say so (see :attr:`sensitive`)."""
+
+    @property
+    def sensitive(self) -> bool:
+        """Whether the value is a secret: never shown, by DescribeConfigs (a null value marked
+        sensitive, as Kafka answers its password-type configs) nor by ``kcoord config``.
+
+        Decided here, by name as well as by flag, so that a secret setting added later under
+        one of Kafka's names (``ssl.keystore.password``, ``sasl.jaas.config``, ...) is hidden
+        without anyone remembering to say so."""
+        return self.secret or is_secret_name(self.name)
 
     def allowed(self) -> str:
         """The values this setting accepts, in words (for error messages and ``kcoord config``)."""
@@ -46,6 +58,30 @@ class Setting:
             low = f" >= {self.minimum}" if self.minimum is not None else ""
             return f"an integer{low}"
         return "a string"
+
+
+_SECRET_NAMES = frozenset(
+    # Kafka's password-type settings whose names hold no "password" or "secret"
+    {
+        "sasl.jaas.config",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+    }
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a setting of this name holds a secret, as Kafka types it PASSWORD: any
+    ``*.password``, anything naming a secret, a JAAS configuration, an inline PEM key or store
+    (listener-prefixed forms included)."""
+    lowered = name.lower()
+    return (
+        lowered.endswith(".password")
+        or "secret" in lowered
+        or lowered.endswith(".jaas.config")
+        or any(lowered == n or lowered.endswith("." + n) for n in _SECRET_NAMES)
+    )
 
 
 _INT_MAX = 2**31 - 1
@@ -460,21 +496,29 @@ class Config:
         self._sources[name] = source
 
     def items(self) -> list[tuple[str, Any, str]]:
+        """(name, value, source) of every setting, secrets in clear: for the broker's own use,
+        never for showing (that is :meth:`describe`)."""
         return [(n, self._values[n], self._sources[n]) for n in sorted(SETTINGS)]
 
     def describe(self) -> list[dict[str, Any]]:
-        """Every setting with its effective value, where it came from, and what it accepts."""
-        return [
-            {
-                "name": n,
-                "value": self._values[n],
-                "source": self._sources[n],
-                "default": SETTINGS[n].default,
-                "allowed": SETTINGS[n].allowed(),
-                "doc": SETTINGS[n].doc,
-            }
-            for n in sorted(SETTINGS)
-        ]
+        """Every setting with its effective value, where it came from, and what it accepts; the
+        value (and default) of a sensitive one is None. Everything that shows settings to
+        someone (DescribeConfigs, ``kcoord config``) reads them here, so none shows a secret."""
+        rows = []
+        for n in sorted(SETTINGS):
+            hidden = SETTINGS[n].sensitive
+            rows.append(
+                {
+                    "name": n,
+                    "value": None if hidden else self._values[n],
+                    "source": self._sources[n],
+                    "default": None if hidden else SETTINGS[n].default,
+                    "allowed": SETTINGS[n].allowed(),
+                    "doc": SETTINGS[n].doc,
+                    "sensitive": hidden,
+                }
+            )
+        return rows
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -11,7 +11,9 @@ at the next retention pass, ``broker/data/retention.py``).
 
 The broker (resource type 4, named by its node id) describes its settings, all read-only: they
 are set at start (``kcoord serve --set``), so altering them is refused with INVALID_REQUEST, as
-Kafka refuses a setting that cannot change dynamically. Other resource types get
+Kafka refuses a setting that cannot change dynamically. A secret setting (``Setting.sensitive``,
+e.g. ``ssl.key.password``) is answered as Kafka answers its password-type configs: a null value,
+in its synonyms too, marked sensitive, whoever asks. Other resource types get
 INVALID_REQUEST, and so does a resource named again in the same request. Errors are per
 resource, as in Kafka.
 """
@@ -46,7 +48,7 @@ TOPIC = 2
 BROKER = 4
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-_BOOLEAN, _STRING, _INT = 1, 2, 3
+_BOOLEAN, _STRING, _INT, _PASSWORD = 1, 2, 3, 9
 _SOURCE_STATIC_BROKER, _SOURCE_DEFAULT = 4, 5
 
 
@@ -97,11 +99,12 @@ class ConfigApi:
         return ctx.respond(throttle_time=0, results=results)
 
     def _describe(self, resource_type: int, name: str) -> list[tuple[Any, ...]]:
-        """(name, value, read only, source, type, documentation, synonyms) of each config."""
+        """(name, value, read only, source, type, documentation, synonyms, sensitive) of each
+        config."""
         if resource_type == TOPIC:
             topic = self._topic(name)
             return [
-                (v.name, v.value, False, v.source, v.type, v.doc, v.synonyms)
+                (v.name, v.value, False, v.source, v.type, v.doc, v.synonyms, False)
                 for v in self.topics.configs.describe(topic.topic_id, topic.name)
             ]
         if resource_type == BROKER:
@@ -113,16 +116,19 @@ class ConfigApi:
 
     def _broker_entry(self, row: dict[str, Any]) -> tuple[Any, ...]:
         value = row["value"]
-        text = str(value).lower() if isinstance(value, bool) else str(value)
         source = _SOURCE_DEFAULT if row["source"] == "default" else _SOURCE_STATIC_BROKER
         name = row["name"]
+        if row["sensitive"]:  # Config.describe() already left the value out
+            syn = ((name, None, source),)
+            return (name, None, True, source, _PASSWORD, row["doc"], syn, True)
+        text = str(value).lower() if isinstance(value, bool) else str(value)
         if isinstance(value, bool):
             kind = _BOOLEAN
         elif isinstance(value, int):
             kind = TYPE_LONG if name.endswith((".ms", ".bytes")) else _INT
         else:
             kind = TYPE_LIST if name == "log.cleanup.policy" else _STRING
-        return (name, text, True, source, kind, row["doc"], ((name, text, source),))
+        return (name, text, True, source, kind, row["doc"], ((name, text, source),), False)
 
     def _check_broker(self, name: str) -> None:
         if name != str(self.config["node.id"]):
@@ -259,14 +265,14 @@ def _checked(configs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
 
 
 def _entry(e: tuple[Any, ...], synonyms: bool, docs: bool) -> dict[str, Any]:
-    name, value, read_only, source, kind, doc, syn = e
+    name, value, read_only, source, kind, doc, syn, sensitive = e
     return dict(
         name=name,
         value=value,
         read_only=read_only,
         is_default=source == _SOURCE_DEFAULT,
         config_source=source,
-        is_sensitive=False,
+        is_sensitive=sensitive,
         synonyms=[dict(name=n, value=v, source=s) for n, v, s in syn] if synonyms else [],
         config_type=kind,
         documentation=doc if docs else None,

@@ -138,7 +138,7 @@ def _show_config(args: argparse.Namespace) -> int:
         return 0
     headers = ["NAME", "VALUE", "SOURCE"] + (["ALLOWED", "DESCRIPTION"] if args.verbose else [])
     table = [
-        [r["name"], _show_value(r["value"]), r["source"]]
+        [r["name"], "(hidden)" if r["sensitive"] else _show_value(r["value"]), r["source"]]
         + ([r["allowed"], r["doc"]] if args.verbose else [])
         for r in rows
     ]

@@ -204,3 +204,34 @@ def test_consumer_group_bounds_can_be_lowered_for_development() -> None:
     )
     assert cfg["group.consumer.heartbeat.interval.ms"] == 500
     assert cfg.consumer_assignors == ("range", "uniform")
+
+
+def test_secrets_are_sensitive_and_never_described() -> None:
+    from kcoord.broker.config import SETTINGS, is_secret_name
+
+    assert SETTINGS["ssl.key.password"].sensitive
+    assert not SETTINGS["ssl.keystore.location"].sensitive
+    assert not SETTINGS["num.partitions"].sensitive
+    for name in (
+        "ssl.keystore.password",
+        "ssl.truststore.password",
+        "sasl.jaas.config",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config",
+        "sasl.oauthbearer.client.credentials.client.secret",
+        "password.encoder.secret",
+        "ssl.keystore.key",
+        "listener.name.ssl.ssl.keystore.key",
+        "ssl.truststore.certificates",
+    ):
+        assert is_secret_name(name), name
+    for name in ("ssl.keystore.location", "ssl.keystore.type", "sasl.enabled.mechanisms"):
+        assert not is_secret_name(name), name
+    # every setting whose name mentions a password or a secret is hidden
+    for name, setting in SETTINGS.items():
+        if "password" in name or "secret" in name:
+            assert setting.sensitive, name
+    cfg = Config.load(overrides=["ssl.key.password=hunter2"])
+    assert cfg["ssl.key.password"] == "hunter2"  # the broker itself still reads it
+    rows = {r["name"]: r for r in cfg.describe()}
+    assert rows["ssl.key.password"]["value"] is None and rows["ssl.key.password"]["sensitive"]
+    assert "hunter2" not in repr(cfg.describe())
