@@ -23,7 +23,15 @@ The protocol (:class:`StagedPartitions`):
 3. Each partition directory is renamed into the data directory; the data directory is fsynced;
    ``COMMITTED`` and the creation directory are removed.
 
-``abort`` (a failure before the commit point) removes the creation directory. At start-up,
+``abort`` (a failure before the commit point) removes the creation directory.
+
+Creations run at the same time in worker threads, all in the one ``.staging``. The root is
+made by the first creation under way and removed by the last to finish, counted under a lock
+(:func:`_enter`, :func:`_leave`), so it exists for as long as any creation uses it: none ever
+fsyncs a root another has removed (they once did, and logged "could not remove finished
+creation"). Only one process uses a data directory.
+
+At start-up,
 before any partition is loaded, :func:`recover_staged` settles what a crash left: a creation
 without ``COMMITTED`` is deleted (rolled back), one with it is rolled forward (its remaining
 partition directories renamed into place, then it is deleted). Any subset of the renames may
@@ -42,6 +50,7 @@ import errno
 import logging
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
 
@@ -103,16 +112,20 @@ class StagedPartitions:
         self.fsync = fsync
         root = self.data_dir / STAGING_DIR
         self.dir = root / uuid.uuid4().hex
-        for attempt in range(3):
-            try:
-                self.dir.mkdir(parents=True)
-                break
-            except FileNotFoundError:  # another creation just removed the empty root
-                if attempt == 2:
-                    raise
-        if fsync:
-            fsync_dir(root)
-            fsync_dir(self.data_dir)
+        _enter(root)
+        self._entered = True
+        try:
+            self.dir.mkdir()
+            if fsync:
+                # The creation's directory must be findable after a crash from the commit point
+                # on (the start-up recovery rolls it forward): its entry in the root, and the
+                # root's in the data directory, are made durable before anything is built.
+                fsync_dir(root)
+                fsync_dir(self.data_dir)
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self._leave()
+            raise
         self.names: list[str] = []
         self.committed = False
 
@@ -169,6 +182,7 @@ class StagedPartitions:
                 fsync_dir(self.data_dir)
                 fsync_dir(self.dir)
         except OSError as e:
+            self._leave()  # what is left is the next start's to finish
             raise CreationIncomplete(e, installed) from e
         self._remove()
         return installed
@@ -178,9 +192,15 @@ class StagedPartitions:
         if self.committed:
             raise RuntimeError("a committed creation cannot be aborted")
         shutil.rmtree(self.dir, ignore_errors=True)
-        _remove_if_empty(self.dir.parent)
+        self._leave()
 
     def _remove(self) -> None:
+        # Every partition is in place and durable (the data directory was fsynced after the
+        # renames, and this directory after them, so no partition entry is left in it): what
+        # is removed here is bookkeeping. A crash before its removal is durable leaves an empty
+        # creation directory, with or without COMMITTED, which the next start deletes (rolling
+        # forward nothing). The root's fsync only keeps that from happening; it needs the
+        # root to exist, which it does while this creation has not left it.
         try:
             (self.dir / COMMIT_MARKER).unlink()
             self.dir.rmdir()
@@ -188,12 +208,45 @@ class StagedPartitions:
                 fsync_dir(self.dir.parent)
         except OSError as e:  # only bookkeeping is left: the next start removes it
             log.warning("could not remove finished creation %s: %s", self.dir, e.strerror)
-        _remove_if_empty(self.dir.parent)
+        self._leave()
+
+    def _leave(self) -> None:
+        if self._entered:
+            self._entered = False
+            _leave(self.dir.parent)
+
+
+_roots_lock = threading.Lock()
+_users: dict[str, int] = {}
+"""Creations under way in this process, per staging root (by its real path)."""
+
+
+def _enter(root: Path) -> None:
+    """A creation starts using ``root``: made if it does not exist."""
+    key = os.path.realpath(root)
+    with _roots_lock:
+        root.mkdir(parents=True, exist_ok=True)
+        _users[key] = _users.get(key, 0) + 1
+
+
+def _leave(root: Path) -> None:
+    """A creation is done with ``root``: the last one removes it, if empty (a creation that
+    could not finish leaves its directory for the next start). Its removal need not be durable:
+    an empty root left by a crash is removed at the next start."""
+    key = os.path.realpath(root)
+    with _roots_lock:
+        left = _users[key] - 1
+        if left:
+            _users[key] = left
+            return
+        del _users[key]
+        _remove_if_empty(root)
 
 
 def _remove_if_empty(root: Path) -> None:
-    """Remove the staging root when no creation uses it (Kafka's own loader would take a
-    leftover directory for a partition with a malformed name)."""
+    """Remove the staging root if it is empty (Kafka's own loader would take a leftover
+    directory for a partition with a malformed name). Callers make sure no creation is using
+    it: the last to leave it, or the start-up recovery, before any creation."""
     with contextlib.suppress(OSError):
         root.rmdir()
 

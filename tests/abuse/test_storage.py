@@ -5,10 +5,15 @@ CreatePartitions asking for 12,000 partitions exhausted file descriptors and blo
 loop (now refused with POLICY_VIOLATION by max.partitions.per.request, before anything is
 created); Metadata v10/v11 naming an unknown topic by id, and a CreateTopics with a
 32,767-character name, failed while their answers were encoded (now answered).
+
+Finding 17 of the hardening issue: concurrent creations (80 topics in one CreateTopics, several
+CreateTopics at once) logged "could not remove finished creation ...: No such file or
+directory", one creation having removed the staging root another was about to fsync.
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -89,3 +94,48 @@ def test_a_32767_character_topic_name_is_answered_with_a_short_message(
             assert r.responses[0].error_code == ErrorCode.unknown_topic_or_partition
             assert len(r.responses[0].error_message) < 200
     assert_survived(abuse_broker, healthy, "a 32,767-character topic name")
+
+
+def test_concurrent_creations_complete_and_log_no_warning(
+    abuse_broker: BrokerProcess, healthy: HealthyGroup
+) -> None:
+    failures: list[str] = []
+
+    def create_many(prefix: str, count: int, start: threading.Barrier) -> None:
+        with RawClient(abuse_broker.port, timeout=60) as c:
+            start.wait(timeout=30)
+            r = c.request(
+                ApiKey.CREATE_TOPICS, 7,
+                topics=[dict(name=f"{prefix}-{i}", num_partitions=2, replication_factor=1,
+                             assignments=[], configs=[]) for i in range(count)],
+                timeout=60000, validate_only=False,
+            )  # fmt: skip
+            failures.extend(f"{t.name}: {t.error_code}" for t in r.topics if t.error_code)
+
+    log_before = abuse_broker.log_path.stat().st_size
+    for round_ in range(3):
+        # one CreateTopics of 80 topics beside six of one topic each, all at once
+        jobs = [(f"many{round_}", 80)] + [(f"one{round_}x{i}", 1) for i in range(6)]
+        start = threading.Barrier(len(jobs))
+        threads = [threading.Thread(target=create_many, args=(*job, start)) for job in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+            assert not t.is_alive()
+    assert failures == []
+    with abuse_broker.log_path.open("rb") as f:
+        f.seek(log_before)
+        logged = f.read().decode(errors="replace")
+    assert "could not remove finished creation" not in logged, logged[-3000:]
+    assert " WARNING kcoord.storage " not in logged, logged[-3000:]
+    for round_ in range(3):
+        for i in range(80):
+            assert sorted(_dirs(abuse_broker.data_dir, f"many{round_}-{i}")) == [
+                f"many{round_}-{i}-0",
+                f"many{round_}-{i}-1",
+            ]
+        for i in range(6):
+            assert len(_dirs(abuse_broker.data_dir, f"one{round_}x{i}-0")) == 2
+    assert not (abuse_broker.data_dir / ".staging").exists()
+    assert_survived(abuse_broker, healthy, "concurrent CreateTopics")

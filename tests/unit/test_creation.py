@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -156,6 +157,65 @@ def test_interrupted_growth_keeps_the_old_count_or_completes(tmp_path: Path) -> 
     assert len(store.topics["g"].partitions) == 6 and _staged(tmp_path) == []
     assert store.topics["g"].topic_id == topic_id
     store.close()
+
+
+def test_a_creation_finishing_while_another_cleans_up_keeps_the_staging_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The interleaving behind "could not remove finished creation ...: No such file or
+    directory": creation A removes its directory, then creation B finishes whole (and, being the
+    last in the staging root, would remove it) before A fsyncs the root."""
+    root = tmp_path / STAGING_DIR
+    a, b = StagedPartitions(tmp_path), StagedPartitions(tmp_path)
+    a.add("a", 0, uuid.uuid4())
+    b.add("b", 0, uuid.uuid4())
+    real = creation.fsync_dir
+    b_done: list[Path] = []
+    b_started = [False]
+
+    def fsync_dir(path: Path) -> None:
+        if path == root and not a.dir.exists() and not b_started[0]:
+            b_started[0] = True
+            b_done.extend(b.commit())  # B runs to its end in A's window
+        real(path)
+
+    monkeypatch.setattr(creation, "fsync_dir", fsync_dir)
+    with caplog.at_level(logging.WARNING, logger="kcoord.storage"):
+        assert [p.name for p in a.commit()] == ["a-0"]
+    assert [p.name for p in b_done] == ["b-0"]
+    assert [r.getMessage() for r in caplog.records] == []
+    assert _partition_dirs(tmp_path) == ["a-0", "b-0"] and not root.exists()
+
+
+def test_many_concurrent_creations_log_nothing_and_all_complete(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    threads, rounds = 24, 4
+    errors: list[BaseException] = []
+
+    def create(name: str, start: threading.Barrier) -> None:
+        start.wait(timeout=30)
+        try:
+            create_partitions(tmp_path, name, uuid.uuid4(), range(2))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with caplog.at_level(logging.WARNING, logger="kcoord.storage"):
+        for r in range(rounds):
+            start = threading.Barrier(threads)
+            workers = [
+                threading.Thread(target=create, args=(f"t{r}x{i}", start)) for i in range(threads)
+            ]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join(timeout=60)
+                assert not w.is_alive()
+    assert errors == []
+    assert [r.getMessage() for r in caplog.records] == []
+    expected = sorted(f"t{r}x{i}-{p}" for r in range(rounds) for i in range(threads) for p in (0, 1))
+    assert _partition_dirs(tmp_path) == expected
+    assert not (tmp_path / STAGING_DIR).exists()
 
 
 # -- storage.checkpoint -------------------------------------------------------------------------
