@@ -145,7 +145,8 @@ SETTINGS: dict[str, Setting] = {
             "connection.failed.authentication.delay.ms",
             int,
             100,
-            "How long a failed SASL login waits before its connection is closed.",
+            "How long a failed SASL login waits before its answer goes out and its connection"
+            " is closed (the connection reads nothing more meanwhile).",
             0,
         ),
         Setting(

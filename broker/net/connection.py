@@ -132,6 +132,12 @@ class Connection(FrameLoop):
         """Who the client is: its SASL user, its TLS certificate's subject, or anonymous."""
         self.authenticated = not services.listener.sasl
         """False on a SASL listener until SaslAuthenticate succeeds (broker/security/sasl/api.py)."""
+        self._queued_max: int = config["queued.max.requests"]
+        if not self.authenticated:
+            # Until the login succeeds, one request at a time, as Kafka reads the next SASL
+            # message only once the last is answered: a pipelined guess waits for the verdict
+            # on the one before it, and a failed login closes the connection before it is read.
+            self._max_in_flight = 1
         self.sasl_mechanism: str | None = None
         self.sasl_raw: Callable[[Connection, bytes], Awaitable[bytes | None]] | None = None
         """After a SaslHandshake v0: what answers the bare SASL tokens that follow (the next
@@ -150,6 +156,14 @@ class Connection(FrameLoop):
         self._on_request = services.metrics.request
         self._on_response = services.metrics.response
         self._max_elements: int = config["socket.request.max.elements"]
+
+    def logged_in(self, principal: str) -> None:
+        """The SASL login succeeded: ``principal`` is the client, and its requests are served
+        (and may be pipelined) from now on."""
+        self.authenticated = True
+        self.principal = principal
+        if not self._closing:
+            self._max_in_flight = self._queued_max
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -282,8 +296,12 @@ class Connection(FrameLoop):
                 log.exception("SASL token failed; closing %s", self.peer)
                 self.abort("internal error")
                 return
-            if reply is None or self.closed:
-                return  # the login failed: the connection is closing
+            if self.closed:
+                return
+            if reply is None:  # the login failed: no answer, the connection is closing
+                slot.done = True
+                self._flush()
+                return
             slot.data = struct.pack(">i", len(reply)) + reply
             self._held += len(slot.data)
             slot.done = True

@@ -20,6 +20,10 @@ What one client can hold is bounded (the hardening limits, docs/limits.md):
 * a request must arrive within ``socket.request.receive.timeout.ms`` of its first byte (the
   broker's sweep closes connections that take longer), not counting time the broker itself
   spent not reading.
+
+A connection can also be ended without dropping the answers already due
+(:meth:`FrameLoop.close_when_answered`): it takes no further request, drops whatever else the
+client sent, and closes once those answers are written.
 """
 
 from __future__ import annotations
@@ -83,13 +87,14 @@ class FrameLoop(asyncio.Protocol):
         self._reading = True
         self._pass_scheduled = False
         self._reserved = 0  # bytes of the request memory budget held for the frame arriving
+        self._closing = False  # close_when_answered() was called
         self.partial_since: float | None = None
         """When the frame being received started arriving (monotonic), while we read."""
 
     # asyncio.Protocol -------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
+        if self.closed or self._closing:
+            return  # closing: what still arrives is dropped (close_when_answered)
         self.last_active = time.monotonic()
         try:
             self.decoder.append(data)
@@ -212,10 +217,20 @@ class FrameLoop(asyncio.Protocol):
             self._loop.call_soon(self._pass)
 
     # closing ------------------------------------------------------------------------------------
-    def close_later(self, delay_s: float) -> None:
-        """Close once ``delay_s`` has passed (the answers written by then go out first)."""
+    def close_when_answered(self) -> None:
+        """Take no more requests, and close once the answers of those already taken are out.
+
+        Frames that have arrived and not been handled yet, and any that arrive later, are
+        dropped unread (a failed login ends a connection this way: nothing the client
+        pipelined behind the failed attempt is looked at)."""
+        self._max_in_flight = 0  # _pass takes no frame, _busy() keeps reading off
+        self._closing = True
         self._set_reading(False)
-        self._loop.call_later(delay_s, self._close_gently)
+        self._close_if_answered()
+
+    def _close_if_answered(self) -> None:
+        if not self._slots and not self._out and not self._write_scheduled:
+            self._close_gently()
 
     def _close_gently(self) -> None:
         if not self.closed and self.transport is not None:
@@ -264,13 +279,16 @@ class FrameLoop(asyncio.Protocol):
     def _write_out(self) -> None:
         self._write_scheduled = False
         out, self._out = self._out, []
-        if not out:
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            self._held -= len(data)
+            if self.transport is not None and not self.closed:
+                self.transport.write(data)
+        if self._closing:
+            self._close_if_answered()  # transport.close() still sends what was written
             return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self._held -= len(data)
-        if self.transport is not None and not self.closed:
-            self.transport.write(data)
-        self._wake()
+        if out:
+            self._wake()
 
     # what a frame means: the subclass's ---------------------------------------------------------
     def _direct(self, frame: Frame) -> bool:

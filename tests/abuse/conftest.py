@@ -4,7 +4,8 @@ Every module gets one broker, run under an address-space limit (``prlimit --as``
 an allocation a request tricks it into fails instead of succeeding on an overcommitting machine,
 and one healthy consumer group beside it (:class:`HealthyGroup`) that must keep consuming while
 the probes run. A module may define ``BROKER_SETTINGS`` (a dict of ``--set`` values) to tune its
-broker. Each probe checks that the offending client got an error or a clean close, that the
+broker; ``{port}`` in a value stands for the broker's own port (for ``listeners``, which replaces
+``--port``). Each probe checks that the offending client got an error or a clean close, that the
 broker is alive, and that the healthy group still makes progress.
 """
 
@@ -54,6 +55,9 @@ def abuse_broker(
     settings.update(getattr(request.module, "BROKER_SETTINGS", {}))
     data = tmp_path_factory.mktemp("abuse") / "data"
     broker = BrokerProcess(data, settings, metrics_port=free_port(), wrapper=_wrapper())
+    for name, value in settings.items():
+        if isinstance(value, str):
+            broker.settings[name] = value.replace("{port}", str(broker.port))
     broker.start()
     yield broker
     broker.stop()

@@ -4,12 +4,17 @@ A connection of a SASL listener starts unauthenticated: until SaslAuthenticate s
 only send ApiVersions, SaslHandshake and SaslAuthenticate (the connection refuses anything
 else). SaslHandshake picks one of ``sasl.enabled.mechanisms``; SaslAuthenticate carries the
 mechanism's tokens (KIP-152 framing); after a SaslHandshake v0 the tokens come instead as bare
-size-prefixed frames with no Kafka header, answered the same way (:meth:`SaslApi.raw_token`, a
-failure closes the connection). PLAIN is checked against the user's stored SCRAM
-credential (the PBKDF2 work in a worker thread); SCRAM runs :class:`ScramServer`; OAUTHBEARER
-(only when enabled) takes unsecured development tokens (``oauthbearer.py``). A failure
-answers SASL_AUTHENTICATION_FAILED with a message, then closes the connection after
-``connection.failed.authentication.delay.ms``. Success makes ``User:<name>`` the principal.
+size-prefixed frames with no Kafka header, answered the same way (:meth:`SaslApi.raw_token`).
+PLAIN is checked against the user's stored SCRAM credential (the PBKDF2 work in a worker
+thread); SCRAM runs :class:`ScramServer`; OAUTHBEARER (only when enabled) takes unsecured
+development tokens (``oauthbearer.py``). Success makes ``User:<name>`` the principal.
+
+A failed login ends the connection, as in Kafka: the connection takes no further request (it
+handles one at a time until the login succeeds, so whatever the client pipelined behind the
+failed attempt is dropped unread), and after ``connection.failed.authentication.delay.ms`` the
+SASL_AUTHENTICATION_FAILED answer with its message goes out (none after a SaslHandshake v0,
+which has no way to say why) and the connection is closed. One guess per connection, each
+costing the delay, is what keeps passwords from being tried at wire speed.
 """
 
 from __future__ import annotations
@@ -66,20 +71,20 @@ class SaslApi:
     async def authenticate(self, ctx: RequestContext, req: Any) -> Any:
         conn = ctx.connection
         if conn.authenticated or conn.sasl_mechanism is None or conn.sasl_raw is not None:
-            return self._failed(ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate out of turn")
+            return await self._failed(ctx, ErrorCode.illegal_sasl_state, "SaslAuthenticate out of turn")
         try:
             answer = await self._step(conn, bytes(req.auth_bytes))
         except _LoginFailed as e:
-            return self._failed(ctx, e.code, e.message)
+            return await self._failed(ctx, e.code, e.message)
         return ctx.respond(error_code=ErrorCode.none, error_message=None, auth_bytes=answer, session_lifetime=0)
 
     async def raw_token(self, conn: Connection, token: bytes) -> bytes | None:
         """A token of a SaslHandshake v0 exchange (no Kafka header): the answer token, or None
-        when the login failed (the connection is then closed, as v0 has no way to say why)."""
+        when the login failed (after the delay; the connection is then closed unanswered)."""
         try:
             answer = await self._step(conn, token)
         except _LoginFailed as e:
-            self._refuse(conn, e.message)
+            await self._refuse(conn, e.message)
             return None
         if conn.authenticated:
             conn.sasl_raw = None
@@ -149,17 +154,19 @@ class SaslApi:
         )
 
     def _succeeded(self, conn: Connection, user: str) -> None:
-        conn.authenticated = True
-        conn.principal = f"User:{user}"
+        conn.logged_in(f"User:{user}")
         conn.sasl_exchange = None
 
-    def _refuse(self, conn: Connection, message: str) -> None:
+    async def _refuse(self, conn: Connection, message: str) -> None:
+        """End the connection of a failed login: no further request is taken, and its close
+        (after the answer, if any) waits out the delay, which this waits for."""
         log.info("closing %s: SASL authentication failed (%s)", conn.peer, message)
         self._on_failure("authentication")
-        conn.close_later(self.failure_delay_s)
+        conn.close_when_answered()
+        await asyncio.sleep(self.failure_delay_s)
 
-    def _failed(self, ctx: RequestContext, code: int, message: str) -> Any:
-        self._refuse(ctx.connection, message)
+    async def _failed(self, ctx: RequestContext, code: int, message: str) -> Any:
+        await self._refuse(ctx.connection, message)
         return ctx.respond(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0)
 
 
