@@ -19,6 +19,13 @@ Two kinds of metrics:
   are not waiting to be consumed). Only
   ``metrics.max.groups`` groups get series of their own, the others are summed into
   ``consumergroup="__other__"`` (see broker/metrics/group_state.py for the rule).
+
+Label values that clients choose are bounded the same way: the principals refused by the ACLs
+(``kcoord_authorization_denied_total``) get series of their own for the first
+:data:`MAX_PRINCIPALS` of them no longer than :data:`MAX_PRINCIPAL_CHARS`, and every other
+refusal counts under ``principal="__other__"``. A principal can be any string a client sends
+(an unsigned OAUTHBEARER token names whom it likes), and a series, once made, lives as long as
+the broker.
 """
 
 from __future__ import annotations
@@ -68,6 +75,16 @@ _LATENCY_BUCKETS = (
     2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 _REBALANCE_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+MAX_PRINCIPALS = 100
+"""Principals with ``kcoord_authorization_denied_total`` series of their own: the first ones
+refused (kept for the broker's life, as Prometheus counters are)."""
+MAX_PRINCIPAL_CHARS = 256
+"""A longer principal is never a label value (a TLS subject with a few fields fits)."""
+OTHER_PRINCIPAL = "__other__"
+"""The principal label of the refusals of every other principal (no principal has this name:
+they are ``User:...``)."""
 
 
 def _now_ms() -> int:
@@ -125,7 +142,8 @@ class BrokerMetrics:
         )
         self.authorization_denied = Counter(
             "kcoord_authorization_denied",
-            "Operations the ACLs refused, by principal and resource type.",
+            f"Operations the ACLs refused, by principal (the first {MAX_PRINCIPALS}, the others"
+            f' as "{OTHER_PRINCIPAL}") and resource type.',
             ["principal", "resource_type"],
             registry=r,
         )
@@ -167,6 +185,7 @@ class BrokerMetrics:
         ProcessCollector(registry=r)
         self._coordinator = _CoordinatorCollector()
         r.register(self._coordinator)
+        self._denied_principals: set[str] = set()
         self._requests_by_key: dict[int, Counter] = {}
         self._latency_by_key: dict[int, Histogram] = {}
 
@@ -198,6 +217,12 @@ class BrokerMetrics:
         self.connections_refused.labels(reason).inc()
 
     def denied(self, principal: str, resource_type: str) -> None:
+        known = self._denied_principals
+        if principal not in known:
+            if len(known) < MAX_PRINCIPALS and len(principal) <= MAX_PRINCIPAL_CHARS:
+                known.add(principal)
+            else:
+                principal = OTHER_PRINCIPAL
         self.authorization_denied.labels(principal, resource_type).inc()
 
     def request(self, api_key: int) -> None:

@@ -1,10 +1,15 @@
-"""Hostile SASL clients: guessing passwords on one connection.
+"""Hostile SASL clients: guessing passwords on one connection, logging in under endless names.
 
-Finding 6 of the hardening issue: 40 pipelined PLAIN guesses on one connection were all checked
-in ~0.1 s, and a right password after a wrong one logged in. Now, as in Kafka, a connection
-takes its SASL requests one at a time, and a failed login ends it: the failure answer goes out
-after ``connection.failed.authentication.delay.ms``, then the connection closes; whatever the
-client pipelined behind the failed attempt is dropped unread.
+Findings 6 and 14 of the hardening issue:
+
+* 40 pipelined PLAIN guesses on one connection were all checked in ~0.1 s, and a right password
+  after a wrong one logged in. Now, as in Kafka, a connection takes its SASL requests one at a
+  time, and a failed login ends it: the failure answer goes out after
+  ``connection.failed.authentication.delay.ms``, then the connection closes; whatever the client
+  pipelined behind the failed attempt is dropped unread.
+* OAUTHBEARER subjects (any string, unsigned) became label values of
+  ``kcoord_authorization_denied_total`` without bound (1,500 logins with 20 KB names: a 30.9 MB
+  ``/metrics``). Now only a bounded set of principals gets series of its own.
 
 The broker has a SASL listener beside its PLAINTEXT one (where the healthy group runs), an
 authorizer whose super users are the anonymous PLAINTEXT clients and ``alice``, and a failed-login
@@ -13,6 +18,8 @@ delay long enough to measure.
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import struct
 import time
@@ -23,6 +30,7 @@ import pytest
 from kio.serial import entity_reader
 from prometheus_client.parser import text_string_to_metric_families
 
+from kcoord.broker.metrics.prometheus import MAX_PRINCIPAL_CHARS, MAX_PRINCIPALS, OTHER_PRINCIPAL
 from kcoord.protocol.apis import ApiKey, is_flexible
 from kcoord.protocol.codec import encode_body, request_type, response_type
 from kcoord.protocol.errors import ErrorCode
@@ -31,7 +39,7 @@ from tests.integration.harness import BrokerProcess, free_port
 from tests.integration.rawclient import RawClient
 
 from .conftest import assert_survived
-from .healthy import HealthyGroup
+from .healthy import TOPIC, HealthyGroup
 
 SASL_PORT = free_port()
 DELAY_MS = 400
@@ -181,7 +189,8 @@ def test_a_failed_login_of_bare_tokens_ends_the_connection(
         tokens = [_plain(f"guess-{i}") for i in range(39)] + [_plain(PASSWORD)]
         started = time.monotonic()
         c.send_raw(
-            b"".join(struct.pack(">i", len(t)) + t for t in tokens) + _create_topic(7, "sasl-pwned-v0")
+            b"".join(struct.pack(">i", len(t)) + t for t in tokens)
+            + _create_topic(7, "sasl-pwned-v0")
         )
         rest = _until_closed(c.sock)
         waited = time.monotonic() - started
@@ -190,3 +199,60 @@ def test_a_failed_login_of_bare_tokens_ends_the_connection(
     assert _failed_logins(abuse_broker) == failed_before + 1, "more than one guess was checked"
     assert "sasl-pwned-v0" not in _topics(abuse_broker)
     assert_survived(abuse_broker, healthy, "pipelined PLAIN guesses (SaslHandshake v0)")
+
+
+# OAUTHBEARER -----------------------------------------------------------------------------------
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+_UNSECURED = _b64(b'{"alg":"none"}')
+
+
+def _token(claims: dict[str, Any] | str) -> str:
+    """An unsecured JWS of these claims (a dict, or the claims' JSON text as is)."""
+    text = claims if isinstance(claims, str) else json.dumps(claims)
+    return f"{_UNSECURED}.{_b64(text.encode())}."
+
+
+def _bearer(token: str) -> bytes:
+    return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_oauthbearer_principals_do_not_grow_the_metrics(
+    abuse_broker: BrokerProcess, healthy: HealthyGroup
+) -> None:
+    """300 OAUTHBEARER logins under distinct names (half of them 20 KB long), each refused a
+    Metadata of the healthy topic: the denials are all counted, in a bounded number of series."""
+    logins = 300
+    exp = time.time() + 600
+    for i in range(logins):
+        name = f"p{i:04d}-" + ("x" * 20_000 if i % 2 else "short")
+        with RawClient(SASL_PORT) as c:
+            assert c.request(ApiKey.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER").error_code == 0
+            login = c.request(
+                ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=_bearer(_token({"sub": name, "exp": exp}))
+            )
+            assert login.error_code == 0 and bytes(login.auth_bytes) == b""
+            metadata = c.request(
+                ApiKey.METADATA,
+                12,
+                topics=[dict(name=TOPIC, topic_id=None)],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+            assert metadata.topics[0].error_code == ErrorCode.topic_authorization_failed
+    text = _metrics(abuse_broker)
+    assert len(text) < 1_000_000, f"/metrics is {len(text)} bytes"
+    series = [
+        s for family in text_string_to_metric_families(text) for s in family.samples
+        if s.name == "kcoord_authorization_denied_total"
+    ]  # fmt: skip
+    principals = {s.labels["principal"] for s in series}
+    assert len(principals) <= MAX_PRINCIPALS + 1, len(principals)
+    assert OTHER_PRINCIPAL in principals
+    assert all(len(p) <= MAX_PRINCIPAL_CHARS for p in principals)
+    assert sum(s.value for s in series) >= logins  # every denial still counted
+    assert_survived(abuse_broker, healthy, "OAUTHBEARER logins under 300 names")
