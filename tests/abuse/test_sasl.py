@@ -1,6 +1,7 @@
-"""Hostile SASL clients: guessing passwords on one connection, logging in under endless names.
+"""Hostile SASL clients: guessing passwords on one connection, logging in under endless names,
+OAUTHBEARER tokens built to hurt.
 
-Findings 6 and 14 of the hardening issue:
+Findings 6, 14 and 15 of the hardening issue:
 
 * 40 pipelined PLAIN guesses on one connection were all checked in ~0.1 s, and a right password
   after a wrong one logged in. Now, as in Kafka, a connection takes its SASL requests one at a
@@ -10,6 +11,9 @@ Findings 6 and 14 of the hardening issue:
 * OAUTHBEARER subjects (any string, unsigned) became label values of
   ``kcoord_authorization_denied_total`` without bound (1,500 logins with 20 KB names: a 30.9 MB
   ``/metrics``). Now only a bounded set of principals gets series of its own.
+* A deeply nested OAUTHBEARER token raised RecursionError (a traceback, the connection aborted),
+  and ``exp`` NaN or Infinity was accepted (a token that never expires). Now such tokens are
+  refused like any invalid token, with the reason in the failure's message.
 
 The broker has a SASL listener beside its PLAINTEXT one (where the healthy group runs), an
 authorizer whose super users are the anonymous PLAINTEXT clients and ``alice``, and a failed-login
@@ -24,6 +28,7 @@ import socket
 import struct
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -221,15 +226,24 @@ def _bearer(token: str) -> bytes:
     return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
 
 
+@pytest.fixture
+def oauth() -> Iterator[RawClient]:
+    """A connection that has chosen OAUTHBEARER (SaslHandshake v1)."""
+    with RawClient(SASL_PORT) as c:
+        assert c.request(ApiKey.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER").error_code == 0
+        yield c
+
+
 def test_oauthbearer_principals_do_not_grow_the_metrics(
     abuse_broker: BrokerProcess, healthy: HealthyGroup
 ) -> None:
-    """300 OAUTHBEARER logins under distinct names (half of them 20 KB long), each refused a
-    Metadata of the healthy topic: the denials are all counted, in a bounded number of series."""
+    """300 OAUTHBEARER logins under distinct names (half of them 10 KB long, tokens are
+    refused past 16 KiB), each refused a Metadata of the healthy topic: the denials are all
+    counted, in a bounded number of series."""
     logins = 300
     exp = time.time() + 600
     for i in range(logins):
-        name = f"p{i:04d}-" + ("x" * 20_000 if i % 2 else "short")
+        name = f"p{i:04d}-" + ("x" * 10_000 if i % 2 else "short")
         with RawClient(SASL_PORT) as c:
             assert c.request(ApiKey.SASL_HANDSHAKE, 1, mechanism="OAUTHBEARER").error_code == 0
             login = c.request(
@@ -256,3 +270,48 @@ def test_oauthbearer_principals_do_not_grow_the_metrics(
     assert all(len(p) <= MAX_PRINCIPAL_CHARS for p in principals)
     assert sum(s.value for s in series) >= logins  # every denial still counted
     assert_survived(abuse_broker, healthy, "OAUTHBEARER logins under 300 names")
+
+
+def _refused(c: RawClient, token: str) -> str:
+    """The token gets the RFC 7628 error challenge; the client's 0x01 then ends the login as
+    failed and the connection closes. The failure's message."""
+    challenge = c.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=_bearer(token))
+    assert challenge.error_code == 0, challenge
+    assert json.loads(bytes(challenge.auth_bytes)) == {"status": "invalid_token"}
+    final = c.request(ApiKey.SASL_AUTHENTICATE, 2, auth_bytes=b"\x01")
+    assert final.error_code == ErrorCode.sasl_authentication_failed
+    assert _until_closed(c.sock) == b""
+    return str(final.error_message)
+
+
+@pytest.mark.parametrize(
+    ("claims", "why"),
+    [
+        ('{"sub":"mallory","exp":4e9,"x":' + "[" * 5000 + "]" * 5000 + "}", "nest"),
+        ('{"sub":"mallory","exp":4e9,"x":' + "[" * 3000, "nest"),
+        ('{"sub":"mallory","exp":4e9,"x":' + "[" * 100_000 + "]" * 100_000 + "}", "longer"),
+        ('{"sub":"mallory","exp":NaN}', "NaN"),
+        ('{"sub":"mallory","exp":Infinity}', "Infinity"),
+        ('{"sub":"mallory","exp":1e999}', "exp"),
+        ('{"sub":"mallory","exp":"4000000000"}', "exp"),
+        ('{"sub":"mallory","exp":4e9,"iat":-Infinity}', "Infinity"),
+        ('{"sub":"mallory","exp":4e9,"iat":-1e999}', "iat"),
+    ],
+    ids=[
+        "nested-5000",
+        "nested-unclosed",
+        "nested-100000",
+        "exp-nan",
+        "exp-infinity",
+        "exp-1e999",
+        "exp-string",
+        "iat-infinity",
+        "iat-minus-1e999",
+    ],
+)
+def test_hostile_oauthbearer_tokens_are_refused(
+    abuse_broker: BrokerProcess, healthy: HealthyGroup, oauth: RawClient, claims: str, why: str
+) -> None:
+    message = _refused(oauth, _token(claims))
+    assert why in message, message
+    assert_survived(abuse_broker, healthy, f"an OAUTHBEARER token with {claims[:40]!r}...")

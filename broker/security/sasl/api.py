@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
@@ -131,16 +132,19 @@ class SaslApi:
 
     def _oauthbearer(self, conn: Connection, token: bytes) -> bytes:
         """An unsecured token's subject logs in; a bad token gets the error challenge, and the
-        client's next message ends the login (RFC 7628)."""
-        if conn.sasl_exchange is _OAUTH_REFUSED:
-            raise _LoginFailed(ErrorCode.sasl_authentication_failed, "invalid OAUTHBEARER token")
+        client's next message ends the login (RFC 7628) with the reason in its message."""
+        refused = conn.sasl_exchange
+        if isinstance(refused, _OAuthRefused):
+            raise _LoginFailed(
+                ErrorCode.sasl_authentication_failed, f"invalid OAUTHBEARER token: {refused.reason}"
+            )
         try:
             subject = oauthbearer.unsecured_subject(
                 oauthbearer.bearer_token(token), int(time.time() * 1000)
             )
         except oauthbearer.InvalidToken as e:
             log.info("SASL OAUTHBEARER token refused: %s", e)
-            conn.sasl_exchange = _OAUTH_REFUSED
+            conn.sasl_exchange = _OAuthRefused(str(e))
             return oauthbearer.ERROR_CHALLENGE
         self._succeeded(conn, subject)
         return b""
@@ -170,8 +174,12 @@ class SaslApi:
         return ctx.respond(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0)
 
 
-_OAUTH_REFUSED = object()
-"""The OAUTHBEARER exchange's state after the error challenge was sent."""
+@dataclass(frozen=True, slots=True)
+class _OAuthRefused:
+    """The OAUTHBEARER exchange's state after the error challenge was sent: why the token was
+    refused (our own words from InvalidToken, never the client's input)."""
+
+    reason: str
 
 
 class _LoginFailed(Exception):
