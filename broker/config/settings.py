@@ -1,25 +1,10 @@
-"""The one configuration object: every setting's name, type, default and where its value came from.
-
-Values are layered: built-in defaults ← an optional TOML file (``--config``) ← environment
-variables ``KCOORD_<NAME>`` (upper case, dots as underscores) ← ``--set NAME=VALUE`` flags.
-Setting names are Apache Kafka's wherever Kafka has the setting. An unknown name or a value of the
-wrong type stops start-up with a message naming the setting and the values it accepts.
-``KCOORD_*`` environment variables that name no setting are reported in ``Config.warnings``
-(the environment is shared with other programs) rather than refused; ``KCOORD_PURE_PYTHON``
-is not a setting but says which build of the hot modules runs (:mod:`compiled`).
-"""
+"""Every setting: its name, type, default, checks and whether it is secret; parsing one value."""
 
 from __future__ import annotations
 
 import difflib
-import os
-import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from kcoord.compiled import PURE_ENV
 
 
 class ConfigError(ValueError):
@@ -422,7 +407,7 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
-def _parse(setting: Setting, raw: Any) -> Any:
+def parse_value(setting: Setting, raw: Any) -> Any:
     t = setting.type
     try:
         if t is bool:
@@ -462,165 +447,3 @@ def unknown_setting(name: str, source: str) -> ConfigError:
         f"unknown setting {name!r} (from {source}){hint}"
         f" Known settings: {', '.join(sorted(SETTINGS))}"
     )
-
-
-class Config:
-    """Effective configuration; ``config["group.max.size"]`` reads a value."""
-
-    def __init__(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 9092,
-        data_dir: Path | str = "data",
-        metrics_port: int | None = None,
-    ):
-        self.host = host
-        self.port = port
-        self.data_dir = Path(data_dir)
-        self.metrics_port = metrics_port
-        """Port of the /metrics, /healthz and /readyz HTTP server (None: not served)."""
-        self.warnings: list[str] = []
-        self._values: dict[str, Any] = {n: s.default for n, s in SETTINGS.items()}
-        self._sources: dict[str, str] = {n: "default" for n in SETTINGS}
-
-    def __getitem__(self, name: str) -> Any:
-        return self._values[name]
-
-    def source(self, name: str) -> str:
-        return self._sources[name]
-
-    def set(self, name: str, raw: Any, source: str) -> None:
-        setting = SETTINGS.get(name)
-        if setting is None:
-            raise unknown_setting(name, source)
-        self._values[name] = _parse(setting, raw)
-        self._sources[name] = source
-
-    def items(self) -> list[tuple[str, Any, str]]:
-        """(name, value, source) of every setting, secrets in clear: for the broker's own use,
-        never for showing (that is :meth:`describe`)."""
-        return [(n, self._values[n], self._sources[n]) for n in sorted(SETTINGS)]
-
-    def describe(self) -> list[dict[str, Any]]:
-        """Every setting with its effective value, where it came from, and what it accepts; the
-        value (and default) of a sensitive one is None. Everything that shows settings to
-        someone (DescribeConfigs, ``kcoord config``) reads them here, so none shows a secret."""
-        rows = []
-        for n in sorted(SETTINGS):
-            hidden = SETTINGS[n].sensitive
-            rows.append(
-                {
-                    "name": n,
-                    "value": None if hidden else self._values[n],
-                    "source": self._sources[n],
-                    "default": None if hidden else SETTINGS[n].default,
-                    "allowed": SETTINGS[n].allowed(),
-                    "doc": SETTINGS[n].doc,
-                    "sensitive": hidden,
-                }
-            )
-        return rows
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        """The host and port to put in Metadata and FindCoordinator answers."""
-        raw = self._values["advertised.listeners"].strip()
-        if not raw:
-            return self.host, self.port
-        first = raw.split(",")[0].strip()
-        if "://" in first:
-            first = first.split("://", 1)[1]
-        host, _, port = first.rpartition(":")
-        try:
-            return host.strip("[]") or self.host, int(port)
-        except ValueError:
-            raise ConfigError(
-                f"setting 'advertised.listeners': {raw!r} is not valid; allowed values:"
-                " host:port or PLAINTEXT://host:port (the first of a comma-separated list is used)"
-            ) from None
-
-    @classmethod
-    def load(
-        cls,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 9092,
-        data_dir: Path | str = "data",
-        config_file: Path | str | None = None,
-        environ: Mapping[str, str] | None = None,
-        overrides: list[str] | None = None,
-        metrics_port: int | None = None,
-    ) -> Config:
-        cfg = cls(host, port, data_dir, metrics_port)
-        if config_file is not None:
-            try:
-                with open(config_file, "rb") as f:
-                    table = tomllib.load(f)
-            except (OSError, tomllib.TOMLDecodeError) as e:
-                raise ConfigError(f"cannot read config file {config_file}: {e}") from None
-            for name, raw in _flatten(table).items():
-                cfg.set(name, raw, f"file {config_file}")
-        env = os.environ if environ is None else environ
-        by_env = {"KCOORD_" + n.upper().replace(".", "_"): n for n in SETTINGS}
-        for key, raw in env.items():
-            if key in by_env:
-                cfg.set(by_env[key], raw, f"env {key}")
-            elif key.startswith("KCOORD_") and key != PURE_ENV:
-                cfg.warnings.append(
-                    f"environment variable {key} names no setting, ignored (a setting's variable"
-                    " is KCOORD_ + its name upper-cased with dots as underscores)"
-                )
-        for item in overrides or []:
-            name, sep, raw = item.partition("=")
-            if not sep:
-                raise ConfigError(f"--set expects NAME=VALUE, got {item!r}")
-            cfg.set(name.strip(), raw, "--set")
-        cfg.advertised  # noqa: B018 - validates advertised.listeners early
-        cfg._check_consumer_group_settings()
-        return cfg
-
-    @property
-    def consumer_assignors(self) -> tuple[str, ...]:
-        raw = self._values["group.consumer.assignors"]
-        return tuple(a.strip() for a in raw.split(",") if a.strip())
-
-    def _check_consumer_group_settings(self) -> None:
-        """Kafka's start-up checks of the KIP-848 settings."""
-        v = self._values
-        for what in ("heartbeat.interval", "session.timeout"):
-            value = v[f"group.consumer.{what}.ms"]
-            low, high = v[f"group.consumer.min.{what}.ms"], v[f"group.consumer.max.{what}.ms"]
-            if not low <= value <= high:
-                raise ConfigError(
-                    f"setting 'group.consumer.{what}.ms': {value} is outside"
-                    f" group.consumer.min.{what}.ms ({low}) .. group.consumer.max.{what}.ms ({high})"
-                )
-        if v["group.consumer.heartbeat.interval.ms"] >= v["group.consumer.session.timeout.ms"]:
-            raise ConfigError(
-                "setting 'group.consumer.heartbeat.interval.ms' must be smaller than"
-                " group.consumer.session.timeout.ms"
-            )
-        known = ("uniform", "range")
-        names = self.consumer_assignors
-        if not names or any(n not in known for n in names) or len(set(names)) != len(names):
-            raise ConfigError(
-                f"setting 'group.consumer.assignors': {v['group.consumer.assignors']!r} is not"
-                " valid; allowed values: a comma-separated list of uniform and range"
-            )
-        policies = ("bidirectional", "upgrade", "downgrade", "disabled")
-        if v["group.consumer.migration.policy"].lower() not in policies:
-            raise ConfigError(
-                "setting 'group.consumer.migration.policy': allowed values: " + ", ".join(policies)
-            )
-
-
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """TOML allows ``group.max.size = 5`` (nested tables) or ``"group.max.size" = 5``: accept both."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
