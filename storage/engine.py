@@ -25,8 +25,7 @@ The contract every engine keeps (its tests run against each engine: ``tests/unit
 * a document write is atomic and durable once :meth:`StorageEngine.write_document` returns.
 
 Threading, as the files engine: one writer per log (the event loop); ``flush``, compaction's
-first phase, ``remove_deleted`` and ``write_checkpoints`` may run in worker threads. The engine
-is chosen by ``storage.url`` (``broker/config.py``).
+first phase, ``remove_deleted`` and ``write_checkpoints`` may run in worker threads.
 """
 
 from __future__ import annotations
@@ -104,8 +103,6 @@ class Log(Protocol):
 
     def flush(self) -> None:
         """Make everything appended so far durable (blocking; any thread)."""
-
-    def truncate_to(self, offset: int) -> None: ...
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the one holding ``offset``, about ``max_bytes`` worth (at least

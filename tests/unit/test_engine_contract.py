@@ -1,14 +1,16 @@
 """The storage interface's contract (``storage.engine``), run against every engine.
 
-Each test gets a factory for an engine over one place (a data directory), so that it can
-"restart": a second engine over the same place sees what the first made durable. An engine that
-is abandoned without ``close`` stands for a process that died.
+Each test gets a factory for an engine over one place (a data directory, a database), so that
+it can "restart": a second engine over the same place sees what the first made durable. An
+engine that is abandoned without ``close`` stands for a process that died.
+
+``files_only``: what the PostgreSQL engine does not do yet (compaction), run on files alone.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from kcoord.protocol.records import decode_batch
 from kcoord.storage.engine import Log, LogSpec, StorageEngine
 from kcoord.storage.file_engine import FileEngine
 from kcoord.storage.offline import LogOffline
+from kcoord.storage.postgres.engine import PostgresEngine
 
 EngineFactory = Callable[[], StorageEngine]
 NOW = 1_700_000_000_000
@@ -25,17 +28,29 @@ TOPIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")
 SPEC = LogSpec(segment_bytes=1 << 20)
 
 
-@pytest.fixture(params=["files"])
-def engines(request: pytest.FixtureRequest, tmp_path: Path) -> EngineFactory:
+@pytest.fixture(params=["files", "postgresql"])
+def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineFactory]:
     """A factory of engines over one place, started."""
+    made: list[StorageEngine] = []
+    if request.param == "postgresql":
+        if request.node.get_closest_marker("files_only"):
+            pytest.skip("the PostgreSQL engine does not do this yet")
+        url = request.getfixturevalue("postgres_url")
 
     def make() -> StorageEngine:
-        assert request.param == "files"
-        engine = FileEngine(tmp_path / "data")
+        engine: StorageEngine
+        if request.param == "files":
+            engine = FileEngine(tmp_path / "data")
+        else:
+            engine = PostgresEngine(url, pool_size=2)
         engine.start()
+        made.append(engine)
         return engine
 
-    return make
+    yield make
+    if request.param == "postgresql":
+        for engine in made:
+            engine.close()  # (the pools: the logs were left as a crash leaves them)
 
 
 def batch(*entries: tuple[bytes | None, bytes | None], ts: int = NOW) -> bytes:
@@ -172,6 +187,7 @@ def test_retention_by_time_deletes_old_records_only(engines: EngineFactory) -> N
     assert values(plog)[-1] == b"5"
 
 
+@pytest.mark.files_only
 def test_compaction_keeps_the_newest_record_per_key(engines: EngineFactory) -> None:
     spec = LogSpec(segment_bytes=300, compacted=True)
     (plog,) = create(engines(), spec=spec)
@@ -191,6 +207,7 @@ def test_compaction_keeps_the_newest_record_per_key(engines: EngineFactory) -> N
     assert {k: v for _, k, v in records(reopen(engines, spec=spec))} == newest
 
 
+@pytest.mark.files_only
 def test_an_aborted_compaction_changes_nothing(engines: EngineFactory) -> None:
     (plog,) = create(engines(), spec=LogSpec(segment_bytes=300, compacted=True))
     for i in range(20):

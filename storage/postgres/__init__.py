@@ -1,0 +1,1 @@
+"""The PostgreSQL engine: the storage interface (``storage.engine``) over one database."""

@@ -1,0 +1,499 @@
+"""One partition's log in PostgreSQL: rows of ``batches`` (``storage.postgres.schema``).
+
+An append is validated and given its offsets at once, as in the files engine, and waits in
+memory (readable by the broker, not yet by Fetch, which serves only up to ``flushed_offset``).
+:meth:`PostgresLog.flush` writes everything waiting in one database transaction: the batch
+rows, the aborted transactions they ended, and the partition row's log end and size. The
+transaction first reads the partition row's log end under a row lock and goes on only if it is
+where this log left it, so a write is never doubled (a commit whose answer was lost is found
+done) and never lands on a log someone else wrote. Only after the commit does ``flushed_offset``
+move: what was acknowledged is in the database; what was appended and not flushed is lost
+wholly with the process, from the first unflushed batch on.
+
+Reads of flushed offsets query the database; the producer state is rebuilt at open by replaying
+the batch headers from the log start (control batches read whole, for their markers).
+
+Segments: the rows are one run, so :attr:`segment_base_offsets` has one entry, nothing rolls,
+and the broker's compaction (which cleans sealed segments only) leaves these logs alone for now.
+Retention deletes rows below the new log start.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import errno
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+import psycopg
+
+from kcoord.protocol.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptBatch,
+    iter_headers,
+    parse_header,
+    set_base_offset,
+)
+from kcoord.storage.compaction import CompactionPlan, CompactionStats
+from kcoord.storage.offline import LogOffline
+from kcoord.storage.producer_state import ProducerState
+from kcoord.storage.retention import DeletionPlan
+from kcoord.storage.txn_index import AbortedTxn
+from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, marker_of, wall_clock_ms
+
+from .pool import ConnectionPool
+
+CONTROL_BIT = 0x20
+READ_ROWS = 256  # rows per query of a read or an iteration
+
+
+class LogClosedError(RuntimeError):
+    pass
+
+
+class DatabaseError(OSError):
+    """The database could not do what the log asked (unreachable, failed): an I/O error to
+    the broker (KAFKA_STORAGE_ERROR, retriable for clients)."""
+
+
+class LogFenced(OSError):
+    """The partition row's log end is not where this log left it: another writer."""
+
+
+def database_error(e: psycopg.Error) -> NoReturn:
+    raise DatabaseError(errno.EIO, f"database: {str(e).strip() or type(e).__name__}") from e
+
+
+@contextlib.contextmanager
+def database_errors() -> Iterator[None]:
+    """psycopg's errors as :class:`DatabaseError`."""
+    try:
+        yield
+    except psycopg.Error as e:
+        database_error(e)
+
+
+class PostgresLog:
+    """The log of the partition whose ``partitions`` row is ``row_id``."""
+
+    def __init__(
+        self,
+        pool: ConnectionPool | None,
+        name: str,
+        row_id: int,
+        *,
+        log_start: int = 0,
+        log_end: int = 0,
+        size_bytes: int = 0,
+        segment_bytes: int = 1 << 30,
+        producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
+        clock: Callable[[], int] | None = None,
+        offline: LogOffline | None = None,
+    ) -> None:
+        self._pool = pool
+        self._name = name
+        self.row_id = row_id
+        self._start = log_start
+        self._end = log_end
+        self._flushed = log_end
+        self._size = size_bytes
+        self._segment_bytes = segment_bytes
+        self._pending: list[tuple[BatchHeader, bytes]] = []
+        self._pending_aborts: list[AbortedTxn] = []
+        self._aborted: list[AbortedTxn] = []  # by last offset
+        self._lock = threading.Lock()  # pending state shared with flush()
+        self._flush_lock = threading.Lock()
+        self._producers = ProducerState(producer_expiration_ms, clock or wall_clock_ms)
+        self._offline = offline
+        self._closed = False
+
+    @classmethod
+    def offline_log(cls, name: str, cause: BaseException | str) -> PostgresLog:
+        plog = cls(None, name, -1, log_start=-1, log_end=-1)
+        plog._offline = LogOffline(Path(name), cause)
+        return plog
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def offline(self) -> LogOffline | None:
+        return self._offline
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end
+
+    @property
+    def high_watermark(self) -> int:
+        return self._end
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return [self._start] if self._end >= 0 else []
+
+    @property
+    def producer_state(self) -> ProducerState:
+        return self._producers
+
+    def _check_open(self) -> ConnectionPool:
+        if self._closed:
+            raise LogClosedError(f"log {self._name} is closed")
+        if self._offline is not None:
+            raise self._offline
+        assert self._pool is not None
+        return self._pool
+
+    # -- opening ------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the producer state and the aborted transactions from the database."""
+        pool = self._check_open()
+        state = self._producers
+        state.reset(self._start)
+        with database_errors(), pool.connection() as conn:
+            self._aborted = [
+                AbortedTxn(*row)
+                for row in conn.execute(
+                    "SELECT producer_id, first_offset, last_offset, last_stable_offset"
+                    " FROM aborted_txns WHERE partition_id = %s ORDER BY last_offset",
+                    (self.row_id,),
+                )
+            ]
+            cursor = conn.cursor(binary=True)
+            for head, whole in cursor.execute(
+                "SELECT substring(data FROM 1 FOR %s),"
+                " CASE WHEN attributes & %s <> 0 THEN data END"
+                " FROM batches WHERE partition_id = %s AND last_offset >= %s ORDER BY base_offset",
+                (HEADER_SIZE, CONTROL_BIT, self.row_id, self._start),
+            ):
+                h = parse_header(head)
+                if h.producer_id < 0:
+                    state.offset = h.next_offset
+                    continue
+                state.apply(h, marker_of(whole) if whole is not None else None, replay=True)
+        state.offset = max(state.offset, self._end)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, batches: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Validate whole v2 batches and give them offsets from the log end; durable only
+        after :meth:`flush`. CorruptBatch (nothing appended) for an invalid one."""
+        self._check_open()
+        buf = bytearray(batches)
+        if not buf:
+            raise CorruptBatch("no record batches")
+        headers = iter_headers(buf, verify_crc=True)
+        state = self._producers
+        with self._lock:
+            first = next_offset = self._end
+            added: list[tuple[BatchHeader, bytes]] = []
+            for pos, h in headers:
+                set_base_offset(buf, pos, next_offset)
+                h = replace(h, base_offset=next_offset)
+                added.append((h, bytes(buf[pos : pos + h.size])))
+                next_offset = h.next_offset
+            self._pending.extend(added)
+            self._end = next_offset
+            self._size += len(buf)
+        state.forget_ended(self._flushed)
+        for h, data in added:
+            if h.producer_id < 0:
+                state.offset = h.next_offset
+                continue
+            done = state.apply(h, marker_of(data) if h.is_control else None)
+            if done is not None and done.aborted:
+                entry = AbortedTxn(
+                    done.producer_id,
+                    done.first_offset,
+                    done.last_offset,
+                    state.stable_offset_at(h.next_offset),
+                )
+                with self._lock:
+                    self._aborted.append(entry)
+                    self._pending_aborts.append(entry)
+        return first, next_offset - 1
+
+    def flush(self) -> None:
+        """Write what was appended in one transaction (module docstring); blocking."""
+        pool = self._check_open()
+        with self._flush_lock:
+            with self._lock:
+                batches = list(self._pending)
+                aborts = list(self._pending_aborts)
+                size = self._size
+            if not batches:
+                return
+            expected = batches[0][0].base_offset
+            end = batches[-1][0].next_offset
+            with database_errors(), pool.connection() as conn, conn.transaction():
+                row = conn.execute(
+                    "SELECT next_offset FROM partitions WHERE id = %s AND NOT deleted FOR UPDATE",
+                    (self.row_id,),
+                ).fetchone()
+                if row is None:
+                    raise LogFenced(errno.ESTALE, f"partition {self._name} was deleted")
+                if row[0] == expected:
+                    self._insert(conn, batches, aborts)
+                    conn.execute(
+                        "UPDATE partitions SET next_offset = %s, size_bytes = %s WHERE id = %s",
+                        (end, size, self.row_id),
+                    )
+                elif row[0] != end:  # (== end: this very write committed, its answer lost)
+                    raise LogFenced(
+                        errno.ESTALE,
+                        f"partition {self._name}: the database's log end is {row[0]},"
+                        f" this node's {expected}",
+                    )
+            with self._lock:
+                del self._pending[: len(batches)]
+                del self._pending_aborts[: len(aborts)]
+                self._flushed = end
+
+    def _insert(
+        self, conn: Any, batches: list[tuple[BatchHeader, bytes]], aborts: list[AbortedTxn]
+    ) -> None:
+        with conn.cursor().copy(
+            "COPY batches (partition_id, base_offset, last_offset, max_timestamp, producer_id,"
+            " producer_epoch, attributes, data) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["int8", "int8", "int8", "int8", "int8", "int2", "int2", "bytea"])
+            for h, data in batches:
+                copy.write_row(
+                    (
+                        self.row_id,
+                        h.base_offset,
+                        h.last_offset,
+                        h.max_timestamp,
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.attributes,
+                        data,
+                    )
+                )
+        if aborts:
+            conn.cursor().executemany(
+                "INSERT INTO aborted_txns (partition_id, producer_id, first_offset, last_offset,"
+                " last_stable_offset) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [(self.row_id, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
+                 for a in aborts],
+            )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _rows(self, conn: Any, start: int, below: int, limit: int) -> list[tuple[int, bytes]]:
+        """(base offset, bytes) of up to ``limit`` stored batches holding offsets in
+        [start, below), in order."""
+        return [
+            (int(base), bytes(data))
+            for base, data in conn.cursor(binary=True).execute(
+                "SELECT base_offset, data FROM batches WHERE partition_id = %s"
+                " AND last_offset >= %s AND base_offset < %s ORDER BY base_offset LIMIT %s",
+                (self.row_id, start, below, limit),
+            )
+        ]
+
+    def iter_batches(
+        self, start_offset: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader, memoryview]]:
+        """Every batch from the one holding ``start_offset`` (or the log start) on, as the log
+        was when the call was made."""
+        pool = self._check_open()
+        start = max(self._start if start_offset is None else start_offset, self._start)
+        with self._lock:
+            flushed, pending = self._flushed, list(self._pending)
+        while start < flushed:
+            with database_errors(), pool.connection() as conn:
+                rows = self._rows(conn, start, flushed, READ_ROWS)
+            if not rows:
+                break
+            for base, data in rows:
+                h = parse_header(data)
+                yield base, h, memoryview(data)
+                start = h.next_offset
+        for h, data in pending:
+            if h.last_offset >= start:
+                yield h.base_offset, h, memoryview(data)
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding ``offset``, about ``max_bytes`` worth (at least
+        one batch if there is any)."""
+        out = bytearray()
+        for _, h, data in self.iter_batches(offset):
+            if out and len(out) + h.size > max_bytes:
+                break
+            out += data
+            if len(out) >= max_bytes:
+                break
+        return bytes(out)
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first batch, in offset order, whose max
+        timestamp is at least ``ts_ms`` (the files engine's granularity)."""
+        pool = self._check_open()
+        with database_errors(), pool.connection() as conn:
+            row = conn.execute(
+                "SELECT base_offset, max_timestamp FROM batches WHERE partition_id = %s"
+                " AND last_offset >= %s AND max_timestamp >= %s ORDER BY base_offset LIMIT 1",
+                (self.row_id, self._start, ts_ms),
+            ).fetchone()
+        if row is not None:
+            return int(row[0]), int(row[1])
+        with self._lock:
+            pending = list(self._pending)
+        for h, _ in pending:
+            if h.max_timestamp >= ts_ms and h.last_offset >= self._start:
+                return h.base_offset, h.max_timestamp
+        return None
+
+    def max_timestamp_batch(self) -> tuple[int, int] | None:
+        pool = self._check_open()
+        with database_errors(), pool.connection() as conn:
+            row = conn.execute(
+                "SELECT base_offset, max_timestamp FROM batches WHERE partition_id = %s"
+                " AND last_offset >= %s ORDER BY max_timestamp DESC, base_offset LIMIT 1",
+                (self.row_id, self._start),
+            ).fetchone()
+        best = (int(row[0]), int(row[1])) if row is not None else None
+        with self._lock:
+            pending = list(self._pending)
+        for h, _ in pending:
+            if best is None or h.max_timestamp > best[1]:
+                best = (h.base_offset, h.max_timestamp)
+        return best
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        return self._producers.last_stable_offset(high_watermark)
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper) (as ``storage.txn_log``)."""
+        with self._lock:
+            aborted = list(self._aborted)
+        out = []
+        for e in aborted[bisect.bisect_left([a.last_offset for a in aborted], start) :]:
+            if e.first_offset < upper:
+                out.append(e)
+            if e.last_stable_offset >= upper:
+                break
+        return out
+
+    # -- the log start and retention ------------------------------------------------------------
+
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start up to ``offset`` (at most the log end); whether it moved. Durable
+        at the engine's next checkpoint."""
+        self._check_open()
+        offset = min(offset, self._end)
+        if offset <= self._start:
+            return False
+        self._start = offset
+        return True
+
+    def restore_log_start(self, offset: int) -> None:
+        self._start = max(self._start, min(offset, self._end))
+
+    def set_segment_bytes(self, segment_bytes: int) -> None:
+        self._segment_bytes = segment_bytes
+
+    def roll_if_due(self, now_ms: int, segment_ms: int) -> bool:
+        return False  # no segments
+
+    def plan_deletion(
+        self, now_ms: int, *, retention_ms: int = -1, retention_bytes: int = -1
+    ) -> DeletionPlan | None:
+        """The rows that may go: those below the log start, then (oldest first, flushed only)
+        those past ``retention_ms`` or over ``retention_bytes``."""
+        pool = self._check_open()
+        new_start, reasons = self._start, set()
+        with database_errors(), pool.connection() as conn:
+            below = conn.execute(
+                "SELECT 1 FROM batches WHERE partition_id = %s AND last_offset < %s LIMIT 1",
+                (self.row_id, self._start),
+            ).fetchone()
+            if below is not None:
+                reasons.add("log start offset")
+            if retention_ms >= 0 or retention_bytes >= 0:
+                excess = self._size - retention_bytes if retention_bytes >= 0 else -1
+                for last, ts, size in conn.execute(
+                    "SELECT last_offset, max_timestamp, length(data) FROM batches"
+                    " WHERE partition_id = %s AND last_offset >= %s AND base_offset < %s"
+                    " ORDER BY base_offset",
+                    (self.row_id, self._start, self._flushed),
+                ):
+                    if retention_ms >= 0 and now_ms - ts > retention_ms:
+                        reasons.add(f"retention.ms {retention_ms}")
+                    elif retention_bytes >= 0 and excess - size >= 0:
+                        reasons.add(f"retention.bytes {retention_bytes}")
+                    else:
+                        break
+                    excess -= size
+                    new_start = max(new_start, last + 1)
+        if not reasons:
+            return None
+        return DeletionPlan((), new_start, ", ".join(sorted(reasons)))
+
+    def delete_planned(self, plan: DeletionPlan) -> int:
+        """Delete the rows wholly below the log start (call :meth:`advance_log_start` with the
+        plan's new start, and checkpoint, first); how many were deleted."""
+        pool = self._check_open()
+        upto = min(plan.new_log_start, self._start)
+        with database_errors(), pool.connection() as conn, conn.transaction():
+            deleted = conn.execute(
+                "DELETE FROM batches WHERE partition_id = %s AND last_offset < %s"
+                " RETURNING length(data)",
+                (self.row_id, upto),
+            ).fetchall()
+            conn.execute(
+                "DELETE FROM aborted_txns WHERE partition_id = %s AND last_offset < %s",
+                (self.row_id, upto),
+            )
+            freed = sum(int(n) for (n,) in deleted)
+            conn.execute(
+                "UPDATE partitions SET size_bytes = size_bytes - %s WHERE id = %s",
+                (freed, self.row_id),
+            )
+        with self._lock:
+            self._size -= freed
+            self._aborted = [a for a in self._aborted if a.last_offset >= upto]
+        return len(deleted)
+
+    # -- compaction (not yet for this engine: see the module docstring) ----------------------------
+
+    def prepare_compaction(self, *, now_ms: int, delete_retention_ms: int) -> CompactionPlan:
+        raise NotImplementedError("PostgreSQL logs are not compacted yet")
+
+    def commit_compaction(self, plan: CompactionPlan) -> CompactionStats:
+        raise NotImplementedError("PostgreSQL logs are not compacted yet")
+
+    def abort_compaction(self, plan: CompactionPlan) -> None:
+        raise NotImplementedError("PostgreSQL logs are not compacted yet")
+
+    def close(self) -> None:
+        """Flush what is pending (an error propagates), then refuse further use."""
+        if self._closed or self._offline is not None:
+            self._closed = True
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
