@@ -16,7 +16,7 @@ import time
 import uuid
 
 from kcoord.protocol.apis import ApiKey
-from kcoord.storage.engine import Documents
+from kcoord.storage.engine import Documents, StorageEngine
 from kcoord.storage.file_engine import FileEngine
 from kcoord.storage.files import FilePool
 
@@ -75,6 +75,24 @@ def _read_cluster_id(documents: Documents, node_id: int) -> str:
     return cluster_id
 
 
+def open_engine(config: Config, fsync: bool) -> StorageEngine:
+    """The storage engine ``storage.url`` names."""
+    url = config.storage_url
+    if url is not None:
+        # Imported here: psycopg takes a quarter of a second to import, for brokers on files too.
+        from kcoord.storage.postgres.engine import PostgresEngine
+
+        return PostgresEngine(url, producer_expiration_ms=config["producer.id.expiration.ms"])
+    return FileEngine(
+        config.data_dir,
+        fsync=fsync,
+        index_interval_bytes=config["log.index.interval.bytes"],
+        producer_expiration_ms=config["producer.id.expiration.ms"],
+        # Every segment and index file of this broker shares one bounded pool of descriptors.
+        pool=FilePool(config["log.max.open.files"]),
+    )
+
+
 def _partition_exists(topics: TopicStore, name: str, partition: int) -> bool:
     topic = topics.get(name)
     return topic is not None and 0 <= partition < len(topic.partitions)
@@ -87,14 +105,9 @@ class Broker:
         self.request_memory = RequestMemory(config["queued.max.request.bytes"])
         config.data_dir.mkdir(parents=True, exist_ok=True)
         fsync = config["log.flush.interval.messages"] == 1
-        self.engine = FileEngine(
-            config.data_dir,
-            fsync=fsync,
-            index_interval_bytes=config["log.index.interval.bytes"],
-            producer_expiration_ms=config["producer.id.expiration.ms"],
-            # Every segment and index file of this broker shares one bounded pool of descriptors.
-            pool=FilePool(config["log.max.open.files"]),
-        )
+        self.engine = open_engine(config, fsync)
+        log.info("storage: %s", self.engine.description)
+        self.engine.start()
         self.cluster_id = _read_cluster_id(self.engine, config["node.id"])
         # Metrics exist only when served (--metrics-port): otherwise the hooks cost nothing.
         self.metrics: BrokerMetrics | None = None
@@ -349,6 +362,7 @@ class Broker:
             await server.wait_closed()
         self.topics.close()
         self.topics.write_checkpoints(self.topics.checkpoint_snapshot())
+        self.engine.close()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
         log.info("kcoord stopped")

@@ -15,7 +15,7 @@ def postgres() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the whole run, started on first use."""
     bindir = ensure_installed()
     if isinstance(bindir, str):
-        if os.environ.get("KCOORD_REQUIRE_POSTGRES") == "1":
+        if os.environ.get("KCOORDTEST_REQUIRE_POSTGRES") == "1":
             pytest.fail(bindir)
         pytest.skip(bindir)
     server = PostgresServer(bindir)

@@ -7,7 +7,7 @@ as ``nobody`` (``setpriv``), in a directory that user owns.
 
 The binaries come from Debian's ``postgresql`` package, which :func:`ensure_installed` installs
 with apt-get where it is missing and the tests run as root, or whatever ``initdb`` is on the
-PATH. Without them the fixtures skip and say why, unless ``KCOORD_REQUIRE_POSTGRES=1``
+PATH. Without them the fixtures skip and say why, unless ``KCOORDTEST_REQUIRE_POSTGRES=1``
 (``scripts/test`` sets it) makes that a failure.
 """
 

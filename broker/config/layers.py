@@ -127,7 +127,21 @@ class Config:
             cfg.set(name.strip(), raw, "--set")
         cfg.advertised  # noqa: B018 - validates advertised.listeners early
         cfg._check_consumer_group_settings()
+        cfg.storage_url  # noqa: B018 - validates storage.url early
         return cfg
+
+    @property
+    def storage_url(self) -> str | None:
+        """The PostgreSQL URL of ``storage.url``, or None for the files engine."""
+        url = str(self._values["storage.url"]).strip()
+        if url in ("", "file:") or url.startswith("file:"):
+            return None
+        if url.startswith(("postgresql://", "postgres://")):
+            return url
+        raise ConfigError(
+            "setting 'storage.url': allowed values: empty or file: (the data directory),"
+            " or postgresql://USER[:PASSWORD]@HOST[:PORT]/DB"
+        )
 
     @property
     def consumer_assignors(self) -> tuple[str, ...]:

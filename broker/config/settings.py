@@ -217,6 +217,14 @@ SETTINGS: dict[str, Setting] = {
             1,
         ),
         Setting(
+            "storage.url",
+            str,
+            "",
+            "Where everything durable lives: empty or file: for the data directory (the files"
+            " engine), postgresql://USER[:PASSWORD]@HOST[:PORT]/DB for a PostgreSQL database.",
+            secret=True,  # it may hold a password
+        ),
+        Setting(
             "log.max.open.files",
             int,
             1000,

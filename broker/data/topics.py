@@ -128,9 +128,8 @@ class TopicStore:
 
     # start-up -----------------------------------------------------------------------------------
     def load(self, skip: frozenset[str] = frozenset()) -> None:
-        """Open every partition in storage (topics in ``skip`` excepted), once the engine has
-        settled interrupted creations and deletions."""
-        self.engine.start()
+        """Open every partition in storage (topics in ``skip`` excepted); the engine has been
+        started (``StorageEngine.start``: interrupted creations and deletions settled)."""
         self.configs.read()
         for name, stored in self.engine.stored_topics().items():
             if name in skip or topic_name_problem(name):
@@ -197,6 +196,12 @@ class TopicStore:
         self.by_id[topic.topic_id] = topic
         self._held += len(topic.partitions)
         self.version += 1
+
+    def stored_partitions(self, name: str) -> frozenset[int]:
+        """The partitions of topic ``name`` in storage, registered or not (the internal topics
+        are opened by their coordinators, after :meth:`load`)."""
+        stored = self.engine.stored_topics().get(name)
+        return frozenset() if stored is None else stored.partitions
 
     def get(self, name: str) -> Topic | None:
         return self.topics.get(name)
@@ -442,13 +447,14 @@ class TopicStore:
         self.engine.remove_deleted()
 
     def close(self) -> None:
+        """Close every log (the engine stays open: its owner closes it)."""
+        self.remove_deleted()
         for topic in self.topics.values():
             for plog in topic.partitions:
                 try:
                     plog.close()
                 except OSError as e:
                     log.warning("closing %s: %s", plog.name, describe_error(e))
-        self.engine.close()
 
     # checkpoints --------------------------------------------------------------------------------
     def checkpoint_snapshot(self) -> object:

@@ -131,8 +131,7 @@ class GroupRuntime:
         """Load the offsets topic if it is on disk (in the background)."""
         if self.config["log.cleaner.enable"]:
             self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
-        data_dir = self.config.data_dir
-        if any((data_dir / f"{OFFSETS_TOPIC}-{p}").is_dir() for p in range(self.num_partitions)):
+        if any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
             self._open_topic()
             self._load_task = asyncio.ensure_future(self._load_all())
         else:

@@ -109,11 +109,8 @@ class TxnRuntime:
 
     # start-up and the topic ---------------------------------------------------------------------
     async def start(self) -> None:
-        data_dir = self.config.data_dir
-        if any(
-            (data_dir / f"{TRANSACTION_STATE_TOPIC}-{p}").is_dir()
-            for p in range(self.num_partitions)
-        ):
+        stored = self.topics.stored_partitions(TRANSACTION_STATE_TOPIC)
+        if any(p < self.num_partitions for p in stored):
             self._open_topic()
             self._spawn(self._load())
         else:

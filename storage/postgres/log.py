@@ -10,6 +10,12 @@ done) and never lands on a log someone else wrote. Only after the commit does ``
 move: what was acknowledged is in the database; what was appended and not flushed is lost
 wholly with the process, from the first unflushed batch on.
 
+A flush that fails (the database unreachable, the row moved by another writer) takes the log
+offline (``storage.offline``) and drops what was waiting: every waiter of those appends, in this
+flush or a later one, gets the error, and nothing written after a failure can reach the
+database behind a caller that was told it failed (the group coordinator undoes what a failed
+append carried, so the log must not keep it). The partition serves again once reopened.
+
 Reads of flushed offsets query the database; the producer state is rebuilt at open by replaying
 the batch headers from the log start (control batches read whole, for their markers).
 
@@ -40,7 +46,7 @@ from kcoord.protocol.batch import (
     set_base_offset,
 )
 from kcoord.storage.compaction import CompactionPlan, CompactionStats
-from kcoord.storage.offline import LogOffline
+from kcoord.storage.offline import LogOffline, report_went_offline
 from kcoord.storage.producer_state import ProducerState
 from kcoord.storage.retention import DeletionPlan
 from kcoord.storage.txn_index import AbortedTxn
@@ -246,7 +252,33 @@ class PostgresLog:
                 return
             expected = batches[0][0].base_offset
             end = batches[-1][0].next_offset
-            with database_errors(), pool.connection() as conn, conn.transaction():
+            try:
+                self._write(pool, batches, aborts, expected, end, size)
+            except OSError as e:
+                with self._lock:
+                    self._pending.clear()
+                    self._pending_aborts.clear()
+                    self._offline = LogOffline(Path(self._name), e)
+                report_went_offline(
+                    Path(self._name), e, f"offsets {expected} to {self._end - 1} were not written"
+                )
+                raise self._offline from e
+            with self._lock:
+                del self._pending[: len(batches)]
+                del self._pending_aborts[: len(aborts)]
+                self._flushed = end
+
+    def _write(
+        self,
+        pool: ConnectionPool,
+        batches: list[tuple[BatchHeader, bytes]],
+        aborts: list[AbortedTxn],
+        expected: int,
+        end: int,
+        size: int,
+    ) -> None:
+        """The flush's transaction (module docstring)."""
+        with database_errors(), pool.connection() as conn, conn.transaction():
                 row = conn.execute(
                     "SELECT next_offset FROM partitions WHERE id = %s AND NOT deleted FOR UPDATE",
                     (self.row_id,),
@@ -259,16 +291,23 @@ class PostgresLog:
                         "UPDATE partitions SET next_offset = %s, size_bytes = %s WHERE id = %s",
                         (end, size, self.row_id),
                     )
-                elif row[0] != end:  # (== end: this very write committed, its answer lost)
+                elif not (row[0] == end and self._stored(conn, batches)):
                     raise LogFenced(
                         errno.ESTALE,
                         f"partition {self._name}: the database's log end is {row[0]},"
                         f" this node's {expected}",
                     )
-            with self._lock:
-                del self._pending[: len(batches)]
-                del self._pending_aborts[: len(aborts)]
-                self._flushed = end
+
+    def _stored(self, conn: Any, batches: list[tuple[BatchHeader, bytes]]) -> bool:
+        """Whether these very batches are in the database already: a commit of this log whose
+        answer was lost (the same end alone could be another writer's)."""
+        firsts = {h.base_offset: data for h, data in (batches[0], batches[-1])}
+        rows = conn.execute(
+            "SELECT base_offset, data FROM batches WHERE partition_id = %s"
+            " AND base_offset = ANY(%s)",
+            (self.row_id, list(firsts)),
+        ).fetchall()
+        return len(rows) == len(firsts) and all(bytes(d) == firsts[b] for b, d in rows)
 
     def _insert(
         self, conn: Any, batches: list[tuple[BatchHeader, bytes]], aborts: list[AbortedTxn]

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .harness import BrokerProcess
+from . import harness
+from .harness import ENGINE_ENV, BrokerProcess
+
+
+@pytest.fixture(autouse=True, scope="session")
+def engine_under_test(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The storage engine of every broker of the run: ``KCOORDTEST_ENGINE`` (files unless
+    it says postgresql; scripts/test runs the group, offsets, transactions and security tests
+    on both)."""
+    engine = os.environ.get(ENGINE_ENV, "files")
+    if engine != "postgresql":
+        yield engine
+        return
+    harness.database_factory = request.getfixturevalue("postgres").database
+    try:
+        yield engine
+    finally:
+        harness.database_factory = None
 
 
 @pytest.fixture

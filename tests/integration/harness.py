@@ -13,6 +13,56 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+ENGINE_ENV = "KCOORDTEST_ENGINE"  # (not KCOORD_*: the broker warns of those naming no setting)
+"""``postgresql``: the run is on the PostgreSQL engine (``conftest.py`` sets
+:data:`database_factory`); unset or ``files``: on the files engine."""
+database_factory: Callable[[], str] | None = None
+"""On the PostgreSQL engine: makes a database. Each data directory gets one of its own, so a
+broker keeps its database across restarts and ``kcoord users --data-dir`` finds it too."""
+_databases: dict[Path, str] = {}
+
+
+def storage_url(data_dir: Path) -> str | None:
+    """On the PostgreSQL engine, the database of the broker whose data directory this is;
+    None on the files engine."""
+    if database_factory is None:
+        return None
+    key = Path(data_dir).resolve()
+    if key not in _databases:
+        _databases[key] = database_factory()
+    return _databases[key]
+
+
+def stored_batches(data_dir: Path, topic: str, partition: int) -> bytes:
+    """Every record batch a partition holds in storage, in offset order (as the files engine's
+    segments hold them, one after the other)."""
+    url = storage_url(data_dir)
+    if url is None:
+        directory = Path(data_dir) / f"{topic}-{partition}"
+        return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT b.data FROM batches b JOIN partitions p ON p.id = b.partition_id"
+            " WHERE p.topic = %s AND p.partition = %s AND NOT p.deleted ORDER BY b.base_offset",
+            (topic, partition),
+        ).fetchall()
+    return b"".join(bytes(r[0]) for r in rows)
+
+
+def stored_document(data_dir: Path, name: str) -> bytes | None:
+    """A document of the broker's storage engine (``storage.engine``), wherever it lives."""
+    url = storage_url(data_dir)
+    if url is None:
+        path = Path(data_dir) / name
+        return path.read_bytes() if path.exists() else None
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT body FROM documents WHERE name = %s", (name,)).fetchone()
+    return None if row is None else bytes(row[0])
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -51,6 +101,9 @@ class BrokerProcess:
         # the broker, so that the pid is the broker's).
         self.wrapper = list(wrapper or [])
         self.settings = dict(settings or {})
+        url = storage_url(data_dir)
+        if url is not None and "storage.url" not in self.settings:
+            self.settings["storage.url"] = url
         self.port = free_port()
         self.metrics_port = metrics_port  # passed as --metrics-port when set
         self.proc: subprocess.Popen[bytes] | None = None

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,7 @@ from .groups import (
     balanced,
     wait_balanced,
 )
-from .harness import ROOT, BrokerProcess, wait_for
+from .harness import ROOT, BrokerProcess, stored_batches, wait_for
 
 PARTITIONS = 12
 FAST = {
@@ -263,11 +262,10 @@ def test_group_record_lands_in_its_partition_and_decodes(
     member = ConfluentMember(fast_broker.bootstrap, group, "t12", "only")
     try:
         wait_balanced([member], PARTITIONS)
-        segment = fast_broker.data_dir / f"__consumer_offsets-{partition}" / f"{0:020d}.log"
-
         def group_records() -> list[object]:
             out = []
-            for batch in decode_batches(Path(segment).read_bytes()):
+            stored = stored_batches(fast_broker.data_dir, "__consumer_offsets", partition)
+            for batch in decode_batches(stored):
                 for r in batch.records:
                     assert r.key is not None
                     if isinstance(decode_key(r.key), GroupMetadataKey) and r.value is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from .clients import create_topic
-from .harness import ROOT, BrokerProcess, free_port
+from .harness import ROOT, BrokerProcess, free_port, storage_url, stored_document
 from .test_tls import make_certs
 
 
@@ -25,8 +25,10 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def kcoord_users(*args: str) -> subprocess.CompletedProcess[str]:
+    url = storage_url(Path(args[args.index("--data-dir") + 1])) if "--data-dir" in args else None
     return subprocess.run(
-        [sys.executable, "-m", "kcoord", "users", *args], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "kcoord", "users", *args, *(["--storage-url", url] if url else [])],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
     )
 
 
@@ -36,7 +38,8 @@ def broker(tmp_path: Path, certs: Path) -> Iterator[tuple[BrokerProcess, int, in
     assert kcoord_users("add", "alice", "--password", "alice-secret", "--data-dir", str(data)).returncode == 0
     listed = kcoord_users("list", "--data-dir", str(data))
     assert listed.stdout.split() == ["alice", "SCRAM-SHA-256,SCRAM-SHA-512"]
-    assert "alice-secret" not in (data / "scram-credentials.json").read_text()
+    stored = stored_document(data, "scram-credentials.json")
+    assert stored is not None and b"alice-secret" not in stored
     plain, sasl, sasl_ssl = free_port(), free_port(), free_port()
     b = BrokerProcess(
         data,

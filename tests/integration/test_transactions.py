@@ -190,7 +190,9 @@ def test_sigkill_mid_transaction_then_aborted_by_its_timeout(broker_factory: Any
         {**SETTINGS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200}
     )
     create_topic(b.bootstrap, "out", 1)
-    p = producer(b, "k", **{"transaction.timeout.ms": 4000})
+    # Long enough for the restart and a CLI describe after it even on a busy machine (with 4 s
+    # the timeout could pass before the describe and the test raced the machine's speed).
+    p = producer(b, "k", **{"transaction.timeout.ms": 10000})
     p.init_transactions(30)
     p.begin_transaction()
     p.produce("out", value=b"lost", partition=0)
@@ -200,7 +202,7 @@ def test_sigkill_mid_transaction_then_aborted_by_its_timeout(broker_factory: Any
     b.restart()
     after = describe(b, "k")
     assert (after["state"], after["partitions"]) == ("Ongoing", ["out-0"])
-    wait_for(lambda: describe(b, "k")["state"] == "CompleteAbort", 20, what="the timeout abort")
+    wait_for(lambda: describe(b, "k")["state"] == "CompleteAbort", 30, what="the timeout abort")
     assert describe(b, "k")["producer_epoch"] == before["producer_epoch"] + 1
     assert end_offsets(b, "out", 1) == [2]  # the record and its ABORT marker
 

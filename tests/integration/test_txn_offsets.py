@@ -21,7 +21,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.javahash import partition_for
 
 from .clients import create_topic
-from .harness import ROOT, BrokerProcess, free_port, wait_for
+from .harness import ROOT, BrokerProcess, free_port, storage_url, wait_for
 from .rawclient import RawClient
 
 E = ErrorCode
@@ -38,7 +38,7 @@ class MarkerBroker:
         self.log = open(data_dir.parent / f"marker-broker-{port}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).parent / "scripts" / "txn_marker_broker.py"),
-             str(port), str(data_dir)],
+             str(port), str(data_dir), *filter(None, [storage_url(data_dir)])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT, env=env,
         )
         assert self.proc.stdout is not None

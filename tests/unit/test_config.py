@@ -103,6 +103,7 @@ VALID_SAMPLES = {
     "group.consumer.session.timeout.ms": "50000",
     "group.consumer.max.session.timeout.ms": "70000",
     "log.cleanup.policy": "compact,delete",
+    "storage.url": "postgresql://kcoord@db.example:5432/kcoord",
     "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
 }
 
@@ -235,3 +236,14 @@ def test_secrets_are_sensitive_and_never_described() -> None:
     rows = {r["name"]: r for r in cfg.describe()}
     assert rows["ssl.key.password"]["value"] is None and rows["ssl.key.password"]["sensitive"]
     assert "hunter2" not in repr(cfg.describe())
+
+
+def test_storage_url_chooses_the_engine_and_is_never_shown() -> None:
+    assert Config.load(environ={}).storage_url is None
+    assert Config.load(environ={"KCOORD_STORAGE_URL": "file:"}).storage_url is None
+    url = "postgresql://kcoord:hunter2@db.example:5432/kcoord"
+    cfg = Config.load(environ={"KCOORD_STORAGE_URL": url})
+    assert cfg.storage_url == url
+    assert [row["value"] for row in cfg.describe() if row["name"] == "storage.url"] == [None]
+    with pytest.raises(ConfigError, match="storage.url"):
+        Config.load(overrides=["storage.url=mysql://db/kcoord"])

@@ -33,6 +33,13 @@ from .test_log import make_batch
 SEGMENT_BYTES = 1 << 20
 
 
+def started(data_dir: Path) -> FileEngine:
+    """A files engine over ``data_dir`` that has settled what an earlier process left."""
+    engine = FileEngine(data_dir)
+    engine.start()
+    return engine
+
+
 def _partition_dirs(data: Path) -> list[str]:
     return sorted(p.name for p in data.iterdir() if p.is_dir() and p.name != STAGING_DIR)
 
@@ -111,7 +118,7 @@ def test_start_up_rolls_an_interrupted_creation_back_or_forward(
     tmp_path: Path, committed: bool, moved: int, whole: bool
 ) -> None:
     _interrupted(tmp_path, 5, committed=committed, moved=moved)
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     assert _staged(tmp_path) == []
     if whole:
@@ -136,14 +143,14 @@ def test_a_committed_creation_whose_target_exists_is_left_staged_and_logged(
 
 
 def test_interrupted_growth_keeps_the_old_count_or_completes(tmp_path: Path) -> None:
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     topic_id = store.create("g", 2).topic_id  # type: ignore[union-attr]
     store.close()
     staged = StagedPartitions(tmp_path)
     for p in range(2, 6):
         staged.add("g", p, topic_id)  # not committed: rolled back
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     assert len(store.topics["g"].partitions) == 2
     store.close()
@@ -152,7 +159,7 @@ def test_interrupted_growth_keeps_the_old_count_or_completes(tmp_path: Path) -> 
         staged.add("g", p, topic_id)
     (staged.dir / COMMIT_MARKER).touch()
     os.rename(staged.dir / "g-3", tmp_path / "g-3")
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     assert len(store.topics["g"].partitions) == 6 and _staged(tmp_path) == []
     assert store.topics["g"].topic_id == topic_id
@@ -247,7 +254,7 @@ def test_lost_offsets() -> None:
 
 def test_limits_are_judged_in_request_order(tmp_path: Path) -> None:
     limits = PartitionLimits(max_broker_partitions=20, max_partitions_per_request=10)
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES, limits)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES, limits)
     store.load()
     in_request = 0
     outcomes = []
@@ -281,7 +288,7 @@ def test_limits_are_judged_in_request_order(tmp_path: Path) -> None:
 
 
 def test_a_reserved_name_is_taken_until_done(tmp_path: Path) -> None:
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     res = store.reserve_topic("busy", 3)
     with pytest.raises(TopicError) as exc:
@@ -298,7 +305,7 @@ def test_a_reserved_name_is_taken_until_done(tmp_path: Path) -> None:
 def test_a_failed_creation_raises_a_storage_error_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     real = PartitionLog.initialize
     calls = [0]
@@ -322,7 +329,7 @@ def test_a_failed_creation_raises_a_storage_error_and_leaves_nothing(
 def test_losses_since_the_last_checkpoint_are_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     for name in ("kept", "hurt", "gone"):
         store.create(name, 1)
@@ -337,7 +344,7 @@ def test_losses_since_the_last_checkpoint_are_logged(
     for f in (tmp_path / "gone-0").iterdir():
         f.unlink()
     (tmp_path / "gone-0").rmdir()
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     with caplog.at_level(logging.ERROR):
         store.load()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -348,14 +355,14 @@ def test_losses_since_the_last_checkpoint_are_logged(
     assert store.write_checkpoints(store.checkpoint_snapshot())
     store.close()
     caplog.clear()
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     with caplog.at_level(logging.ERROR):
         store.load()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     # Deleting a topic is no loss.
     store.delete("kept")
     store.close()
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     with caplog.at_level(logging.ERROR):
         store.load()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -365,14 +372,14 @@ def test_losses_since_the_last_checkpoint_are_logged(
 def test_start_up_registers_an_unopenable_partition_offline(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     store.load()
     store.create("t", 3)
     store.close()
     seg = tmp_path / "t-1" / f"{0:020d}.log"
     seg.unlink()
     seg.mkdir()
-    store = TopicStore(FileEngine(tmp_path), SEGMENT_BYTES)
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
     with caplog.at_level(logging.ERROR):
         store.load()
     topic = store.get("t")

@@ -1,13 +1,16 @@
-"""``kcoord users add|list|delete``: the SCRAM credentials in a data directory, managed before
-the broker starts (as Kafka's ``kafka-storage format --add-scram``); the broker reads them at
-start-up. Passwords are never stored: only the salted SCRAM credentials."""
+"""``kcoord users add|list|delete``: the SCRAM credentials in a data directory (or the database
+of ``--storage-url``, as ``storage.url``), managed before the broker starts (as Kafka's
+``kafka-storage format --add-scram``); the broker reads them at start-up. Passwords are never
+stored: only the salted SCRAM credentials."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from kcoord.storage.engine import Documents
 from kcoord.storage.file_engine import FileEngine
 
 from .credentials import CredentialStore
@@ -21,6 +24,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                             ("delete", "delete a user or one of its mechanisms")):
         p = usub.add_parser(name, help=help_text)
         p.add_argument("--data-dir", default="data", help="the broker's data directory")
+        p.add_argument(
+            "--storage-url",
+            default=os.environ.get("KCOORD_STORAGE_URL", ""),
+            help="the broker's storage.url, if it keeps its data in PostgreSQL",
+        )
         if name != "list":
             p.add_argument("name", metavar="NAME")
             p.add_argument("--mechanism", choices=sorted(MECHANISMS), default=None)
@@ -29,8 +37,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
             p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
 
 
+def _documents(args: argparse.Namespace) -> Documents:
+    url = args.storage_url.strip()
+    if url.startswith(("postgresql://", "postgres://")):
+        from kcoord.storage.postgres.engine import PostgresEngine  # (psycopg: slow to import)
+
+        engine = PostgresEngine(url, pool_size=1)
+        engine.start()  # (creates the tables of a database no broker used yet)
+        return engine
+    return FileEngine(Path(args.data_dir))
+
+
 def run(args: argparse.Namespace) -> int:
-    store = CredentialStore(FileEngine(Path(args.data_dir)))
+    store = CredentialStore(_documents(args))
     if args.action == "list":
         for user, mechanisms in sorted(store.users.items()):
             print(f"{user}\t{','.join(sorted(mechanisms))}")

@@ -22,7 +22,8 @@ from kcoord.broker.config import Config
 
 async def main() -> None:
     port, data_dir = int(sys.argv[1]), Path(sys.argv[2])
-    config = Config.load(port=port, data_dir=data_dir, environ={}, overrides=[])
+    storage = [f"storage.url={sys.argv[3]}"] if len(sys.argv) > 3 else []  # (the PostgreSQL run)
+    config = Config.load(port=port, data_dir=data_dir, environ={}, overrides=storage)
     broker = Broker(config)
     await broker.start()
     print("ready", flush=True)

@@ -1,0 +1,98 @@
+"""What only the PostgreSQL engine has: its schema's versions, fencing by the partition row's
+log end, and a database that goes away under a flush. (What every engine keeps is
+``test_engine_contract.py``.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from kcoord.protocol.record_encoding import build_batch
+from kcoord.storage.engine import LogSpec
+from kcoord.storage.offline import LogOffline
+from kcoord.storage.postgres.engine import PostgresEngine, redacted
+from kcoord.storage.postgres.log import LogFenced
+from kcoord.storage.postgres.schema import MIGRATIONS, SchemaTooNew, migrate
+
+from ..pg_server import PostgresServer, ensure_installed
+
+TOPIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
+SPEC = LogSpec(1 << 20)
+
+
+def batch(value: bytes) -> bytes:
+    return build_batch([(b"k", value, [], 1_700_000_000_000)])
+
+
+def started(url: str) -> PostgresEngine:
+    engine = PostgresEngine(url, pool_size=2)
+    engine.start()
+    return engine
+
+
+def test_migrations_run_once_and_a_newer_schema_is_refused(postgres_url: str) -> None:
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert migrate(conn) == 0
+        assert migrate(conn) == len(MIGRATIONS)
+        conn.execute("UPDATE kcoord_schema SET version = version + 1")
+        with pytest.raises(SchemaTooNew, match=f"version {len(MIGRATIONS) + 1}, newer"):
+            migrate(conn)
+
+
+def test_a_second_writer_of_a_partition_is_fenced(postgres_url: str) -> None:
+    (mine,) = started(postgres_url).create_logs("t", TOPIC_ID, range(1), SPEC)
+    theirs = started(postgres_url).open_log("t", 0, TOPIC_ID, SPEC)
+    mine.append(batch(b"mine"))
+    theirs.append(batch(b"theirs"))
+    mine.flush()
+    with pytest.raises(LogOffline) as refused:
+        theirs.flush()
+    assert isinstance(refused.value.cause, LogFenced)
+    assert theirs.offline is not None
+    again = started(postgres_url).open_log("t", 0, TOPIC_ID, SPEC)
+    assert [b"mine" in bytes(d) for _, _, d in again.iter_batches()] == [True]
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A server of this test's own, to kill."""
+    bindir = ensure_installed()
+    if isinstance(bindir, str):
+        pytest.skip(bindir)
+    server = PostgresServer(bindir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_flush_the_database_cannot_take_loses_only_what_was_not_acknowledged(
+    own_server: PostgresServer,
+) -> None:
+    url = own_server.database()
+    (plog,) = started(url).create_logs("t", TOPIC_ID, range(1), SPEC)
+    plog.append(batch(b"acknowledged"))
+    plog.flush()
+    plog.append(batch(b"in flight"))
+    own_server.kill9()
+    with pytest.raises(LogOffline):
+        plog.flush()
+    assert plog.offline is not None
+    with pytest.raises(LogOffline):
+        plog.append(batch(b"after"))  # nothing reaches the database behind the failure
+
+    own_server.start()
+    again = started(url).open_log("t", 0, TOPIC_ID, SPEC)
+    assert again.log_end_offset == 1
+    assert [b"acknowledged" in bytes(d) for _, _, d in again.iter_batches()] == [True]
+    assert again.append(batch(b"next")) == (1, 1)
+    again.flush()
+
+
+def test_the_url_is_shown_without_its_password() -> None:
+    assert redacted("postgresql://kcoord:hunter2@db:5432/k") == "postgresql://kcoord:***@db:5432/k"
+    assert redacted("postgresql://kcoord@db/k") == "postgresql://kcoord@db/k"
