@@ -44,6 +44,7 @@ from .security.acl.api import AclApi
 from .security.acl.store import AclStore, build_authorizer
 from .security.sasl.api import SaslApi
 from .security.sasl.credentials import CredentialStore
+from .security.sasl.password_checks import PasswordChecks
 from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
 from .txn.api import TxnApi
@@ -158,7 +159,10 @@ class Broker:
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
         self.credentials = credentials = CredentialStore(self.engine)
-        sasl = SaslApi(config, credentials, hooks.refused)
+        # PBKDF2 work of unauthenticated clients: threads of its own, never the default
+        # executor's, where the fsyncs of durable writes run.
+        self.password_checks = PasswordChecks()
+        sasl = SaslApi(config, credentials, self.password_checks, hooks.refused)
         users = UsersApi(credentials)
         self.authorizer = build_authorizer(config, self.engine, hooks.denied)
         acls = AclApi(
@@ -270,7 +274,7 @@ class Broker:
                 serving=lambda: self.serving,
                 runtime=self.groups,
                 login=(
-                    ConsoleLogin(self.authorizer, self.credentials)
+                    ConsoleLogin(self.authorizer, self.credentials, self.password_checks)
                     if self.authorizer is not None
                     else None
                 ),
@@ -365,4 +369,5 @@ class Broker:
         self.engine.close()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
+        self.password_checks.close()
         log.info("kcoord stopped")

@@ -9,13 +9,16 @@ authorizer there is no login and everything is shown.
 
 A password check is a PBKDF2 derivation, so a login that succeeded is remembered for
 :data:`REMEMBER_S` (keyed by a hash of the Authorization header): the page polls every few seconds.
+The checks run in the same bounded threads as SASL/PLAIN's (``password_checks.py``), queued by
+the viewer's address; a login refused there for too many waiting checks fails like a wrong
+password.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import time
 from collections.abc import Callable
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from ..security.acl.model import AclAuthorizer, Operation, ResourceType
 from ..security.sasl.credentials import CredentialStore
+from ..security.sasl.password_checks import ChecksBusy, PasswordChecks
 
 REMEMBER_S = 60.0
 _MAX_REMEMBERED = 1024
@@ -38,14 +42,17 @@ class Viewer:
 
 
 class ConsoleLogin:
-    def __init__(self, authorizer: AclAuthorizer, credentials: CredentialStore) -> None:
+    def __init__(
+        self, authorizer: AclAuthorizer, credentials: CredentialStore, checks: PasswordChecks
+    ) -> None:
         self.authorizer = authorizer
         self.credentials = credentials
+        self.checks = checks
         self._remembered: dict[bytes, tuple[str, float]] = {}
 
     async def viewer(self, authorization: str | None, host: str) -> Viewer | None:
         """The viewer for a request's Authorization header; None if the login fails."""
-        principal = await self._principal(authorization)
+        principal = await self._principal(authorization, host)
         if principal is None:
             return None
         authorizer = self.authorizer
@@ -57,7 +64,7 @@ class ConsoleLogin:
 
         return Viewer(group=may(ResourceType.GROUP), topic=may(ResourceType.TOPIC))
 
-    async def _principal(self, authorization: str | None) -> str | None:
+    async def _principal(self, authorization: str | None, host: str) -> str | None:
         if not authorization:
             return None
         scheme, _, encoded = authorization.strip().partition(" ")
@@ -74,7 +81,13 @@ class ConsoleLogin:
             return None
         if not sep or not user:
             return None
-        if not await asyncio.to_thread(self.credentials.password_ok, user, password):
+        try:
+            ok = await self.checks.check(
+                host, functools.partial(self.credentials.password_ok, user, password)
+            )
+        except ChecksBusy:
+            return None
+        if not ok:
             return None
         if len(self._remembered) >= _MAX_REMEMBERED:
             self._remembered.clear()

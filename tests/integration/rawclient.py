@@ -14,8 +14,12 @@ from kcoord.protocol.responses import build
 
 
 class RawClient:
-    def __init__(self, port: int, timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10.0, source: str | None = None) -> None:
+        """Connect to the broker's ``port`` on loopback (from the address ``source``, another
+        loopback address, when given)."""
+        self.sock = socket.create_connection(
+            ("127.0.0.1", port), timeout=timeout, source_address=(source, 0) if source else None
+        )
         self.correlation = 0
 
     def close(self) -> None:

@@ -5,8 +5,9 @@ only send ApiVersions, SaslHandshake and SaslAuthenticate (the connection refuse
 else). SaslHandshake picks one of ``sasl.enabled.mechanisms``; SaslAuthenticate carries the
 mechanism's tokens (KIP-152 framing); after a SaslHandshake v0 the tokens come instead as bare
 size-prefixed frames with no Kafka header, answered the same way (:meth:`SaslApi.raw_token`).
-PLAIN is checked against the user's stored SCRAM credential (the PBKDF2 work in a worker
-thread); SCRAM runs :class:`ScramServer`; OAUTHBEARER (only when enabled) takes unsecured
+PLAIN is checked against the user's stored SCRAM credential (the PBKDF2 work in the password
+checks' own threads, ``password_checks.py``; when too many checks wait, the login fails at once);
+SCRAM runs :class:`ScramServer`; OAUTHBEARER (only when enabled) takes unsecured
 development tokens (``oauthbearer.py``). Success makes ``User:<name>`` the principal.
 
 A failed login ends the connection, as in Kafka: the connection takes no further request (it
@@ -20,6 +21,7 @@ costing the delay, is what keeps passwords from being tried at wire speed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from kcoord.protocol.errors import ErrorCode
 
 from . import oauthbearer
 from .credentials import CredentialStore
+from .password_checks import ChecksBusy, PasswordChecks
 from .scram import MECHANISMS, ScramError, ScramServer
 
 if TYPE_CHECKING:
@@ -43,9 +46,14 @@ PLAIN = "PLAIN"
 
 class SaslApi:
     def __init__(
-        self, config: Config, store: CredentialStore, on_failure: Callable[[str], None]
+        self,
+        config: Config,
+        store: CredentialStore,
+        checks: PasswordChecks,
+        on_failure: Callable[[str], None],
     ) -> None:
         self.store = store
+        self.checks = checks
         self._on_failure = on_failure
         """Counts a failed login (the metrics' refused-connections hook)."""
         self.mechanisms = tuple(
@@ -95,7 +103,7 @@ class SaslApi:
         """One client token of the mechanism's exchange; the token to answer with."""
         mechanism = conn.sasl_mechanism
         if mechanism == PLAIN:
-            user = await self._plain(token)
+            user = await self._plain(conn.client_host, token)
             self._succeeded(conn, user)
             return b""
         if mechanism == oauthbearer.MECHANISM:
@@ -110,8 +118,8 @@ class SaslApi:
             self._succeeded(conn, exchange.user or "")
         return answer
 
-    async def _plain(self, token: bytes) -> str:
-        """The user a SASL/PLAIN token logs in (RFC 4616)."""
+    async def _plain(self, address: str, token: bytes) -> str:
+        """The user a SASL/PLAIN token from client ``address`` logs in (RFC 4616)."""
         malformed = _LoginFailed(ErrorCode.sasl_authentication_failed, "malformed SASL/PLAIN token")
         parts = token.split(b"\0")
         if len(parts) != 3:
@@ -123,7 +131,16 @@ class SaslApi:
             raise malformed from None
         if authzid and authzid != user_bytes:
             raise _LoginFailed(ErrorCode.sasl_authentication_failed, "authorization id must be the user")
-        if not await asyncio.to_thread(self.store.password_ok, user, password):
+        try:
+            ok = await self.checks.check(
+                address, functools.partial(self.store.password_ok, user, password)
+            )
+        except ChecksBusy:
+            raise _LoginFailed(
+                ErrorCode.sasl_authentication_failed,
+                "Authentication failed: too many logins in progress, try again later",
+            ) from None
+        if not ok:
             raise _LoginFailed(
                 ErrorCode.sasl_authentication_failed,
                 "Authentication failed: Invalid username or password",
