@@ -3,13 +3,15 @@ RFC 7677 test vector, and every way an exchange can fail."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
+import json
 
 import pytest
 
-from kcoord.broker.security.sasl.credentials import CredentialStore
+from kcoord.broker.security.sasl.credentials import CredentialStore, Upsertion
 from kcoord.broker.security.sasl.scram import (
     ScramError,
     ScramServer,
@@ -92,3 +94,79 @@ def test_the_store_keeps_salted_credentials_only_and_plain_checks_them(tmp_path)
     assert again is not None and password_matches("SCRAM-SHA-512", again, "s3cret")
     assert not password_matches("SCRAM-SHA-512", again, "guess")
     assert CredentialStore(FileEngine(tmp_path)).delete("alice") and CredentialStore(FileEngine(tmp_path)).users == {}
+
+
+class _CountingDocuments:
+    """Documents in memory that count their writes (and fail them on demand)."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, bytes] = {}
+        self.writes = 0
+        self.fail = False
+
+    def read_document(self, name: str) -> bytes | None:
+        return self.stored.get(name)
+
+    def write_document(self, name: str, data: bytes) -> None:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        self.writes += 1
+        self.stored[name] = data
+
+
+def _upsertion(user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> Upsertion:
+    algorithm = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+    salt = user.encode()
+    return Upsertion(user, mechanism, hashlib.pbkdf2_hmac(algorithm, password.encode(), salt, 4096), salt, 4096)
+
+
+def test_one_alteration_is_one_document_write_and_visible_once_written() -> None:
+    documents = _CountingDocuments()
+    store = CredentialStore(documents)
+    before = store.users
+
+    async def main() -> None:
+        await store.alter([], [_upsertion(f"u{i}", f"p{i}") for i in range(50)])
+        await store.alter([("u1", "SCRAM-SHA-256"), ("u2", "SCRAM-SHA-512"), ("nobody", "SCRAM-SHA-256")],
+                          [_upsertion("u3", "new", "SCRAM-SHA-512")])
+
+    asyncio.run(main())
+    assert documents.writes == 2
+    assert before == {}  # replaced, never changed in place
+    assert "u1" not in store.users and "u2" in store.users  # u2 has no SCRAM-SHA-512 to delete
+    assert sorted(store.users["u3"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert store.password_ok("u7", "p7") and store.password_ok("u3", "new") and not store.password_ok("u7", "p8")
+    assert CredentialStore(documents).users == store.users
+
+
+def test_an_alteration_that_cannot_be_written_changes_nothing() -> None:
+    documents = _CountingDocuments()
+    store = CredentialStore(documents)
+
+    async def main() -> None:
+        await store.alter([], [_upsertion("alice", "s3cret")])
+        documents.fail = True
+        with pytest.raises(OSError):
+            await store.alter([("alice", "SCRAM-SHA-256")], [_upsertion("bob", "b")])
+
+    asyncio.run(main())
+    assert sorted(store.users) == ["alice"] and sorted(CredentialStore(documents).users) == ["alice"]
+
+
+def test_concurrent_alterations_all_land_even_if_their_callers_go_away() -> None:
+    documents = _CountingDocuments()
+    store = CredentialStore(documents)
+
+    async def main() -> None:
+        callers = [asyncio.ensure_future(store.alter([], [_upsertion(f"u{i}", "p")])) for i in range(5)]
+        await asyncio.sleep(0)
+        callers[2].cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        for _ in range(1000):  # the cancelled caller's change still completes (bounded wait)
+            if len(store.users) == 5:
+                break
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert sorted(store.users) == [f"u{i}" for i in range(5)]
+    assert sorted(json.loads(documents.stored["scram-credentials.json"])) == [f"u{i}" for i in range(5)]

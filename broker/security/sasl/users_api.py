@@ -1,21 +1,28 @@
 """DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554): the SCRAM users,
 managed online by admin clients (confluent-kafka's ``describe_user_scram_credentials`` and
-``alter_user_scram_credentials``). The client sends a salted password, never the password;
-changes are stored at once (``credentials.py``) and apply to the next login."""
+``alter_user_scram_credentials``). The client sends a salted password, never the password.
+A request's valid changes are made together, as Kafka makes them in one atomic batch of
+records: one document write in a worker thread (``credentials.py``), answered once durable, and
+they apply to the next login. Kafka bounds the number of changes a request may carry only by the
+request's size, and so does kcoord (``socket.request.max.elements``)."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
+from kcoord.storage.files import describe_error
 
 from ..acl.model import CLUSTER_NAME, Operation, ResourceType
-from .credentials import CredentialStore
-from .scram import MAX_ITERATIONS, MECHANISM_IDS, MIN_ITERATIONS, credential_from_salted
+from .credentials import CredentialStore, Upsertion
+from .scram import MAX_ITERATIONS, MECHANISM_IDS, MIN_ITERATIONS
 
 if TYPE_CHECKING:
     from ...net.connection import RequestContext
+
+log = logging.getLogger("kcoord.sasl")
 
 _BY_ID = {number: name for name, number in MECHANISM_IDS.items()}
 
@@ -67,7 +74,7 @@ class UsersApi:
             )
         return ctx.respond(throttle_time=0, error_code=0, error_message=None, results=results)
 
-    def alter(self, ctx: RequestContext, req: Any) -> Any:
+    async def alter(self, ctx: RequestContext, req: Any) -> Any:
         store = self.store
         named = Counter([d.name for d in req.deletions] + [u.name for u in req.upsertions])
         errors: dict[str, tuple[int, str]] = {}
@@ -115,19 +122,22 @@ class UsersApi:
                     ErrorCode.unacceptable_credential,
                     "Salt and salted password must not be empty",
                 )
-        for d in req.deletions:
-            if d.name not in errors:
-                store.delete(d.name, _BY_ID[d.mechanism])
-        for u in req.upsertions:
-            if u.name not in errors:
-                mechanism = _BY_ID[u.mechanism]
-                store.put(
-                    u.name,
-                    mechanism,
-                    credential_from_salted(
-                        mechanism, bytes(u.salted_password), bytes(u.salt), u.iterations
-                    ),
-                )
+        deletions = [(d.name, _BY_ID[d.mechanism]) for d in req.deletions if d.name not in errors]
+        upsertions = [
+            Upsertion(
+                u.name, _BY_ID[u.mechanism], bytes(u.salted_password), bytes(u.salt), u.iterations
+            )
+            for u in req.upsertions
+            if u.name not in errors
+        ]
+        if deletions or upsertions:
+            try:
+                await store.alter(deletions, upsertions)
+            except OSError as e:
+                log.error("could not store SCRAM credentials: %s", describe_error(e))
+                failed = (ErrorCode.kafka_storage_error, "The credentials could not be stored.")
+                for user in named:
+                    errors.setdefault(user, failed)
         results = [
             dict(
                 user=user,
