@@ -35,6 +35,7 @@ from .groups.consumer_api import ConsumerGroupApi
 from .groups.offset_api import OffsetApi
 from .groups.runtime import GroupRuntime
 from .groups.txn_offset_api import TxnOffsetApi
+from .metrics.http import HttpLimits
 from .metrics.prometheus import BrokerMetrics, CoordinatorState, MetricsServer
 from .net.admission import RequestMemory
 from .net.connection import Connection, ConnectionServices, DirectHandler, Handler
@@ -277,6 +278,11 @@ class Broker:
                     ConsoleLogin(self.authorizer, self.credentials, self.password_checks)
                     if self.authorizer is not None
                     else None
+                ),
+                limits=HttpLimits(
+                    max_connections=self.config["metrics.max.connections"],
+                    request_timeout=self.config["metrics.request.timeout.ms"] / 1000.0,
+                    response_timeout=self.config["metrics.response.timeout.ms"] / 1000.0,
                 ),
             )
             await self._metrics_server.start()

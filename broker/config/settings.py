@@ -263,6 +263,31 @@ SETTINGS: dict[str, Setting] = {
             0,
         ),
         Setting(
+            "metrics.max.connections",
+            int,
+            100,
+            "Most HTTP connections the metrics port (/metrics, /healthz, the console) holds at"
+            " once; a new one past it is answered 503 and closed. max.connections does not"
+            " count them.",
+            1,
+        ),
+        Setting(
+            "metrics.request.timeout.ms",
+            int,
+            10000,
+            "A metrics-port client that has not sent its whole request head this long after"
+            " connecting is disconnected (an idle connection too: one request per connection).",
+            1,
+        ),
+        Setting(
+            "metrics.response.timeout.ms",
+            int,
+            30000,
+            "A metrics-port client that has not taken its whole answer this long after it was"
+            " ready is disconnected.",
+            1,
+        ),
+        Setting(
             "transaction.state.log.num.partitions", int, 50, "Partitions of __transaction_state.", 1
         ),
         Setting(

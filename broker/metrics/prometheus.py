@@ -2,7 +2,7 @@
 (and the web console's paths, answered by broker/console/).
 
 Served by ``kcoord serve --metrics-port N`` from the broker's own event loop (a tiny HTTP/1.1
-server). A scrape first reads the coordinator's state into a snapshot, in slices between which
+server, whose connections broker/metrics/http.py bounds). A scrape first reads the coordinator's state into a snapshot, in slices between which
 the loop serves its clients (broker/metrics/group_state.py), then renders the snapshot.
 
 Two kinds of metrics:
@@ -60,6 +60,7 @@ from ..net.offload import off_loop
 from ..services import MetricsHooks
 from ..txn.data import OpenTxns
 from .group_state import GroupSeries, GroupsSnapshot, read_groups
+from .http import Answer, HttpConnections, HttpLimits, Request
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -136,7 +137,7 @@ class BrokerMetrics:
         )
         self.connections_refused = Counter(
             "kcoord_connections_refused",
-            "Connections closed by a limit, for being idle, or after a failed login.",
+            "Connections closed by a limit, for being idle or slow, or after a failed login.",
             ["reason"],
             registry=r,
         )
@@ -407,20 +408,10 @@ def _add_group(
 
 
 # HTTP -------------------------------------------------------------------------------------------
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    503: "Service Unavailable",
-}
-_MAX_HEADERS = 100
-
-
 class MetricsServer:
     """``/metrics`` (Prometheus text format), ``/healthz`` (200 while the Kafka listener is up)
-    and ``/readyz`` (200 once every offsets partition is loaded, else 503).
+    and ``/readyz`` (200 once every offsets partition is loaded, else 503), over the bounded
+    connections of broker/metrics/http.py (``limits``: the defaults unless given).
 
     ``serving`` says whether the Kafka listener is up; ``runtime`` is the group runtime, whose
     shards say whether their offsets partition is loaded."""
@@ -434,6 +425,7 @@ class MetricsServer:
         serving: Callable[[], bool],
         runtime: GroupRuntime,
         login: ConsoleLogin | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.metrics = metrics
         self.login = login
@@ -444,6 +436,8 @@ class MetricsServer:
         self.port = port
         self._server: asyncio.Server | None = None
         self._console: Console | None = None
+        self.connections = HttpConnections(self._handle, limits or HttpLimits(), self._refused)
+        """The HTTP connections: their bounds, and how many are held."""
 
     @property
     def console(self) -> Console | None:
@@ -455,7 +449,7 @@ class MetricsServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, reuse_address=True
+            self.connections.serve, self.host, self.port, reuse_address=True
         )
         log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz)", self.host, self.bound_port)
 
@@ -472,7 +466,7 @@ class MetricsServer:
 
     async def respond(
         self, method: str, path: str, authorization: str | None = None, host: str = ""
-    ) -> tuple[int, str, bytes]:
+    ) -> Answer:
         """Status, content type and body for a request (401 for a console path without a
         good login, when the console asks for one)."""
         if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
@@ -489,7 +483,7 @@ class MetricsServer:
                 return answer
         return self.answer(method, path)
 
-    def answer(self, method: str, path: str) -> tuple[int, str, bytes]:
+    def answer(self, method: str, path: str) -> Answer:
         """:meth:`respond` for every request but a read of ``/metrics`` (which awaits)."""
         path = path.split("?", 1)[0]
         if method not in ("GET", "HEAD"):
@@ -508,41 +502,10 @@ class MetricsServer:
             return 503, "text/plain; charset=utf-8", body
         return 404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /healthz, /readyz\n"
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            authorization = None
-            try:
-                line = await asyncio.wait_for(reader.readline(), 10)
-                for _ in range(_MAX_HEADERS + 1):  # headers: only Authorization is read
-                    header = await asyncio.wait_for(reader.readline(), 10)
-                    if header in (b"\r\n", b"\n", b""):
-                        break
-                    name, sep, value = header.partition(b":")
-                    if sep and name.strip().lower() == b"authorization":
-                        authorization = value.strip().decode("latin-1")
-                else:
-                    raise ValueError("too many headers")
-            except ValueError:  # a line over the reader's limit (64 KiB), too many headers
-                method, path = "GET", ""
-                status, ctype, body = 400, "text/plain; charset=utf-8", b"request too large\n"
-            else:
-                parts = line.decode("latin-1").split()
-                if len(parts) < 2:
-                    return
-                method, path = parts[0].upper(), parts[1]
-                peer = writer.get_extra_info("peername")
-                host = str(peer[0]) if peer else ""
-                status, ctype, body = await self.respond(method, path, authorization, host)
-            challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if status == 401 else ""
-            head = (
-                f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
-                f"{challenge}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-            ).encode("latin-1")
-            writer.write(head if method == "HEAD" else head + body)
-            await writer.drain()
-        except (TimeoutError, ConnectionError, UnicodeDecodeError):
-            pass
-        except Exception:
-            log.exception("metrics request failed")
-        finally:
-            writer.close()
+    async def _handle(self, request: Request) -> tuple[Answer, str]:
+        answer = await self.respond(request.method, request.path, request.authorization, request.host)
+        challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if answer[0] == 401 else ""
+        return answer, challenge
+
+    def _refused(self, reason: str) -> None:
+        self.metrics.refused(reason)

@@ -5,7 +5,8 @@ an allocation a request tricks it into fails instead of succeeding on an overcom
 and one healthy consumer group beside it (:class:`HealthyGroup`) that must keep consuming while
 the probes run. A module may define ``BROKER_SETTINGS`` (a dict of ``--set`` values) to tune its
 broker; ``{port}`` in a value stands for the broker's own port (for ``listeners``, which replaces
-``--port``). Each probe checks that the offending client got an error or a clean close, that the
+``--port``), and ``BROKER_NOFILE`` (an int) to run its broker under that descriptor limit
+(``prlimit --nofile``) as well. Each probe checks that the offending client got an error or a clean close, that the
 broker is alive, and that the healthy group still makes progress.
 """
 
@@ -40,11 +41,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.abuse)
 
 
-def _wrapper() -> list[str]:
+def _wrapper(nofile: int | None = None) -> list[str]:
     prlimit = shutil.which("prlimit")
     if prlimit is None:  # util-linux; present on every Debian machine
         raise RuntimeError("prlimit (util-linux) is needed by the abuse suite")
-    return [prlimit, f"--as={MEMORY_LIMIT}"]
+    limits = [f"--as={MEMORY_LIMIT}"]
+    if nofile is not None:
+        limits.append(f"--nofile={nofile}")
+    return [prlimit, *limits]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,8 @@ def abuse_broker(
     settings = dict(_BASE_SETTINGS)
     settings.update(getattr(request.module, "BROKER_SETTINGS", {}))
     data = tmp_path_factory.mktemp("abuse") / "data"
-    broker = BrokerProcess(data, settings, metrics_port=free_port(), wrapper=_wrapper())
+    nofile = getattr(request.module, "BROKER_NOFILE", None)
+    broker = BrokerProcess(data, settings, metrics_port=free_port(), wrapper=_wrapper(nofile))
     for name, value in settings.items():
         if isinstance(value, str):
             broker.settings[name] = value.replace("{port}", str(broker.port))
