@@ -4,11 +4,19 @@ ConsumerGroupDescribe (69).
 Each request of whatever version is turned into the coordinator's version-independent message
 (:mod:`coordinator.consumer.messages`), routed to the shard owning the group, and the answer
 encoded back in the negotiated version.
+
+With an authorizer, topics a principal may not DESCRIBE stay hidden from it, as in Kafka 4.0
+(KAFKA-18813): a heartbeat naming one is answered TOPIC_AUTHORIZATION_FAILED (no message, as
+Kafka) before the coordinator sees it; a regex resolves only to topics the principal of the
+heartbeat resolving it may describe (the coordinator is handed that predicate); and a group whose
+members' assignments or target assignments name a topic the caller may not describe is
+described as TOPIC_AUTHORIZATION_FAILED, without its members.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kcoord.coordinator.consumer import messages as cm
@@ -23,6 +31,7 @@ from .api import then
 from .runtime import GroupRuntime
 
 _REFUSED = ErrorCode.group_authorization_failed
+_HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
 class ConsumerGroupApi:
@@ -34,6 +43,11 @@ class ConsumerGroupApi:
         if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
             return self._heartbeat_answer(
                 ctx, cm.ConsumerGroupHeartbeatResponse(_REFUSED, "Not authorized to read the group.")
+            )
+        names = req.subscribed_topic_names
+        if names and not all(ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in set(names)):
+            return self._heartbeat_answer(
+                ctx, cm.ConsumerGroupHeartbeatResponse(ErrorCode.topic_authorization_failed)
             )
         owned = req.topic_partitions
         request = cm.ConsumerGroupHeartbeatRequest(
@@ -56,6 +70,7 @@ class ConsumerGroupApi:
             client_id=ctx.header.client_id or "",
             client_host="/" + ctx.client_host,
             version=ctx.version,
+            describable=_describable(ctx),
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
@@ -122,9 +137,14 @@ class ConsumerGroupApi:
                 ]
             )
 
+        hidden = _hidden_topics(ctx, found.values())
         groups = []
         for group_id in req.group_ids:
             g = found[group_id]
+            if not g.error and hidden and any(t in hidden for t in _topics_of(g)):
+                g = cm.DescribedConsumerGroup(
+                    ErrorCode.topic_authorization_failed, _HIDDEN_TOPICS, group_id, state=""
+                )
             members = []
             for x in g.members:
                 member = dict(
@@ -160,3 +180,34 @@ class ConsumerGroupApi:
                 )
             )
         return ctx.respond(throttle_time=0, groups=groups)
+
+
+def _describable(ctx: RequestContext) -> Callable[[str], bool] | None:
+    """Whether the client may DESCRIBE a topic (quietly: it only filters what a regex
+    resolves to); None without an authorizer."""
+    authorizer = ctx.connection.authorizer
+    if authorizer is None:
+        return None
+    principal, host = ctx.connection.principal, ctx.client_host
+
+    def describable(topic: str) -> bool:
+        return authorizer.authorize(principal, host, Operation.DESCRIBE, ResourceType.TOPIC, topic, True)
+
+    return describable
+
+
+def _topics_of(group: cm.DescribedConsumerGroup) -> Iterator[str]:
+    """The topics a described group's members are assigned or targeted."""
+    for member in group.members:
+        for assigned in (member.assignment, member.target_assignment):
+            for d in assigned:
+                yield d.topic_name
+
+
+def _hidden_topics(ctx: RequestContext, groups: Iterable[cm.DescribedConsumerGroup]) -> set[str]:
+    """The topics of the described groups the client may not DESCRIBE (none without an
+    authorizer)."""
+    if ctx.connection.authorizer is None:
+        return set()
+    names = {t for g in groups for t in _topics_of(g)}
+    return {t for t in names if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t)}

@@ -42,6 +42,7 @@ from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from kcoord.coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
+from kcoord.coordinator.consumer.regex import Describable, every_topic
 from kcoord.coordinator.consumer.target import update_target
 from kcoord.coordinator.consumer.topics import TopicId, TopicsView
 from kcoord.coordinator.output import Operation, RebalanceCompleted
@@ -145,7 +146,9 @@ class ConsumerGroupManager:
             client_id=req.client_id,
             client_host=req.client_host,
         )
-        current = self.apply_member(change, member, updated, is_new, req.topic_partitions, now_ms)
+        current = self.apply_member(
+            change, member, updated, is_new, req.topic_partitions, now_ms, req.describable or every_topic
+        )
         self.maybe_completed(group, now_ms)
         full = req.member_epoch == JOIN_EPOCH or (
             req.rebalance_timeout_ms != -1
@@ -175,11 +178,14 @@ class ConsumerGroupManager:
         is_new: bool,
         owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
         now_ms: int,
+        describable: Describable | None = None,
     ) -> ConsumerMember:
         """Kafka's three steps for a member's request (module docstring): store ``updated``
         (``member`` as it was, ``is_new`` if it joins) and bump the group epoch if need be,
         recompute the target if it is behind, reconcile the member given the partitions it
-        reports owning; returns the member as it now stands."""
+        reports owning; returns the member as it now stands. ``describable``: the topics the
+        request's principal may describe, for the group's regexes (None for a classic member's
+        request: they are then left for the next ConsumerGroupHeartbeat)."""
         group = change.group
         gid = group.group_id
         member_id = updated.member_id
@@ -198,7 +204,7 @@ class ConsumerGroupManager:
         topics_moved = group.topics_version != self.topics.version
         if (
             (reason or topics_moved)
-            and refresh_topics(self.op, change, self.topics, now_ms)
+            and refresh_topics(self.op, change, self.topics, now_ms, describable)
             and not reason
         ):
             reason = "the subscribed topics changed"
@@ -362,7 +368,7 @@ class ConsumerGroupManager:
         for record in records.member_tombstones(group.group_id, member.member_id):
             self.op.emit(*record)
         group.remove_member(member.member_id)
-        refresh_topics(self.op, change, self.topics, now_ms)
+        refresh_topics(self.op, change, self.topics, now_ms, None)
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
         bump_group_epoch(self.op, change, now_ms, f"member {member.member_id} {why}")
 

@@ -8,6 +8,7 @@ the answers back; partitions travel as ``((topic id, (partition, ...)), ...)``.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kcoord.coordinator.consumer.records import TopicPartitions
@@ -41,6 +42,9 @@ class ConsumerGroupHeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    describable: Callable[[str], bool] | None = None
+    """Whether the request's principal may DESCRIBE a topic: the group's regexes resolve only to
+    topics it allows. None: no authorizer, every topic."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,16 @@ This module owns which patterns are acceptable and what compiled patterns stay i
   when the group next resolves it (a heartbeat that sends it, or a topic change). re2.compile's
   own cache (128 entries, no byte bound) is bypassed.
 - RE2 running out of memory, or exceeding its budget, is a refusal like any invalid pattern.
+
+With an authorizer, a pattern resolves only to topics the principal of the heartbeat that
+resolves it may DESCRIBE (the ``describable`` predicate the broker hands in, as Kafka 4.0 does
+since KAFKA-18813): a member never learns a hidden topic's id or partitions from its assignment.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import re2
@@ -42,6 +47,14 @@ is refused ("pattern too large"), and matching past the cache budget falls back 
 path inside RE2, never to more memory."""
 
 _cache: OrderedDict[str, Any] = OrderedDict()
+
+Describable = Callable[[str], bool]
+"""Whether the principal behind a request may DESCRIBE the topic of that name."""
+
+
+def every_topic(_name: str) -> bool:
+    """The :data:`Describable` of a broker without an authorizer."""
+    return True
 
 
 def _options() -> Any:
@@ -104,9 +117,11 @@ def forget_regexes() -> None:
     _cache.clear()
 
 
-def resolve_regex(pattern: str, topics: TopicsView, now_ms: int) -> ResolvedRegex:
-    """The topics ``pattern`` matches now (sorted), as of the view's version; none for a
-    pattern that is refused."""
+def resolve_regex(
+    pattern: str, topics: TopicsView, now_ms: int, describable: Describable = every_topic
+) -> ResolvedRegex:
+    """The topics ``pattern`` matches now that ``describable`` allows (sorted), as of the
+    view's version; none for a pattern that is refused."""
     compiled = compile_regex(pattern)[0]
     matched: tuple[str, ...] = ()
     if compiled is not None:
@@ -114,7 +129,9 @@ def resolve_regex(pattern: str, topics: TopicsView, now_ms: int) -> ResolvedRege
             sorted(
                 name
                 for name in topics.names()
-                if name not in INTERNAL_TOPICS and compiled.fullmatch(name) is not None
+                if name not in INTERNAL_TOPICS
+                and compiled.fullmatch(name) is not None
+                and describable(name)
             )
         )
     return ResolvedRegex(matched, topics.version, now_ms)
