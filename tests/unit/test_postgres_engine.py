@@ -16,8 +16,7 @@ from kcoord.storage.offline import LogOffline
 from kcoord.storage.postgres.engine import PostgresEngine, redacted
 from kcoord.storage.postgres.log import LogFenced
 from kcoord.storage.postgres.schema import MIGRATIONS, SchemaTooNew, migrate
-
-from ..pg_server import PostgresServer, ensure_installed
+from tests.pg_server import PostgresServer, ensure_installed
 
 TOPIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
 SPEC = LogSpec(1 << 20)
