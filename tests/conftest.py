@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from .pg_server import PostgresServer, ensure_installed
+from .pg_server import PostgresServer, running_server
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
     """One PostgreSQL server for the whole run, started on first use."""
-    bindir = ensure_installed()
-    if isinstance(bindir, str):
-        if os.environ.get("KCOORDTEST_REQUIRE_POSTGRES") == "1":
-            pytest.fail(bindir)
-        pytest.skip(bindir)
-    server = PostgresServer(bindir)
-    server.start()
-    try:
+    with running_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

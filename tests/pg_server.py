@@ -22,11 +22,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
 USER = "kcoord"
+REQUIRE_ENV = "KCOORDTEST_REQUIRE_POSTGRES"  # "1": no PostgreSQL fails the test, never skips it
 START_TIMEOUT_S = 60.0
 
 
@@ -59,6 +62,23 @@ def ensure_installed() -> Path | str:
         if done.returncode != 0:
             return f"apt-get {' '.join(cmd)} failed: {done.stderr[-2000:]}"
     return find_binaries()
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[PostgresServer]:
+    """A server started for the block and removed after it; without PostgreSQL the test
+    skips (or fails, under :data:`REQUIRE_ENV`)."""
+    bindir = ensure_installed()
+    if isinstance(bindir, str):
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(bindir)
+        pytest.skip(bindir)
+    server = PostgresServer(bindir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _free_port() -> int:

@@ -16,7 +16,7 @@ from kcoord.storage.offline import LogOffline
 from kcoord.storage.postgres.engine import PostgresEngine, redacted
 from kcoord.storage.postgres.log import LogFenced
 from kcoord.storage.postgres.schema import MIGRATIONS, SchemaTooNew, migrate
-from tests.pg_server import PostgresServer, ensure_installed
+from tests.pg_server import PostgresServer, running_server
 
 TOPIC_ID = uuid.UUID("00000000-0000-4000-8000-000000000002")
 SPEC = LogSpec(1 << 20)
@@ -58,15 +58,8 @@ def test_a_second_writer_of_a_partition_is_fenced(postgres_url: str) -> None:
 @pytest.fixture
 def own_server() -> Iterator[PostgresServer]:
     """A server of this test's own, to kill."""
-    bindir = ensure_installed()
-    if isinstance(bindir, str):
-        pytest.skip(bindir)
-    server = PostgresServer(bindir)
-    server.start()
-    try:
+    with running_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_flush_the_database_cannot_take_loses_only_what_was_not_acknowledged(
