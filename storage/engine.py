@@ -22,7 +22,9 @@ The contract every engine keeps (its tests run against each engine: ``tests/unit
   lost, and then wholly from some batch on (never a hole);
 * creating partitions is all-or-nothing; deleting a topic is durable once
   :meth:`StorageEngine.delete_logs` returns;
-* a document write is atomic and durable once :meth:`StorageEngine.write_document` returns.
+* a document write is atomic and durable once :meth:`StorageEngine.write_document` returns;
+* a read outside [log start, log end] raises :class:`OffsetOutOfRange`; a closed log raises
+  :class:`LogClosed`, an offline one ``storage.offline.LogOffline`` (an OSError).
 
 Threading, as the files engine: one writer per log (the event loop); ``flush``, compaction's
 first phase, ``remove_deleted`` and ``write_checkpoints`` may run in worker threads.
@@ -41,6 +43,20 @@ from kcoord.storage.offline import LogOffline
 from kcoord.storage.producer_state import ProducerState
 from kcoord.storage.retention import DeletionPlan
 from kcoord.storage.txn_index import AbortedTxn
+
+
+class OffsetOutOfRange(Exception):
+    """A read asked for an offset outside [log_start_offset, log_end_offset]."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} out of range [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class LogClosed(RuntimeError):
+    """The log was closed or deleted."""
 
 
 @dataclass(frozen=True, slots=True)

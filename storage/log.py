@@ -53,6 +53,7 @@ from kcoord.storage.compaction import (
     commit_compaction,
     prepare_compaction,
 )
+from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
 from kcoord.storage.index import INT32_MAX
 from kcoord.storage.offline import LogOffline, report_went_offline
@@ -60,20 +61,6 @@ from kcoord.storage.recovery import recover_segments
 from kcoord.storage.retention import RetentionMixin
 from kcoord.storage.segment import Segment
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, TxnLogMixin
-
-
-class OffsetOutOfRange(Exception):
-    """A read asked for an offset outside [log_start_offset, log_end_offset]."""
-
-    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
-        super().__init__(f"offset {offset} out of range [{log_start_offset}, {log_end_offset}]")
-        self.offset = offset
-        self.log_start_offset = log_start_offset
-        self.log_end_offset = log_end_offset
-
-
-class LogClosed(RuntimeError):
-    """The log was closed or deleted."""
 
 
 class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):

@@ -35,7 +35,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.legacy import encode_legacy_produce_response
 from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
 from kcoord.protocol.validate import Refused, check_batch
-from kcoord.storage.log import LogClosed, OffsetOutOfRange
+from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.engine import Log
 
 from ..net.connection import NO_RESPONSE, RequestContext

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.log import LogClosed
+from kcoord.storage.engine import LogClosed
 from kcoord.storage.engine import Log
 from kcoord.storage.retention import DeletionPlan
 

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.control import encode_marker
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.engine import Log
-from kcoord.storage.log import LogClosed
+from kcoord.storage.engine import Log, LogClosed
 
 from ..data.topic_names import OFFSETS_TOPIC
 from ..net.connection import RequestContext

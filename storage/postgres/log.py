@@ -46,6 +46,7 @@ from kcoord.protocol.batch import (
     set_base_offset,
 )
 from kcoord.storage.compaction import CompactionPlan, CompactionStats
+from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.offline import LogOffline, report_went_offline
 from kcoord.storage.producer_state import ProducerState
 from kcoord.storage.retention import DeletionPlan
@@ -56,10 +57,6 @@ from .pool import ConnectionPool
 
 CONTROL_BIT = 0x20
 READ_ROWS = 256  # rows per query of a read or an iteration
-
-
-class LogClosedError(RuntimeError):
-    pass
 
 
 class DatabaseError(OSError):
@@ -164,7 +161,7 @@ class PostgresLog:
 
     def _check_open(self) -> ConnectionPool:
         if self._closed:
-            raise LogClosedError(f"log {self._name} is closed")
+            raise LogClosed(f"log {self._name} is closed")
         if self._offline is not None:
             raise self._offline
         assert self._pool is not None
@@ -376,7 +373,10 @@ class PostgresLog:
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the one holding ``offset``, about ``max_bytes`` worth (at least
-        one batch if there is any)."""
+        one batch if there is any); OffsetOutOfRange outside [log start, log end]."""
+        self._check_open()
+        if offset < self._start or offset > self._end:
+            raise OffsetOutOfRange(offset, self._start, self._end)
         out = bytearray()
         for _, h, data in self.iter_batches(offset):
             if out and len(out) + h.size > max_bytes:

@@ -17,7 +17,7 @@ import pytest
 
 from kcoord.protocol.record_encoding import build_batch
 from kcoord.protocol.records import decode_batch
-from kcoord.storage.engine import Log, LogSpec, StorageEngine
+from kcoord.storage.engine import Log, LogClosed, LogSpec, OffsetOutOfRange, StorageEngine
 from kcoord.storage.file_engine import FileEngine
 from kcoord.storage.offline import LogOffline
 from kcoord.storage.postgres.engine import PostgresEngine
@@ -105,6 +105,20 @@ def test_appends_get_consecutive_offsets_and_read_back_whole(engines: EngineFact
     first = decode_batch(plog.read(4, 1))
     assert first.base_offset == 3 and first.header.last_offset == 4
     assert [o for o, _, _ in records(plog, 4)] == [3, 4]
+
+
+def test_reads_outside_the_log_and_of_a_closed_log_are_refused(engines: EngineFactory) -> None:
+    (plog,) = create(engines())
+    plog.append(batch((b"a", b"1"), (b"b", b"2")))
+    plog.flush()
+    plog.advance_log_start(1)
+    assert plog.read(2, 100) == b""  # the log end: nothing yet
+    for outside in (0, 3):
+        with pytest.raises(OffsetOutOfRange):
+            plog.read(outside, 100)
+    plog.close()
+    with pytest.raises(LogClosed):
+        plog.read(1, 100)
 
 
 def test_a_bad_batch_appends_nothing(engines: EngineFactory) -> None:

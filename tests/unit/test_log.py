@@ -14,7 +14,8 @@ from crc32c import crc32c
 
 import kcoord.storage.segment as segment_mod
 from kcoord.protocol.batch import CorruptBatch, iter_headers, parse_header
-from kcoord.storage.log import LogClosed, OffsetOutOfRange, PartitionLog
+from kcoord.storage.engine import LogClosed, OffsetOutOfRange
+from kcoord.storage.log import PartitionLog
 from kcoord.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     read_partition_metadata,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kcoord.storage.log import OffsetOutOfRange, PartitionLog
+from kcoord.storage.engine import OffsetOutOfRange
+from kcoord.storage.log import PartitionLog
 from tests.unit.test_log import make_batch
 
 PAYLOAD = 100
