@@ -244,13 +244,12 @@ class PostgresLog:
             with self._lock:
                 batches = list(self._pending)
                 aborts = list(self._pending_aborts)
-                size = self._size
             if not batches:
                 return
             expected = batches[0][0].base_offset
             end = batches[-1][0].next_offset
             try:
-                self._write(pool, batches, aborts, expected, end, size)
+                self._write(pool, batches, aborts, expected, end)
             except OSError as e:
                 with self._lock:
                     self._pending.clear()
@@ -272,7 +271,6 @@ class PostgresLog:
         aborts: list[AbortedTxn],
         expected: int,
         end: int,
-        size: int,
     ) -> None:
         """The flush's transaction (module docstring)."""
         with database_errors(), pool.connection() as conn, conn.transaction():
@@ -285,8 +283,9 @@ class PostgresLog:
                 if row[0] == expected:
                     self._insert(conn, batches, aborts)
                     conn.execute(
-                        "UPDATE partitions SET next_offset = %s, size_bytes = %s WHERE id = %s",
-                        (end, size, self.row_id),
+                        "UPDATE partitions SET next_offset = %s, size_bytes = size_bytes + %s"
+                        " WHERE id = %s",
+                        (end, sum(len(data) for _, data in batches), self.row_id),
                     )
                 elif not (row[0] == end and self._stored(conn, batches)):
                     raise LogFenced(

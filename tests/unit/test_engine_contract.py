@@ -199,6 +199,11 @@ def test_retention_by_time_deletes_old_records_only(engines: EngineFactory) -> N
     plog.delete_planned(plan)
     assert plog.log_start_offset == plan.new_log_start
     assert values(plog)[-1] == b"5"
+    plog.append(batch((b"k", b"6"), ts=NOW + 6))
+    plog.flush()
+    size = plog.size_bytes
+    plog.close()
+    assert reopen(engines, spec=LogSpec(segment_bytes=200)).size_bytes == size
 
 
 @pytest.mark.files_only
