@@ -130,8 +130,8 @@ SETTINGS: dict[str, Setting] = {
             "connection.failed.authentication.delay.ms",
             int,
             100,
-            "How long a failed SASL login waits before its answer goes out and its connection"
-            " is closed (the connection reads nothing more meanwhile).",
+            "How long after a failed SASL login is answered its connection is closed (the"
+            " connection reads nothing more meanwhile).",
             0,
         ),
         Setting(

@@ -23,7 +23,7 @@ What one client can hold is bounded (the hardening limits, docs/limits.md):
 
 A connection can also be ended without dropping the answers already due
 (:meth:`FrameLoop.close_when_answered`): it takes no further request, drops whatever else the
-client sent, and closes once those answers are written.
+client sent, and closes a given delay after those answers are written.
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ class FrameLoop(asyncio.Protocol):
         self._pass_scheduled = False
         self._reserved = 0  # bytes of the request memory budget held for the frame arriving
         self._closing = False  # close_when_answered() was called
+        self._close_delay_s = 0.0  # how long after its last answer the connection closes
         self.partial_since: float | None = None
         """When the frame being received started arriving (monotonic), while we read."""
 
@@ -217,20 +218,28 @@ class FrameLoop(asyncio.Protocol):
             self._loop.call_soon(self._pass)
 
     # closing ------------------------------------------------------------------------------------
-    def close_when_answered(self) -> None:
-        """Take no more requests, and close once the answers of those already taken are out.
+    def close_when_answered(self, delay_s: float = 0.0) -> None:
+        """Take no more requests, and close ``delay_s`` after the answers of those already
+        taken are out.
 
         Frames that have arrived and not been handled yet, and any that arrive later, are
         dropped unread (a failed login ends a connection this way: nothing the client
-        pipelined behind the failed attempt is looked at)."""
+        pipelined behind the failed attempt is looked at). The delay also keeps the close
+        apart from the last answer: a client reading both at once may take the close first
+        and lose the answer (kafka-python 3.0 does)."""
         self._max_in_flight = 0  # _pass takes no frame, _busy() keeps reading off
         self._closing = True
+        self._close_delay_s = delay_s
         self._set_reading(False)
         self._close_if_answered()
 
     def _close_if_answered(self) -> None:
         if not self._slots and not self._out and not self._write_scheduled:
-            self._close_gently()
+            if self._close_delay_s > 0:
+                delay, self._close_delay_s = self._close_delay_s, 0.0
+                self._loop.call_later(delay, self._close_gently)
+            else:
+                self._close_gently()
 
     def _close_gently(self) -> None:
         if not self.closed and self.transport is not None:

@@ -12,15 +12,14 @@ development tokens (``oauthbearer.py``). Success makes ``User:<name>`` the princ
 
 A failed login ends the connection, as in Kafka: the connection takes no further request (it
 handles one at a time until the login succeeds, so whatever the client pipelined behind the
-failed attempt is dropped unread), and after ``connection.failed.authentication.delay.ms`` the
-SASL_AUTHENTICATION_FAILED answer with its message goes out (none after a SaslHandshake v0,
-which has no way to say why) and the connection is closed. One guess per connection, each
-costing the delay, is what keeps passwords from being tried at wire speed.
+failed attempt is dropped unread); the SASL_AUTHENTICATION_FAILED answer with its message goes
+out at once (none after a SaslHandshake v0, which has no way to say why) and the connection is
+closed ``connection.failed.authentication.delay.ms`` later, as Kafka delays that close. One
+guess per connection is what keeps passwords from being tried at wire speed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -93,7 +92,7 @@ class SaslApi:
         try:
             answer = await self._step(conn, token)
         except _LoginFailed as e:
-            await self._refuse(conn, e.message)
+            self._refuse(conn, e.message)
             return None
         if conn.authenticated:
             conn.sasl_raw = None
@@ -178,16 +177,15 @@ class SaslApi:
         conn.logged_in(f"User:{user}")
         conn.sasl_exchange = None
 
-    async def _refuse(self, conn: Connection, message: str) -> None:
-        """End the connection of a failed login: no further request is taken, and its close
-        (after the answer, if any) waits out the delay, which this waits for."""
+    def _refuse(self, conn: Connection, message: str) -> None:
+        """End the connection of a failed login: no further request is taken, and it closes
+        the delay after its answer (if any) is out."""
         log.info("closing %s: SASL authentication failed (%s)", conn.peer, message)
         self._on_failure("authentication")
-        conn.close_when_answered()
-        await asyncio.sleep(self.failure_delay_s)
+        conn.close_when_answered(self.failure_delay_s)
 
     async def _failed(self, ctx: RequestContext, code: int, message: str) -> Any:
-        await self._refuse(ctx.connection, message)
+        self._refuse(ctx.connection, message)
         return ctx.respond(error_code=code, error_message=message, auth_bytes=b"", session_lifetime=0)
 
 
