@@ -27,9 +27,11 @@ from .console.login import ConsoleLogin
 from .data.api import DataApi
 from .data.flusher import Flusher
 from .data.producers_api import ProducersApi
+from .data.reopening import LogReopener
 from .data.retention import LogRetention
 from .data.topic_configs import TopicConfigs
-from .data.topics import INTERNAL_TOPICS, PartitionLimits, TopicStore
+from .data.topic_names import TRANSACTION_STATE_TOPIC
+from .data.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, PartitionLimits, TopicStore
 from .groups.api import GroupApi
 from .groups.consumer_api import ConsumerGroupApi
 from .groups.offset_api import OffsetApi
@@ -259,6 +261,7 @@ class Broker:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
+        self._reopen_task: asyncio.Task[None] | None = None
 
     @property
     def serving(self) -> bool:
@@ -292,6 +295,14 @@ class Broker:
         await self.groups.start()
         await self.transactions.start()
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
+        reopener = LogReopener(
+            self.topics,
+            {
+                OFFSETS_TOPIC: self.groups.log_reopened,
+                TRANSACTION_STATE_TOPIC: self.transactions.log_reopened,
+            },
+        )
+        self._reopen_task = asyncio.ensure_future(reopener.run())
         loop = asyncio.get_running_loop()
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
         # A TLS handshake gets as long as a request to arrive (a client stopping mid-way).
@@ -356,7 +367,7 @@ class Broker:
             await asyncio.to_thread(self.topics.write_checkpoints, self.topics.checkpoint_snapshot())
 
     async def stop(self) -> None:
-        for task in (self._sweeper, self._checkpoint_task):
+        for task in (self._sweeper, self._checkpoint_task, self._reopen_task):
             if task is not None:
                 task.cancel()
         for server in self._servers:

@@ -208,6 +208,11 @@ class StorageEngine(Documents, Protocol):
     def remove_deleted(self) -> None:
         """Finish deletions (blocking; any thread)."""
 
+    def may_reopen(self) -> bool:
+        """Whether offline logs are worth opening again now (blocking; any thread): never for
+        the files engine, whose offline logs stay so until a restart (as a failed log directory
+        does in Kafka); for PostgreSQL, whenever the database answers."""
+
     # checkpoints of each partition's start and durable end
     def checkpoint(self, topics: Iterable[tuple[str, Sequence[Log]]]) -> object:
         """Take, on the event loop, what :meth:`write_checkpoint` writes: every listed

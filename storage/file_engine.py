@@ -243,6 +243,9 @@ class FileEngine:
                 return
             shutil.rmtree(path, ignore_errors=True)
 
+    def may_reopen(self) -> bool:
+        return False
+
     # checkpoints --------------------------------------------------------------------------------
     def checkpoint(self, topics: Iterable[tuple[str, Sequence[Log]]]) -> CheckpointSnapshot:
         return self._checkpoints.snapshot(topics)

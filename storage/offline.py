@@ -7,8 +7,9 @@ deleted under the running broker (checked at every flush: a file with no link le
 lost at the next start, so what was written to it is refused, not acknowledged), or when an
 append failed and could not be undone. From then on every operation on it raises
 :class:`LogOffline`, an OSError (the Produce path answers KAFKA_STORAGE_ERROR for OSErrors),
-until the broker restarts. Why it went offline is logged once, at ERROR, with the offsets
-affected.
+until the broker restarts (files) or the partition is opened again (PostgreSQL, once the
+database answers: ``StorageEngine.may_reopen``). Why it went offline is logged once, at ERROR,
+with the offsets affected.
 """
 
 from __future__ import annotations
@@ -37,15 +38,18 @@ class LogOffline(OSError):
         self.cause = cause
 
 
-def report_went_offline(path: Path, cause: BaseException | str, lost: str) -> None:
+def report_went_offline(
+    path: Path, cause: BaseException | str, lost: str, until: str = "the broker restarts"
+) -> None:
     """Log, at ERROR, that the running partition at ``path`` went offline because of ``cause``;
-    ``lost`` says which offsets are affected."""
+    ``lost`` says which offsets are affected, ``until`` when it serves again."""
     reason = cause if isinstance(cause, str) else describe_error(cause)
     log.error(
-        "partition %s is offline: %s; %s; writes are refused until the broker restarts",
+        "partition %s is offline: %s; %s; writes are refused until %s",
         path.name,
         reason,
         lost,
+        until,
     )
 
 

@@ -21,6 +21,9 @@ log = logging.getLogger("kcoord.flusher")
 
 
 class Flushable(Protocol):
+    @property
+    def name(self) -> str: ...
+
     def flush(self) -> None: ...
 
 
@@ -88,7 +91,7 @@ class Flusher:
                 failed: dict[Flushable, BaseException] = {}
                 for item, result in zip(dirty, results, strict=True):
                     if isinstance(result, BaseException):
-                        log.error("fsync of %s failed: %r", getattr(item, "path", item), result)
+                        log.error("fsync of %s failed: %r", item.name, result)
                         failed[item] = result
                 if len(failed) < len(dirty):
                     self.rounds += 1

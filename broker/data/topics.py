@@ -222,6 +222,27 @@ class TopicStore:
             for i, plog in enumerate(topic.partitions):
                 yield topic.name, i, plog
 
+    # offline partitions opened again (broker/data/reopening.py) ---------------------------------
+    def offline_partitions(self) -> list[tuple[Topic, int, Log]]:
+        return [
+            (topic, i, plog)
+            for topic in list(self.topics.values())
+            for i, plog in enumerate(topic.partitions)
+            if plog.offline is not None
+        ]
+
+    def spec_of(self, topic: Topic) -> LogSpec:
+        return self._spec(topic.topic_id, topic.name)
+
+    def replace_log(self, topic: Topic, index: int, old: Log, new: Log) -> bool:
+        """Put ``new`` in the place of partition ``index``'s offline log ``old``; False, and
+        nothing changed, if ``old`` is not that log any more (the topic was deleted)."""
+        if self.topics.get(topic.name) is not topic or topic.partitions[index] is not old:
+            return False
+        topic.partitions[index] = new
+        old.close()
+        return True
+
     def pending(self, name: str) -> Reservation | None:
         """The change of ``name`` under way (a creation or added partitions), if any."""
         return self._pending.get(name)

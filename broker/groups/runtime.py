@@ -86,27 +86,13 @@ class GroupRuntime:
             consumer_assignors=config.consumer_assignors,
             consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
         )
-        start = now_ms()
         self.topics_view = StoreTopics(topics)
         self._partition_cache: dict[str, int] = {}
-        self.shards = [
-            ShardRuntime(
-                p,
-                GroupShard(
-                    p,
-                    self.group_config,
-                    now_ms=start,
-                    partition_for=self.partition_of,
-                    topics=self.topics_view,
-                ),
-            )
-            for p in range(self.num_partitions)
-        ]
+        start = now_ms()
+        self.shards = [ShardRuntime(p, self._new_shard(p, start)) for p in range(self.num_partitions)]
         self.rebalances = RebalanceHistory()
         """Each group's last rebalances (the web console's timeline)."""
         self._observe_rebalance = metrics.rebalance
-        for sr in self.shards:
-            sr.shard.rebalance_observer = self._rebalanced
         self._handles = itertools.count(1)
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
         self._topic: Topic | None = None
@@ -115,6 +101,19 @@ class GroupRuntime:
         self._cleaner_task: asyncio.Task[None] | None = None
         self._cleaned_size: dict[int, int] = {}
         self.load_seconds: float | None = None
+
+    def _new_shard(self, partition: int, t: int) -> GroupShard:
+        """A shard loading partition ``partition`` (COORDINATOR_LOAD_IN_PROGRESS until
+        :meth:`_finish`)."""
+        shard = GroupShard(
+            partition,
+            self.group_config,
+            now_ms=t,
+            partition_for=self.partition_of,
+            topics=self.topics_view,
+        )
+        shard.rebalance_observer = self._rebalanced
+        return shard
 
     def _rebalanced(self, done: RebalanceCompleted) -> None:
         self.rebalances.record(done)
@@ -177,26 +176,7 @@ class GroupRuntime:
         started = time.perf_counter()
         records = 0
         for sr in self.shards:
-            assert sr.log is not None
-            part_started = time.perf_counter()
-            part_records = records
-            # The shard's state is a function of the newest record per key: collect those,
-            # then replay them (coordinator/loading.py).
-            latest = LatestRecords()
-            history = HistoryReplay(self.rebalances.per_group)
-            if sr.log.offline is not None:
-                self._unavailable(sr, "its log is offline")
-                continue
-            try:
-                await read_partition(sr.log, sr.partition, latest, history)
-            except OSError as e:
-                self._unavailable(sr, f"reading its log failed: {e}")
-                continue
-            records += latest.records
-            latest.replay_into(sr.shard, now_ms())
-            self.rebalances.restore(history.events())
-            self._finish(sr, now_ms())
-            self._loaded_progress(sr, records - part_records, time.perf_counter() - part_started)
+            records += await self._load_shard(sr)
         self.load_seconds = time.perf_counter() - started
         shards = [sr.shard for sr in self.shards]
         log.info(
@@ -208,6 +188,54 @@ class GroupRuntime:
             records,
             self.load_seconds,
         )
+
+    async def _load_shard(self, sr: ShardRuntime) -> int:
+        """Replay the shard's partition into it (the records read), or unload it if the
+        partition cannot be read."""
+        assert sr.log is not None
+        started = time.perf_counter()
+        # The shard's state is a function of the newest record per key: collect those,
+        # then replay them (coordinator/loading.py).
+        latest = LatestRecords()
+        history = HistoryReplay(self.rebalances.per_group)
+        if sr.log.offline is not None:
+            self._unavailable(sr, "its log is offline")
+            return 0
+        try:
+            await read_partition(sr.log, sr.partition, latest, history)
+        except OSError as e:
+            self._unavailable(sr, f"reading its log failed: {e}")
+            return 0
+        latest.replay_into(sr.shard, now_ms())
+        self.rebalances.restore(history.events())
+        self._finish(sr, now_ms())
+        self._loaded_progress(sr, latest.records, time.perf_counter() - started)
+        return latest.records
+
+    async def log_reopened(self, partition: int, plog: Log) -> None:
+        """The partition's log is online again (broker/data/reopening.py): the shard is loaded
+        afresh from it, as at start-up, since the log and not the shard's memory says what is
+        durable (a write whose failure the shard undid may have been committed).
+
+        The outputs still in flight on the offline log fail first (the shard they undo must be
+        the one that made them); from the moment the chain is found empty to the new shard's
+        installation nothing awaits, so no output slips in between. Requests meanwhile get
+        NOT_COORDINATOR (parked ones, from the unload) or COORDINATOR_LOAD_IN_PROGRESS."""
+        if partition >= self.num_partitions or self._topic is None:
+            return
+        sr = self.shards[partition]
+        while sr.chain is not None:
+            await asyncio.shield(sr.chain)
+        if sr.timer is not None:
+            sr.timer.cancel()
+        sr.timer = sr.timer_at = None
+        unloaded = sr.shard.unload(now_ms())
+        sr.shard = self._new_shard(partition, now_ms())
+        sr.log = plog
+        sr.loaded = False
+        self._deliver(unloaded)
+        log.info("reloading %s-%d from its log", OFFSETS_TOPIC, partition)
+        await self._load_shard(sr)
 
     def _loaded_progress(self, sr: ShardRuntime, records: int, seconds: float) -> None:
         """Start-up progress: one line per loaded offsets partition."""
@@ -228,7 +256,7 @@ class GroupRuntime:
     def _unavailable(self, sr: ShardRuntime, why: str) -> None:
         """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
         log.error(
-            "%s-%d not loaded: %s; its groups have no coordinator until the broker restarts",
+            "%s-%d not loaded: %s; its groups have no coordinator until it is online again",
             OFFSETS_TOPIC,
             sr.partition,
             why,

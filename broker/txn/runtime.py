@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from kcoord.coordinator.schema_errors import SchemaError
 from kcoord.coordinator.transactions.coordinator import Transition, TxnConfig, TxnCoordinator
-from kcoord.coordinator.transactions.model import TopicPartition, TxnState
+from kcoord.coordinator.transactions.model import TopicPartition, TxnMetadata, TxnState
 from kcoord.coordinator.transactions.records import (
     decode_key,
     decode_value,
@@ -186,21 +186,7 @@ class TxnRuntime:
             if plog.offline is not None:
                 log.error("%s-%d is offline: its ids have no coordinator", TRANSACTION_STATE_TOPIC, p)
                 continue
-            try:
-                for i, (base, header, data) in enumerate(plog.iter_batches()):
-                    if not header.is_control:
-                        try:
-                            pairs = decode_key_values(header, data[HEADER_SIZE:])
-                        except CorruptBatch as e:
-                            log.error("%s-%d: batch at %d skipped: %s", TRANSACTION_STATE_TOPIC, p, base, e)
-                            continue
-                        for key, value in pairs:
-                            records += 1
-                            self._replay(p, key, value)
-                    if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-                        await asyncio.sleep(0)
-            except OSError as e:
-                log.error("reading %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
+            records += await self._read(p, plog, self.coordinator.replay)
         log.info(
             "loaded %s: %d transactional ids, %d records in %.3f s",
             TRANSACTION_STATE_TOPIC,
@@ -210,16 +196,53 @@ class TxnRuntime:
         )
         self._loaded()
 
-    def _replay(self, partition: int, key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
+    async def _read(
+        self, p: int, plog: Log, replay: Callable[[str, TxnMetadata | None], None]
+    ) -> int:
+        """Feed partition ``p``'s records to ``replay`` in log order, cooperatively; how many."""
+        records = 0
         try:
-            txn_id = decode_key(key)
-            meta = None if value is None else decode_value(txn_id, value)
-        except SchemaError as e:
-            log.error("%s-%d: record skipped: %s", TRANSACTION_STATE_TOPIC, partition, e)
+            for i, (base, header, data) in enumerate(plog.iter_batches()):
+                if not header.is_control:
+                    try:
+                        pairs = decode_key_values(header, data[HEADER_SIZE:])
+                    except CorruptBatch as e:
+                        log.error("%s-%d: batch at %d skipped: %s", TRANSACTION_STATE_TOPIC, p, base, e)
+                        continue
+                    for key, value in pairs:
+                        records += 1
+                        if key is None:
+                            continue
+                        try:
+                            txn_id = decode_key(key)
+                            meta = None if value is None else decode_value(txn_id, value)
+                        except SchemaError as e:
+                            log.error("%s-%d: record skipped: %s", TRANSACTION_STATE_TOPIC, p, e)
+                            continue
+                        replay(txn_id, meta)
+                if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
+        except OSError as e:
+            log.error("reading %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
+        return records
+
+    async def log_reopened(self, partition: int, plog: Log) -> None:
+        """The partition's log is online again (broker/data/reopening.py): its ids take the
+        states read from it, since the log and not memory says what is durable (a transition
+        whose write was reported failed may have been committed). Until the new log is
+        installed, at the end, every write of these ids goes to the offline one and fails,
+        changing nothing, so nothing applied meanwhile is overwritten. Prepared transactions
+        found get their markers."""
+        if self.logs is None:
             return
-        self.coordinator.replay(txn_id, meta)
+        found: dict[str, TxnMetadata | None] = {}
+        await self._read(partition, plog, found.__setitem__)
+        self.coordinator.reload(lambda t: self.partition_of(t) == partition, found)
+        self.logs[partition] = plog
+        log.info("reloaded %s-%d: %d transactional ids", TRANSACTION_STATE_TOPIC, partition, len(found))
+        for txn_id in self.coordinator.to_complete():
+            if self.partition_of(txn_id) == partition:
+                self._complete_later(txn_id)
 
     def _loaded(self) -> None:
         self.loaded = True

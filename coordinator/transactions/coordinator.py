@@ -35,7 +35,7 @@ PrepareAbort it leads to (nothing is written in between), and Dead is the tombst
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kcoord.protocol.errors import ErrorCode
@@ -100,6 +100,16 @@ class TxnCoordinator:
             self.txns.pop(transactional_id, None)
         else:
             self.txns[transactional_id] = meta
+
+    def reload(
+        self, in_partition: Callable[[str], bool], records: Mapping[str, TxnMetadata | None]
+    ) -> None:
+        """A partition read again: the ids ``in_partition`` holds for take the newest record
+        of each in ``records`` (none: gone)."""
+        for transactional_id in [t for t in self.txns if in_partition(t)]:
+            del self.txns[transactional_id]
+        for transactional_id, meta in records.items():
+            self.replay(transactional_id, meta)
 
     def to_complete(self) -> list[str]:
         """Ids in PrepareCommit/PrepareAbort with nothing pending: their markers are due."""

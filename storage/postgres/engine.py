@@ -7,7 +7,9 @@ partition's log is a :class:`~storage.postgres.log.PostgresLog`.
 
 Every statement is parameterised. Database errors reach the broker as OSErrors
 (``DatabaseError``), which it answers with retriable errors; connections that failed are
-dropped and reopened on next use, so the node recovers by itself when the database comes back.
+dropped and reopened on next use. A log that went offline (a write failed) is opened again
+once :meth:`PostgresEngine.may_reopen` finds the database answering (broker/data/reopening.py),
+so the node serves again by itself when the database comes back.
 """
 
 from __future__ import annotations
@@ -165,6 +167,14 @@ class PostgresEngine:
                     conn.execute("DELETE FROM batches WHERE partition_id = %s", (row_id,))
                     conn.execute("DELETE FROM aborted_txns WHERE partition_id = %s", (row_id,))
                     conn.execute("DELETE FROM partitions WHERE id = %s", (row_id,))
+
+    def may_reopen(self) -> bool:
+        try:
+            with database_errors(), self.pool.connection() as conn:
+                conn.execute("SELECT 1")
+        except OSError:
+            return False
+        return True
 
     # checkpoints --------------------------------------------------------------------------------
     def checkpoint(self, topics: Iterable[tuple[str, Sequence[Log]]]) -> LogStarts:

@@ -14,7 +14,8 @@ A flush that fails (the database unreachable, the row moved by another writer) t
 offline (``storage.offline``) and drops what was waiting: every waiter of those appends, in this
 flush or a later one, gets the error, and nothing written after a failure can reach the
 database behind a caller that was told it failed (the group coordinator undoes what a failed
-append carried, so the log must not keep it). The partition serves again once reopened.
+append carried, so the log must not keep it). The broker opens the partition again once the
+database answers (broker/data/reopening.py): a new log, replayed from what was committed.
 
 Reads of flushed offsets query the database; the producer state is rebuilt at open by replaying
 the batch headers from the log start (control batches read whole, for their markers).
@@ -256,7 +257,10 @@ class PostgresLog:
                     self._pending_aborts.clear()
                     self._offline = LogOffline(Path(self._name), e)
                 report_went_offline(
-                    Path(self._name), e, f"offsets {expected} to {self._end - 1} were not written"
+                    Path(self._name),
+                    e,
+                    f"offsets {expected} to {self._end - 1} were not written",
+                    until="the database answers again",
                 )
                 raise self._offline from e
             with self._lock:

@@ -1,20 +1,27 @@
 """The broker on the PostgreSQL engine (``storage.url``): a real PostgreSQL, real clients.
 
 Nothing durable stays on the node: a broker killed with -9 and started on an empty data
-directory serves the same topics, records and committed offsets.
+directory serves the same topics, records and committed offsets. PostgreSQL killed with -9
+under offset commits, idempotent produces and transactions loses nothing acknowledged, and the
+broker serves again by itself once the database is back.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from tests.pg_server import running_server
 
 from .clients import consume_confluent, create_topic, produce_confluent
-from .harness import BrokerProcess
+from .harness import BrokerProcess, wait_for
 
 
 @pytest.fixture
@@ -66,3 +73,155 @@ def test_records_and_offsets_outlive_the_node_and_its_disk(pg_broker: BrokerProc
     produce_confluent(pg_broker.bootstrap, "orders", [(0, b"k", b"after")], "none")
     got = consume_confluent(pg_broker.bootstrap, "orders", 1, 21)
     assert got[-1][1:] == (20, b"k", b"after")
+
+
+class Committer:
+    """Commits ever higher offsets of every partition of ``topic`` for ``group``, one
+    synchronous commit after another, in a thread; remembers which were acknowledged."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int) -> None:
+        self.acked: list[int] = []
+        self.attempted: list[int] = []
+        self.failures = 0
+        self._consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
+        self._topic, self._partitions = topic, partitions
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            self.attempted.append(n)
+            offsets = [TopicPartition(self._topic, p, n) for p in range(self._partitions)]
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException:
+                self.failures += 1
+                continue
+            self.acked.append(n)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the committer did not stop"
+        self._consumer.close()
+
+
+class Transactor:
+    """Commits one transaction after another, each holding one record of ``topic``, in a
+    thread; remembers the records of the transactions whose commit was acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.committed: list[bytes] = []
+        self.fatal: str | None = None
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap, "transactional.id": "kill9", "linger.ms": 2,
+            # A record that cannot be written makes its transaction abortable this soon, and
+            # the abort writes to __transaction_state during the outage too.
+            "message.timeout.ms": 5000,
+        })
+        self._topic = topic
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        p = self._producer
+        p.init_transactions(60)
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                p.begin_transaction()
+                p.produce(self._topic, value=b"t%d" % n)
+                while True:
+                    try:
+                        p.commit_transaction(60)
+                        break
+                    except KafkaException as e:
+                        if not e.args[0].retriable():  # a retriable failure: commit again
+                            raise
+            except KafkaException as e:
+                if not e.args[0].txn_requires_abort():
+                    self.fatal = str(e)
+                    return
+                p.abort_transaction(60)
+                continue
+            self.committed.append(b"t%d" % n)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(120)
+        assert not self.thread.is_alive(), "the transactions did not stop"
+        assert self.fatal is None, self.fatal
+
+
+def test_acknowledged_writes_survive_a_postgresql_kill9_and_the_node_serves_again_by_itself(
+    tmp_path: Path,
+) -> None:
+    with running_server() as server:
+        broker = BrokerProcess(
+            tmp_path / "data",
+            {"storage.url": server.database(), "group.initial.rebalance.delay.ms": 0},
+        ).start()
+        try:
+            b = broker.bootstrap
+            create_topic(b, "orders", 2)
+            delivered: list[bytes] = []
+            producer = Producer({  # idempotent: its retries are not read twice
+                "bootstrap.servers": b, "enable.idempotence": True, "linger.ms": 2,
+                "message.timeout.ms": 120_000,
+            })
+
+            def on_delivery(err: object, msg: Any) -> None:
+                if err is None:
+                    delivered.append(msg.value())
+
+            committer = Committer(b, "billing", "orders", 2)
+            transactor = Transactor(b, "orders")
+            sent = 0
+
+            def produce_some(count: int) -> None:
+                nonlocal sent
+                for _ in range(count):
+                    producer.produce("orders", value=b"v%d" % sent, on_delivery=on_delivery)
+                    sent += 1
+                producer.poll(0)
+
+            def log_says(pattern: str) -> bool:
+                produce_some(5)  # records written meanwhile, in and after the outage
+                return re.search(pattern, broker.log_path.read_text(errors="replace")) is not None
+
+            wait_for(lambda: len(committer.acked) >= 20 and len(transactor.committed) >= 5, 60,
+                     what="commits and transactions before the kill")
+            server.kill9()
+            for went_offline in (r"__consumer_offsets-\d+ is offline",
+                                 r"__transaction_state-\d+ is offline"):
+                wait_for(lambda p=went_offline: log_says(p), 60, what=went_offline)
+            acked_before, txns_before = len(committer.acked), len(transactor.committed)
+            server.start()  # the same files and port
+            for came_back in (r"__consumer_offsets-\d+ is online again",
+                              r"__transaction_state-\d+ is online again"):
+                wait_for(lambda p=came_back: log_says(p), 60, what=came_back)
+            wait_for(lambda: len(committer.acked) >= acked_before + 20
+                     and len(transactor.committed) >= txns_before + 5, 60,
+                     what="commits and transactions acknowledged again, the broker never restarted")
+            committer.stop()
+            transactor.stop()
+            assert producer.flush(120) == 0
+            assert broker.alive
+
+            committed = _committed(b, "billing", "orders", 2)
+            last = committer.acked[-1]
+            for offset in committed:  # the last acknowledged commit, or a later attempt
+                assert offset >= last and offset in committer.attempted
+            expected = set(delivered) | set(transactor.committed)
+            got = {v for *_, v in consume_confluent(b, "orders", 2, len(expected), timeout=60)}
+            assert expected <= got  # read_committed: the committed transactions' records too
+            producer.close()
+        finally:
+            broker.stop()

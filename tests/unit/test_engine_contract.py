@@ -272,6 +272,14 @@ def test_an_offline_log_refuses_everything(engines: EngineFactory) -> None:
         plog.read(0, 100)
 
 
+def test_offline_logs_are_worth_reopening_only_where_they_can_come_back(
+    engines: EngineFactory,
+) -> None:
+    engine = engines()
+    # Files: an offline log stays so until a restart; PostgreSQL: whenever the database answers.
+    assert engine.may_reopen() is not isinstance(engine, FileEngine)
+
+
 # -- documents ------------------------------------------------------------------------------
 
 

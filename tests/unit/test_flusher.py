@@ -12,6 +12,8 @@ from kcoord.broker.data.flusher import Flusher
 
 
 class FakeLog:
+    name = "fake-0"
+
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
         self.flushes = 0

@@ -66,7 +66,8 @@ def test_a_flush_the_database_cannot_take_loses_only_what_was_not_acknowledged(
     own_server: PostgresServer,
 ) -> None:
     url = own_server.database()
-    (plog,) = started(url).create_logs("t", TOPIC_ID, range(1), SPEC)
+    engine = started(url)
+    (plog,) = engine.create_logs("t", TOPIC_ID, range(1), SPEC)
     plog.append(batch(b"acknowledged"))
     plog.flush()
     plog.append(batch(b"in flight"))
@@ -77,8 +78,11 @@ def test_a_flush_the_database_cannot_take_loses_only_what_was_not_acknowledged(
     with pytest.raises(LogOffline):
         plog.append(batch(b"after"))  # nothing reaches the database behind the failure
 
+    assert not engine.may_reopen()
+
     own_server.start()
-    again = started(url).open_log("t", 0, TOPIC_ID, SPEC)
+    assert engine.may_reopen()  # the same engine: its pool opens fresh connections
+    again = engine.open_log("t", 0, TOPIC_ID, SPEC)
     assert again.log_end_offset == 1
     assert [b"acknowledged" in bytes(d) for _, _, d in again.iter_batches()] == [True]
     assert again.append(batch(b"next")) == (1, 1)

@@ -362,3 +362,20 @@ def test_reload_in_each_state() -> None:
     assert r.end_txn("ongoing", m.producer_id, m.producer_epoch, True, clock()) != E.producer_fenced
     r.replay("cc", None)  # a tombstone removes the id
     assert r.get("cc") is None
+
+
+def test_a_partition_read_again_replaces_only_its_own_ids() -> None:
+    """What the runtime does when a partition's log is online again: the log's records win
+    over memory, for that partition's ids alone."""
+    c = coordinator()
+    logged = init(c, "a")  # as the log holds it
+    done(c, c.add_partitions("a", logged.producer_id, logged.producer_epoch, [TP], T0))  # lost
+    init(c, "b")  # its write was reported failed, yet committed: memory does not know
+    other = init(c, "elsewhere")
+    committed_b = c.get("b")
+    assert committed_b is not None
+    c.replay("b", None)  # memory forgot it (the failed write was undone)
+
+    c.reload(lambda t: t != "elsewhere", {"a": logged, "b": committed_b, "gone": None})
+    assert c.get("a") == logged and c.get("b") == committed_b and c.get("gone") is None
+    assert c.get("elsewhere") == other
