@@ -38,6 +38,10 @@ from kcoord.broker.config import SETTINGS, Config
 from .harness import ROOT, BrokerProcess, free_port, wait_for
 from .podman_env import Podman, Unavailable, container_dir, ensure_installed
 
+# The first test carries installing podman, the base image and the build (minutes on a fresh
+# machine, with the other tests running beside it).
+pytestmark = pytest.mark.timeout(900)
+
 FAST = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000}
 
 

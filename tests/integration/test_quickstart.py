@@ -23,7 +23,7 @@ import pytest
 
 from .harness import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # installs and builds: minutes
 
 
 def quickstart() -> tuple[list[str], list[str], list[str], str]:
