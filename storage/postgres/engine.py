@@ -26,6 +26,7 @@ from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS
 
 from .log import PostgresLog, database_errors
 from .pool import ConnectionPool
+from .recent import DEFAULT_BUDGET_BYTES, RecentBatches
 from .schema import migrate
 
 log = logging.getLogger("kcoord.storage")
@@ -55,10 +56,12 @@ class PostgresEngine:
         *,
         producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
         pool_size: int = 8,
+        recent_bytes: int = DEFAULT_BUDGET_BYTES,
     ) -> None:
         self.url = url
         self.producer_expiration_ms = producer_expiration_ms
         self.pool = ConnectionPool(url, pool_size)
+        self.recent = RecentBatches(recent_bytes)
 
     @property
     def description(self) -> str:
@@ -125,6 +128,7 @@ class PostgresEngine:
             size_bytes=size,
             segment_bytes=spec.segment_bytes,
             producer_expiration_ms=self.producer_expiration_ms,
+            recent=self.recent.tail(),
         )
 
     def create_logs(

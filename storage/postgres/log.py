@@ -17,8 +17,10 @@ database behind a caller that was told it failed (the group coordinator undoes w
 append carried, so the log must not keep it). The broker opens the partition again once the
 database answers (broker/data/reopening.py): a new log, replayed from what was committed.
 
-Reads of flushed offsets query the database; the producer state is rebuilt at open by replaying
-the batch headers from the log start (control batches read whole, for their markers).
+Reads are served from memory for the newest flushed batches (``storage.postgres.recent``: the
+engine's budget of them) and the pending ones, and query the database below; the producer state
+is rebuilt at open by replaying the batch headers from the log start (control batches read
+whole, for their markers).
 
 Segments: the rows are one run, so :attr:`segment_base_offsets` has one entry, nothing rolls,
 and the broker's compaction (which cleans sealed segments only) leaves these logs alone for now.
@@ -55,6 +57,7 @@ from kcoord.storage.txn_index import AbortedTxn
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, marker_of, wall_clock_ms
 
 from .pool import ConnectionPool
+from .recent import LogTail
 
 CONTROL_BIT = 0x20
 READ_ROWS = 256  # rows per query of a read or an iteration
@@ -98,6 +101,7 @@ class PostgresLog:
         producer_expiration_ms: int = DEFAULT_PRODUCER_EXPIRATION_MS,
         clock: Callable[[], int] | None = None,
         offline: LogOffline | None = None,
+        recent: LogTail | None = None,
     ) -> None:
         self._pool = pool
         self._name = name
@@ -115,6 +119,7 @@ class PostgresLog:
         self._producers = ProducerState(producer_expiration_ms, clock or wall_clock_ms)
         self._offline = offline
         self._closed = False
+        self._recent = recent  # the newest flushed batches, read without a query
 
     @classmethod
     def offline_log(cls, name: str, cause: BaseException | str) -> PostgresLog:
@@ -267,6 +272,8 @@ class PostgresLog:
                 del self._pending[: len(batches)]
                 del self._pending_aborts[: len(aborts)]
                 self._flushed = end
+                if self._recent is not None:
+                    self._recent.add(batches)
 
     def _write(
         self,
@@ -361,16 +368,19 @@ class PostgresLog:
         start = max(self._start if start_offset is None else start_offset, self._start)
         with self._lock:
             flushed, pending = self._flushed, list(self._pending)
-        while start < flushed:
+            cached_from, cached = (
+                self._recent.since(start, flushed) if self._recent is not None else (flushed, [])
+            )
+        while start < cached_from:
             with database_errors(), pool.connection() as conn:
-                rows = self._rows(conn, start, flushed, READ_ROWS)
+                rows = self._rows(conn, start, cached_from, READ_ROWS)
             if not rows:
                 break
             for base, data in rows:
                 h = parse_header(data)
                 yield base, h, memoryview(data)
                 start = h.next_offset
-        for h, data in pending:
+        for h, data in (*cached, *pending):
             if h.last_offset >= start:
                 yield h.base_offset, h, memoryview(data)
 
@@ -532,10 +542,10 @@ class PostgresLog:
 
     def close(self) -> None:
         """Flush what is pending (an error propagates), then refuse further use."""
-        if self._closed or self._offline is not None:
-            self._closed = True
-            return
         try:
-            self.flush()
+            if not self._closed and self._offline is None:
+                self.flush()
         finally:
             self._closed = True
+            if self._recent is not None:
+                self._recent.clear()

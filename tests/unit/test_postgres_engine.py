@@ -1,5 +1,5 @@
 """What only the PostgreSQL engine has: its schema's versions, fencing by the partition row's
-log end, and a database that goes away under a flush. (What every engine keeps is
+log end, a database that goes away under a flush, the newest batches read from memory. (What every engine keeps is
 ``test_engine_contract.py``.)"""
 
 from __future__ import annotations
@@ -87,6 +87,26 @@ def test_a_flush_the_database_cannot_take_loses_only_what_was_not_acknowledged(
     assert [b"acknowledged" in bytes(d) for _, _, d in again.iter_batches()] == [True]
     assert again.append(batch(b"next")) == (1, 1)
     again.flush()
+
+
+def test_the_newest_batches_are_read_from_memory_within_the_budget(
+    own_server: PostgresServer,
+) -> None:
+    size = len(batch(b"a" * 100))
+    engine = PostgresEngine(own_server.database(), pool_size=2, recent_bytes=2 * size)
+    engine.start()
+    (plog,) = engine.create_logs("t", TOPIC_ID, range(1), SPEC)
+    for value in (b"a", b"b", b"c"):
+        plog.append(batch(value * 100))
+        plog.flush()
+    assert engine.recent.held_bytes == 2 * size
+    own_server.kill9()
+    # The two newest batches need no database; the first one does.
+    newest = [bytes(d) for _, _, d in plog.iter_batches(1)]
+    assert len(newest) == 2 and b"b" * 100 in newest[0] and b"c" * 100 in newest[1]
+    assert plog.read(2, 1 << 20) == newest[1]
+    with pytest.raises(OSError):
+        plog.read(0, 1 << 20)
 
 
 def test_the_url_is_shown_without_its_password() -> None:
