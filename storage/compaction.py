@@ -151,8 +151,9 @@ def prepare_compaction(
     return plan
 
 
-def commit_compaction(log: CleanableLog, plan: CompactionPlan) -> CompactionStats:
+def commit_compaction(log: CleanableLog, plan: PreparedCompaction) -> CompactionStats:
     """Phase 2 (writer thread): swap the cleaned files in. Returns the plan's stats."""
+    plan = _own(plan)
     if plan.snapshot is None:
         raise ValueError("plan already committed or aborted")
     started = time.perf_counter()
@@ -164,9 +165,15 @@ def commit_compaction(log: CleanableLog, plan: CompactionPlan) -> CompactionStat
     return stats
 
 
-def abort_compaction(log: CleanableLog, plan: CompactionPlan) -> None:
+def abort_compaction(log: CleanableLog, plan: PreparedCompaction) -> None:
     """Delete a prepared plan's cleaned files and end the cleaning without changing the log."""
-    _discard(log, plan)
+    _discard(log, _own(plan))
+
+
+def _own(plan: PreparedCompaction) -> CompactionPlan:
+    if not isinstance(plan, CompactionPlan):
+        raise ValueError(f"not a plan of the files engine: {type(plan).__name__}")
+    return plan
 
 
 def _discard(log: CleanableLog, plan: CompactionPlan) -> None:
