@@ -43,6 +43,11 @@ Two phases, so that requests are not blocked (``storage.cleaning`` documents the
    log was truncated or closed in between, the plan is discarded (``stats.stale``).
 
 :func:`compact` runs both in the calling thread.
+
+The rules about records (the key map, tombstones, keyless records, transactions, what becomes
+of a batch) are engine-neutral and live in ``storage.compaction_rules``, which the PostgreSQL
+engine applies too; this module owns what is about segments: which are sealed, merging them,
+the cleaned files and their indexes.
 """
 
 from __future__ import annotations
@@ -51,27 +56,36 @@ import contextlib
 import os
 import struct
 import time
-from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
-from kcoord.protocol.compression import decompress
-from kcoord.protocol.control import decode_marker
-from kcoord.protocol.key_values import decode_key_values
-from kcoord.protocol.record_encoding import encode_batch
-from kcoord.protocol.records import decode_batch, read_varint
+from kcoord.protocol.batch import CorruptBatch
 from kcoord.storage.cleaning import CleaningSnapshot
+from kcoord.storage.compaction_rules import (
+    DEFAULT_DELETE_RETENTION_MS,
+    Batch,
+    BatchFilter,
+    CompactionStats,
+    PreparedCompaction,
+    surviving_offsets,
+)
 from kcoord.storage.index import INT32_MAX, pwrite_all
 from kcoord.storage.recovery import CLEANED_SUFFIX, cleaned_path
 from kcoord.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, SCAN_CHUNK, TIMEINDEX_SUFFIX, Segment
 from kcoord.storage.time_index import NO_TIMESTAMP
 from kcoord.storage.txn_index import TXN_INDEX_SUFFIX
 
-DEFAULT_DELETE_RETENTION_MS = 86_400_000  # Kafka's delete.retention.ms
-
+__all__ = [
+    "DEFAULT_DELETE_RETENTION_MS",
+    "CompactionPlan",
+    "CompactionStats",
+    "abort_compaction",
+    "commit_compaction",
+    "compact",
+    "prepare_compaction",
+]
 
 
 class CleanableLog(Protocol):
@@ -98,29 +112,8 @@ _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
-@dataclass(slots=True)
-class CompactionStats:
-    """What a compaction did to the sealed segments it considered (the active one excluded).
-
-    ``tombstones_dropped`` counts tombstones removed because they outlived the retention (older
-    tombstones superseded by a newer record for their key are counted only as records).
-    ``stale`` is True if the plan was discarded at commit because the log had changed; the
-    ``*_after`` fields then equal the ``*_before`` ones.
-    """
-
-    segments_before: int = 0
-    segments_after: int = 0
-    bytes_before: int = 0
-    bytes_after: int = 0
-    records_before: int = 0
-    records_after: int = 0
-    tombstones_dropped: int = 0
-    seconds: float = 0.0
-    stale: bool = False
-
-
 @dataclass(eq=False)
-class CompactionPlan:
+class CompactionPlan(PreparedCompaction):
     """The result of phase 1: cleaned files on disk and how they replace the sealed segments."""
 
     snapshot: CleaningSnapshot | None
@@ -158,26 +151,29 @@ def prepare_compaction(
     return plan
 
 
-def commit_compaction(log: CleanableLog, plan: CompactionPlan) -> CompactionStats:
+def commit_compaction(log: CleanableLog, plan: PreparedCompaction) -> CompactionStats:
     """Phase 2 (writer thread): swap the cleaned files in. Returns the plan's stats."""
+    plan = _own(plan)
     if plan.snapshot is None:
         raise ValueError("plan already committed or aborted")
     started = time.perf_counter()
     snap, plan.snapshot = plan.snapshot, None
     stats = plan.stats
     if not log.replace_sealed(snap, plan.replacements):
-        stats.stale = True
-        stats.segments_after = stats.segments_before
-        stats.bytes_after = stats.bytes_before
-        stats.records_after = stats.records_before
-        stats.tombstones_dropped = 0
+        stats.discard()
     stats.seconds += time.perf_counter() - started
     return stats
 
 
-def abort_compaction(log: CleanableLog, plan: CompactionPlan) -> None:
+def abort_compaction(log: CleanableLog, plan: PreparedCompaction) -> None:
     """Delete a prepared plan's cleaned files and end the cleaning without changing the log."""
-    _discard(log, plan)
+    _discard(log, _own(plan))
+
+
+def _own(plan: PreparedCompaction) -> CompactionPlan:
+    if not isinstance(plan, CompactionPlan):
+        raise ValueError(f"not a plan of the files engine: {type(plan).__name__}")
+    return plan
 
 
 def _discard(log: CleanableLog, plan: CompactionPlan) -> None:
@@ -197,148 +193,6 @@ def _discard(log: CleanableLog, plan: CompactionPlan) -> None:
 
 
 # -- phase 1 -------------------------------------------------------------------------------
-
-
-def _map_keys(
-    data: bytes, count: int, base_offset: int, offsets: dict[bytes, int], droppable: bool
-) -> None:
-    """Record ``key -> offset`` for each keyed record of a batch's (decompressed) records.
-
-    Reads only up to each key and the first byte of the value length; a tombstone that may be
-    dropped is stored as ``~offset`` (negative). Keyless records are skipped.
-    """
-    pos = 0
-    n_data = len(data)
-    try:
-        for _ in range(count):
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                length, pos = read_varint(data, pos)
-            end = pos + length
-            if length < 6 or end > n_data:
-                raise CorruptBatch(f"bad record length {length}")
-            pos += 1  # attributes
-            while data[pos] & 0x80:  # timestampDelta: skipped
-                pos += 1
-            pos += 1
-            b = data[pos]
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                offset_delta, pos = read_varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                key_len = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                key_len, pos = read_varint(data, pos)
-            if key_len >= 0:
-                key = data[pos : pos + key_len]
-                # valueLength -1 (null) is the single byte zig-zag(-1) == 1.
-                if data[pos + key_len] == 1:
-                    offset = base_offset + offset_delta
-                    offsets[key] = ~offset if droppable else offset
-                else:
-                    offsets[key] = base_offset + offset_delta
-            elif key_len != -1:
-                raise CorruptBatch(f"bad key length {key_len}")
-            pos = end
-    except IndexError:
-        raise CorruptBatch("truncated record") from None
-    if pos != n_data:
-        raise CorruptBatch(f"{n_data - pos} bytes left over after {count} records")
-
-
-def _end_txn(
-    h: BatchHeader, data: memoryview, offsets: dict[bytes, int], open_txns: dict[int, dict[bytes, int]]
-) -> None:
-    """A marker: a COMMIT lets its producer's records compete for their keys by offset."""
-    held = open_txns.pop(h.producer_id, None)
-    if not held:
-        return
-    for key, value in decode_key_values(h, data[HEADER_SIZE:]):
-        marker = decode_marker(key, value)
-        if marker is not None and marker.commit:
-            for k, offset in held.items():
-                current = offsets.get(k)
-                if current is None or offset > (current if current >= 0 else ~current):
-                    offsets[k] = offset
-            return
-
-
-def _map_around_txns(
-    h: BatchHeader,
-    data: memoryview,
-    offsets: dict[bytes, int],
-    droppable: bool,
-    open_txns: dict[int, dict[bytes, int]],
-    tombstones: dict[bytes, list[int]],
-) -> None:
-    """:func:`_map_keys` of a plain batch while transactions are open, noting the tombstones
-    of keys they hold pending."""
-    batch: dict[bytes, int] = {}
-    _map_keys(_records_bytes(h, data), h.records_count, h.base_offset, batch, True)
-    for key, v in batch.items():
-        if v < 0:
-            if any(key in held for held in open_txns.values()):
-                tombstones.setdefault(key, []).append(~v)
-            offsets[key] = v if droppable else ~v
-        else:
-            offsets[key] = v
-
-
-def _pending(
-    offsets: dict[bytes, int],
-    open_txns: dict[int, dict[bytes, int]],
-    tombstones: dict[bytes, list[int]],
-) -> list[int]:
-    """The offsets to keep for still-pending transactional records: theirs, and that of the
-    first tombstone of the key after each (it removes the record on replay; it is made
-    non-droppable if it is the key's newest record)."""
-    kept: list[int] = []
-    for held in open_txns.values():
-        for key, offset in held.items():
-            kept.append(offset)
-            after = [t for t in tombstones.get(key, ()) if t > offset]
-            if after:
-                kept.append(after[0])
-                current = offsets.get(key)
-                if current is not None and current < 0 and ~current == after[0]:
-                    offsets[key] = after[0]
-    return kept
-
-
-def _records_bytes(h: BatchHeader, data: memoryview) -> bytes:
-    payload = data[HEADER_SIZE:]
-    if h.compression:
-        return decompress(h.compression, payload)
-    return bytes(payload)
-
-
-def _rebuild(h: BatchHeader, data: memoryview, keep: set[int]) -> tuple[bytes, int]:
-    """Re-encode a batch with only the records at offsets in ``keep``; (bytes, records)."""
-    batch = decode_batch(data, verify_crc=False)
-    base = h.base_offset
-    kept = [r for r in batch.records if base + r.offset_delta in keep]
-    out = encode_batch(
-        kept,
-        base_offset=base,
-        base_timestamp=h.base_timestamp,
-        max_timestamp=h.max_timestamp,
-        compression=h.compression,
-        producer_id=h.producer_id,
-        producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence,
-        partition_leader_epoch=h.partition_leader_epoch,
-        is_transactional=h.is_transactional,
-        log_append_time=h.log_append_time,
-        last_offset_delta=h.last_offset_delta,
-    )
-    return out, len(kept)
 
 
 @dataclass(slots=True)
@@ -385,21 +239,19 @@ class _Cleaner:
 
     def run(self) -> None:
         snap = self.snap
-        sealed_end = snap.segments[snap.sealed - 1].next_offset
-        offsets, pending = self._build_map()
-        surviving = sorted(
-            {v for v in offsets.values() if 0 <= v < sealed_end}
-            | {v for v in pending if v < sealed_end}
+        surviving, self.stats.tombstones_dropped = surviving_offsets(
+            self._batches(),
+            durable_end=snap.flushed_offset,
+            cleanable_end=snap.segments[snap.sealed - 1].next_offset,
+            horizon_ms=self.horizon,
         )
-        self.stats.tombstones_dropped = sum(1 for v in offsets.values() if v < 0)
-        del offsets
         self.stats.segments_before = snap.sealed
+        keep = BatchFilter(surviving)
         group: _Group | None = None
-        ptr = 0
         try:
             for i in range(snap.sealed):
                 seg = snap.segments[i]
-                cleaned, ptr = self._clean_segment(snap.readers[i], seg, surviving, ptr)
+                cleaned = self._clean_segment(snap.readers[i], seg, keep)
                 self.stats.bytes_before += snap.readers[i].size
                 if group is not None and (
                     group.size + cleaned.size > snap.segment_bytes
@@ -417,63 +269,32 @@ class _Cleaner:
             if group is not None and group.fd is not None:
                 os.close(group.fd)
 
-    def _build_map(self) -> tuple[dict[bytes, int], list[int]]:
-        """key -> offset of its newest durable record (``~offset`` for a droppable tombstone),
-        and the offsets of transactional records still pending (no durable marker)."""
-        snap = self.snap
-        offsets: dict[bytes, int] = {}
-        open_txns: dict[int, dict[bytes, int]] = {}  # producer id -> key -> newest offset
-        tombstones: dict[bytes, list[int]] = {}  # of keys pending somewhere when written
-        for i, reader in enumerate(snap.readers):
-            in_sealed = i < snap.sealed
+    def _batches(self) -> Iterator[Batch]:
+        """Every batch of every segment, sealed and active, in offset order. The sealed
+        segments hold exactly the batches ending at or below the last sealed one's next
+        offset, so that offset is where the cleanable part ends."""
+        for reader in self.snap.readers:
             for _, h, data in reader.scan(0, reader.size):
-                if h.next_offset > snap.flushed_offset:
-                    return offsets, _pending(offsets, open_txns, tombstones)
-                if h.is_control:
-                    if h.is_transactional:
-                        _end_txn(h, data, offsets, open_txns)
-                    continue
-                if h.is_transactional and h.producer_id >= 0:
-                    held = open_txns.setdefault(h.producer_id, {})
-                    _map_keys(_records_bytes(h, data), h.records_count, h.base_offset, held, False)
-                    continue
-                droppable = in_sealed and h.max_timestamp < self.horizon
-                if open_txns:
-                    _map_around_txns(h, data, offsets, droppable, open_txns, tombstones)
-                    continue
-                _map_keys(
-                    _records_bytes(h, data), h.records_count, h.base_offset, offsets, droppable
-                )
-        return offsets, _pending(offsets, open_txns, tombstones)
+                yield h.base_offset, h, data
 
-    def _clean_segment(
-        self, reader: Segment, segment: Segment, surviving: list[int], ptr: int
-    ) -> tuple[_Cleaned, int]:
+    def _clean_segment(self, reader: Segment, segment: Segment, keep: BatchFilter) -> _Cleaned:
         pieces: list[bytes | tuple[int, int]] = []
         batches: list[tuple[int, int, int]] = []
         size = records_before = records = 0
         unchanged = True
         for pos, h, data in reader.scan(0, reader.size):
             records_before += h.records_count
+            verdict = keep.decide(h, data)
             out: bytes | tuple[int, int]
-            if h.is_control:
-                n = keep_n = h.records_count
+            if verdict.action == "drop":
+                unchanged = False
+                continue
+            if verdict.data is None:
                 out = (pos, h.size)
             else:
-                lo = ptr = bisect_left(surviving, h.base_offset, ptr)
-                last = h.last_offset
-                while ptr < len(surviving) and surviving[ptr] <= last:
-                    ptr += 1
-                keep_n = ptr - lo
-                if keep_n == 0:
-                    unchanged = False
-                    continue
-                if keep_n == h.records_count:
-                    out = (pos, h.size)
-                    n = keep_n
-                else:
-                    out, n = _rebuild(h, data, set(surviving[lo:ptr]))
-                    unchanged = False
+                out = verdict.data
+                unchanged = False
+            n = verdict.records
             out_size = out[1] if isinstance(out, tuple) else len(out)
             if isinstance(out, tuple) and pieces and isinstance(pieces[-1], tuple):
                 prev_pos, prev_size = pieces[-1]
@@ -486,7 +307,7 @@ class _Cleaner:
             records += n
         self.stats.records_before += records_before
         self.stats.records_after += records
-        return _Cleaned(segment, reader, pieces, batches, size, records, unchanged), ptr
+        return _Cleaned(segment, reader, pieces, batches, size, records, unchanged)
 
     # -- output ----------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kcoord.protocol.batch import BatchHeader
-from kcoord.storage.compaction import CompactionPlan, CompactionStats
+from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
 from kcoord.storage.offline import LogOffline
 from kcoord.storage.producer_state import ProducerState
 from kcoord.storage.retention import DeletionPlan
@@ -108,7 +108,12 @@ class Log(Protocol):
 
     @property
     def segment_base_offsets(self) -> list[int]:
-        """The base offsets of the log's segments (compaction needs two or more)."""
+        """The base offsets of the log's segments (one for an engine without segments)."""
+
+    @property
+    def compactable(self) -> bool:
+        """Whether compaction could clean anything now: the files engine needs a sealed
+        segment; PostgreSQL, rows flushed since the last compaction covered them."""
 
     @property
     def producer_state(self) -> ProducerState: ...
@@ -151,12 +156,14 @@ class Log(Protocol):
 
     def delete_planned(self, plan: DeletionPlan) -> int: ...
 
-    # compaction: prepare (any thread), then commit or abort (the writer)
-    def prepare_compaction(self, *, now_ms: int, delete_retention_ms: int) -> CompactionPlan: ...
+    # compaction: prepare (any thread), then commit or abort (the writer) with this log's plan
+    def prepare_compaction(
+        self, *, now_ms: int, delete_retention_ms: int
+    ) -> PreparedCompaction: ...
 
-    def commit_compaction(self, plan: CompactionPlan) -> CompactionStats: ...
+    def commit_compaction(self, plan: PreparedCompaction) -> CompactionStats: ...
 
-    def abort_compaction(self, plan: CompactionPlan) -> None: ...
+    def abort_compaction(self, plan: PreparedCompaction) -> None: ...
 
     def close(self) -> None: ...
 

@@ -53,6 +53,7 @@ from kcoord.storage.compaction import (
     commit_compaction,
     prepare_compaction,
 )
+from kcoord.storage.compaction_rules import PreparedCompaction
 from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
 from kcoord.storage.index import INT32_MAX
@@ -240,6 +241,11 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    @property
+    def compactable(self) -> bool:
+        """Whether there is a sealed segment (compaction never touches the active one)."""
+        return len(self._bases) >= 2
 
     def _go_offline(self, cause: BaseException | str, lost: str) -> LogOffline:
         """Take the log offline (once), logging why and which offsets are affected."""
@@ -515,11 +521,11 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         """Phase 1 (any thread): the cleaned files, written beside the segments."""
         return prepare_compaction(self, now_ms=now_ms, delete_retention_ms=delete_retention_ms)
 
-    def commit_compaction(self, plan: CompactionPlan) -> CompactionStats:
+    def commit_compaction(self, plan: PreparedCompaction) -> CompactionStats:
         """Phase 2 (the writer): swap the cleaned files in."""
         return commit_compaction(self, plan)
 
-    def abort_compaction(self, plan: CompactionPlan) -> None:
+    def abort_compaction(self, plan: PreparedCompaction) -> None:
         abort_compaction(self, plan)
 
     def close(self) -> None:

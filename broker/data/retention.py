@@ -208,7 +208,7 @@ class LogRetention:
                 continue
             for p, plog in enumerate(topic.partitions):
                 key = (topic.name, p)
-                if plog.offline is not None or len(plog.segment_base_offsets) < 2:
+                if plog.offline is not None or not plog.compactable:
                     continue
                 if plog.size_bytes <= self._cleaned_size.get(key, 0):
                     continue  # nothing new since the last compaction

@@ -302,8 +302,8 @@ class GroupRuntime:
     async def compact_partition(self, partition: int, force: bool = False) -> None:
         sr = self.shards[partition]
         plog = sr.log
-        if plog is None or plog.offline is not None or len(plog.segment_base_offsets) < 2:
-            return  # only sealed segments of online logs are compacted
+        if plog is None or plog.offline is not None or not plog.compactable:
+            return  # nothing an online log's compaction could clean
         size = plog.size_bytes
         if not force and size <= self._cleaned_size.get(partition, 0):
             return  # nothing new since the last compaction

@@ -386,7 +386,7 @@ class TxnRuntime:
             return
         retention = self.config["log.cleaner.delete.retention.ms"]
         for p, plog in enumerate(self.logs):
-            if plog.offline is not None or len(plog.segment_base_offsets) < 2:
+            if plog.offline is not None or not plog.compactable:
                 continue
             if not force and plog.size_bytes <= self._cleaned_size.get(p, 0):
                 continue

@@ -22,9 +22,12 @@ engine's budget of them) and the pending ones, and query the database below; the
 is rebuilt at open by replaying the batch headers from the log start (control batches read
 whole, for their markers).
 
-Segments: the rows are one run, so :attr:`segment_base_offsets` has one entry, nothing rolls,
-and the broker's compaction (which cleans sealed segments only) leaves these logs alone for now.
-Retention deletes rows below the new log start.
+Segments: the rows are one run, so :attr:`segment_base_offsets` has one entry and nothing
+rolls. Retention deletes rows below the new log start. Compaction (``storage.postgres.compaction``)
+cleans the flushed rows instead of sealed segments: :attr:`PostgresLog.compactable` says whether
+rows were flushed since the last compaction covered them; rows are deleted or replaced in place,
+each keeping its offsets, and never those still waiting to be flushed. A failed compaction is
+an OSError to its caller and leaves the log online (only the write path takes it offline).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import bisect
 import contextlib
 import errno
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +52,7 @@ from kcoord.protocol.batch import (
     parse_header,
     set_base_offset,
 )
-from kcoord.storage.compaction import CompactionPlan, CompactionStats
+from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
 from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.offline import LogOffline, report_went_offline
 from kcoord.storage.producer_state import ProducerState
@@ -56,6 +60,7 @@ from kcoord.storage.retention import DeletionPlan
 from kcoord.storage.txn_index import AbortedTxn
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, marker_of, wall_clock_ms
 
+from . import compaction
 from .pool import ConnectionPool
 from .recent import LogTail
 
@@ -120,6 +125,7 @@ class PostgresLog:
         self._offline = offline
         self._closed = False
         self._recent = recent  # the newest flushed batches, read without a query
+        self._compacted = log_start  # the flushed offset the last compaction covered
 
     @classmethod
     def offline_log(cls, name: str, cause: BaseException | str) -> PostgresLog:
@@ -160,6 +166,12 @@ class PostgresLog:
     @property
     def segment_base_offsets(self) -> list[int]:
         return [self._start] if self._end >= 0 else []
+
+    @property
+    def compactable(self) -> bool:
+        """Whether rows were flushed beyond what the last compaction (in this process)
+        covered."""
+        return self._flushed > max(self._compacted, self._start)
 
     @property
     def producer_state(self) -> ProducerState:
@@ -510,6 +522,8 @@ class PostgresLog:
         pool = self._check_open()
         upto = min(plan.new_log_start, self._start)
         with database_errors(), pool.connection() as conn, conn.transaction():
+            # the partition row first, as a flush and a compaction lock it: never a deadlock
+            conn.execute("SELECT 1 FROM partitions WHERE id = %s FOR UPDATE", (self.row_id,))
             deleted = conn.execute(
                 "DELETE FROM batches WHERE partition_id = %s AND last_offset < %s"
                 " RETURNING length(data)",
@@ -529,16 +543,50 @@ class PostgresLog:
             self._aborted = [a for a in self._aborted if a.last_offset >= upto]
         return len(deleted)
 
-    # -- compaction (not yet for this engine: see the module docstring) ----------------------------
+    # -- compaction (storage.postgres.compaction) ------------------------------------------------
 
-    def prepare_compaction(self, *, now_ms: int, delete_retention_ms: int) -> CompactionPlan:
-        raise NotImplementedError("PostgreSQL logs are not compacted yet")
+    def prepare_compaction(
+        self, *, now_ms: int, delete_retention_ms: int
+    ) -> PreparedCompaction:
+        """Phase 1 (any thread): read the flushed rows and plan what goes and what is
+        rebuilt. A database error is an OSError; the log stays online."""
+        pool = self._check_open()
+        with self._lock:
+            start, flushed = self._start, self._flushed
+        with database_errors():
+            return compaction.prepare(
+                pool,
+                self.row_id,
+                start=start,
+                flushed=flushed,
+                horizon_ms=now_ms - delete_retention_ms,
+            )
 
-    def commit_compaction(self, plan: CompactionPlan) -> CompactionStats:
-        raise NotImplementedError("PostgreSQL logs are not compacted yet")
+    def commit_compaction(self, plan: PreparedCompaction) -> CompactionStats:
+        """Phase 2 (the writer): apply the plan in one transaction unless the rows changed
+        underneath (then ``stats.stale``, nothing changed). A database error is an OSError and
+        the log stays online (a commit whose answer was lost may still have been applied: the
+        in-memory size is then off until the log is next opened)."""
+        rows = compaction.finish(plan, self.row_id)
+        stats = rows.stats
+        started = time.perf_counter()
+        if self._closed or self._offline is not None:
+            stats.discard()
+            return stats
+        assert self._pool is not None
+        with database_errors():
+            applied = compaction.commit(self._pool, rows, log_start=self._start)
+        stats.seconds += time.perf_counter() - started
+        if not applied:
+            stats.discard()
+            return stats
+        with self._lock:
+            self._size += rows.delta
+            self._compacted = max(self._compacted, rows.covered)
+        return stats
 
-    def abort_compaction(self, plan: CompactionPlan) -> None:
-        raise NotImplementedError("PostgreSQL logs are not compacted yet")
+    def abort_compaction(self, plan: PreparedCompaction) -> None:
+        compaction.finish(plan, self.row_id)
 
     def close(self) -> None:
         """Flush what is pending (an error propagates), then refuse further use."""

@@ -4,7 +4,8 @@ Each test gets a factory for an engine over one place (a data directory, a datab
 it can "restart": a second engine over the same place sees what the first made durable. An
 engine that is abandoned without ``close`` stands for a process that died.
 
-``files_only``: what the PostgreSQL engine does not do yet (compaction), run on files alone.
+``files_only``: what the PostgreSQL engine does not do yet, run on files alone (nothing at
+present: compaction, the last such, runs on both).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from kcoord.protocol.control import encode_marker
 from kcoord.protocol.record_encoding import build_batch
 from kcoord.protocol.records import decode_batch
+from kcoord.storage.compaction_rules import CompactionStats
 from kcoord.storage.engine import Log, LogClosed, LogSpec, OffsetOutOfRange, StorageEngine
 from kcoord.storage.file_engine import FileEngine
 from kcoord.storage.offline import LogOffline
@@ -53,8 +56,8 @@ def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EngineFa
             engine.close()  # (the pools: the logs were left as a crash leaves them)
 
 
-def batch(*entries: tuple[bytes | None, bytes | None], ts: int = NOW) -> bytes:
-    return build_batch(((k, v, [], ts) for k, v in entries))
+def batch(*entries: tuple[bytes | None, bytes | None], ts: int = NOW, **options: int) -> bytes:
+    return build_batch(((k, v, [], ts) for k, v in entries), **options)  # type: ignore[arg-type]
 
 
 def records(plog: Log, start: int | None = None) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -206,14 +209,36 @@ def test_retention_by_time_deletes_old_records_only(engines: EngineFactory) -> N
     assert reopen(engines, spec=LogSpec(segment_bytes=200)).size_bytes == size
 
 
-@pytest.mark.files_only
+DAY = 86_400_000
+COMPACTED = LogSpec(segment_bytes=300, compacted=True)
+
+
+def fill(plog: Log, n: int = 12) -> None:
+    """Records of keys of their own, so that the files engine seals what came before."""
+    for i in range(n):
+        plog.append(batch((b"filler-%d" % i, b"x")))
+
+
+def compact(plog: Log, *, now_ms: int = NOW, delete_retention_ms: int = 0) -> CompactionStats:
+    assert plog.compactable
+    plan = plog.prepare_compaction(now_ms=now_ms, delete_retention_ms=delete_retention_ms)
+    return plog.commit_compaction(plan)
+
+
+def of_key(plog: Log, key: bytes) -> list[bytes | None]:
+    return [v for _, k, v in records(plog) if k == key]
+
+
 def test_compaction_keeps_the_newest_record_per_key(engines: EngineFactory) -> None:
+    engine = engines()
     spec = LogSpec(segment_bytes=300, compacted=True)
-    (plog,) = create(engines(), spec=spec)
+    (plog,) = create(engine, spec=spec)
     for i in range(30):
         plog.append(batch((b"k%d" % (i % 3), b"v%d" % i)))
     plog.flush()
-    assert len(plog.segment_base_offsets) > 2
+    if isinstance(engine, FileEngine):
+        assert len(plog.segment_base_offsets) > 2
+    assert plog.compactable
     plan = plog.prepare_compaction(now_ms=NOW, delete_retention_ms=0)
     stats = plog.commit_compaction(plan)
     assert stats.records_after < stats.records_before
@@ -226,7 +251,6 @@ def test_compaction_keeps_the_newest_record_per_key(engines: EngineFactory) -> N
     assert {k: v for _, k, v in records(reopen(engines, spec=spec))} == newest
 
 
-@pytest.mark.files_only
 def test_an_aborted_compaction_changes_nothing(engines: EngineFactory) -> None:
     (plog,) = create(engines(), spec=LogSpec(segment_bytes=300, compacted=True))
     for i in range(20):
@@ -234,6 +258,117 @@ def test_an_aborted_compaction_changes_nothing(engines: EngineFactory) -> None:
     before = records(plog)
     plog.abort_compaction(plog.prepare_compaction(now_ms=NOW, delete_retention_ms=0))
     assert records(plog) == before
+
+
+def test_a_tombstone_goes_only_once_past_delete_retention(engines: EngineFactory) -> None:
+    (plog,) = create(engines(), spec=COMPACTED)
+    plog.append(batch((b"old", b"1"), (b"recent", b"1"), ts=NOW - 3 * DAY))
+    plog.append(batch((b"old", None), ts=NOW - 2 * DAY))
+    plog.append(batch((b"recent", None), ts=NOW - DAY // 2))
+    fill(plog)
+    plog.flush()
+    stats = compact(plog, delete_retention_ms=DAY)
+    assert stats.tombstones_dropped == 1
+    assert of_key(plog, b"old") == []
+    assert of_key(plog, b"recent") == [None]
+    assert plog.log_start_offset == 0 and plog.log_end_offset == 16
+
+
+def txn(plog: Log, pid: int, key: bytes, value: bytes) -> None:
+    plog.append(batch((key, value), producer_id=pid, producer_epoch=0, is_transactional=True))
+
+
+def test_aborted_records_go_and_committed_ones_compete_by_offset(engines: EngineFactory) -> None:
+    (plog,) = create(engines(), spec=COMPACTED)
+    plog.append(batch((b"a", b"old"), (b"b", b"old")))  # 0, 1
+    txn(plog, 7, b"a", b"committed")  # 2
+    txn(plog, 7, b"b", b"committed")  # 3
+    plog.append(batch((b"b", b"newer")))  # 4: after the transaction's record, before its marker
+    txn(plog, 8, b"a", b"aborted")  # 5
+    plog.append(encode_marker(7, 0, True, 0, NOW))  # 6
+    plog.append(encode_marker(8, 0, False, 0, NOW))  # 7
+    fill(plog)
+    plog.flush()
+    aborted = plog.aborted_transactions(0, plog.log_end_offset)
+    assert [a.producer_id for a in aborted] == [8]
+    compact(plog)
+    assert of_key(plog, b"a") == [b"committed"]
+    assert of_key(plog, b"b") == [b"newer"]
+    assert [o for o, h, _ in plog.iter_batches() if h.is_control] == [6, 7]
+    assert plog.aborted_transactions(0, plog.log_end_offset) == aborted
+    plog.close()
+    again = reopen(engines, spec=COMPACTED)
+    assert of_key(again, b"a") == [b"committed"]
+    assert again.aborted_transactions(0, again.log_end_offset) == aborted
+
+
+def test_a_plan_made_stale_by_retention_is_discarded(engines: EngineFactory) -> None:
+    engine = engines()
+    (plog,) = create(engine, spec=COMPACTED)
+    for i in range(10):
+        plog.append(batch((b"k", b"v%d" % i)))
+    fill(plog)
+    plog.flush()
+    plan = plog.prepare_compaction(now_ms=NOW, delete_retention_ms=0)
+    # retention deletes the oldest records (which the plan would have removed) meanwhile
+    assert plog.advance_log_start(5)
+    assert engine.write_checkpoint(engine.checkpoint([("t", [plog])]))
+    deletion = plog.plan_deletion(NOW)
+    assert deletion is not None and plog.delete_planned(deletion) > 0
+    before, size = records(plog, 5), plog.size_bytes
+    stats = plog.commit_compaction(plan)
+    assert stats.stale and stats.records_after == stats.records_before
+    assert records(plog, 5) == before and plog.size_bytes == size
+    assert plog.log_start_offset == 5
+    # the next compaction does it
+    stats = compact(plog)
+    assert not stats.stale and of_key(plog, b"k") == [b"v9"]
+    plog.close()
+    again = reopen(engines, spec=COMPACTED)
+    assert again.log_start_offset == 5 and of_key(again, b"k") == [b"v9"]
+
+
+def test_writes_made_while_a_plan_was_pending_stay_intact(engines: EngineFactory) -> None:
+    (plog,) = create(engines(), spec=COMPACTED)
+    for i in range(10):
+        plog.append(batch((b"k", b"v%d" % i)))
+    fill(plog)
+    plog.flush()
+    plan = plog.prepare_compaction(now_ms=NOW, delete_retention_ms=0)
+    plog.append(batch((b"k", b"flushed meanwhile"), (b"new", b"1")))  # 22, 23
+    plog.flush()
+    plog.append(batch((b"k", b"still waiting"), (b"new", None)))  # 24, 25: not flushed
+    stats = plog.commit_compaction(plan)
+    later = [(22, b"k", b"flushed meanwhile"), (23, b"new", b"1")]
+    later += [(24, b"k", b"still waiting"), (25, b"new", None)]
+    assert records(plog, 22) == later
+    assert plog.log_end_offset == 26
+    assert not stats.stale  # applied, around what came after the plan
+    assert of_key(plog, b"k") == [b"v9", b"flushed meanwhile", b"still waiting"]
+    plog.flush()
+    assert records(plog, 22) == later
+    size = plog.size_bytes
+    plog.close()
+    again = reopen(engines, spec=COMPACTED)
+    assert records(again, 22) == later and again.size_bytes == size
+
+
+def test_a_compacted_log_reads_back_the_same_after_a_reopen(engines: EngineFactory) -> None:
+    (plog,) = create(engines(), spec=COMPACTED)
+    for i in range(40):
+        value = None if i % 7 == 6 else b"v%d" % i
+        plog.append(batch((b"k%d" % (i % 5), value), (b"j%d" % (i % 3), b"w%d" % i)))
+    txn(plog, 9, b"k1", b"aborted")
+    plog.append(encode_marker(9, 0, False, 0, NOW))
+    fill(plog)
+    plog.flush()
+    stats = compact(plog, delete_retention_ms=DAY)
+    assert stats.records_after < stats.records_before
+    kept, size, end = records(plog), plog.size_bytes, plog.log_end_offset
+    plog.close()
+    again = reopen(engines, spec=COMPACTED)
+    assert records(again) == kept
+    assert (again.size_bytes, again.log_end_offset, again.log_start_offset) == (size, end, 0)
 
 
 # -- the catalogue --------------------------------------------------------------------------

@@ -112,3 +112,73 @@ def test_the_newest_batches_are_read_from_memory_within_the_budget(
 def test_the_url_is_shown_without_its_password() -> None:
     assert redacted("postgresql://kcoord:hunter2@db:5432/k") == "postgresql://kcoord:***@db:5432/k"
     assert redacted("postgresql://kcoord@db/k") == "postgresql://kcoord@db/k"
+
+
+# -- compaction (what every engine does is in test_engine_contract.py) ---------------------------
+
+
+def keyed(key: bytes, value: bytes | None) -> bytes:
+    return build_batch([(key, value, [], 1_700_000_000_000)])
+
+
+def stored_sizes(url: str) -> tuple[int, int]:
+    """(partitions.size_bytes, sum of length(data)) of the one partition of topic t."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT p.size_bytes, (SELECT coalesce(sum(length(b.data)), 0) FROM batches b"
+            " WHERE b.partition_id = p.id) FROM partitions p WHERE p.topic = 't'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_compaction_keeps_the_partition_rows_size_exact(postgres_url: str) -> None:
+    (plog,) = started(postgres_url).create_logs("t", TOPIC_ID, range(1), SPEC)
+    for i in range(50):
+        # batches of two records, one of which is superseded: rows are rebuilt, others deleted
+        plog.append(build_batch([(b"k%d" % (i % 4), b"v%d" % i, [], 0), (b"x%d" % i, b"y", [], 0)]))
+    plog.flush()
+    before = stored_sizes(postgres_url)
+    assert before[0] == before[1] == plog.size_bytes
+    stats = plog.commit_compaction(plog.prepare_compaction(now_ms=0, delete_retention_ms=0))
+    assert not stats.stale and stats.bytes_after < stats.bytes_before
+    size, total = stored_sizes(postgres_url)
+    assert size == total == plog.size_bytes == stats.bytes_after < before[0]
+    assert not plog.compactable  # nothing flushed since
+    plog.append(keyed(b"k0", b"again"))
+    plog.flush()
+    assert plog.compactable
+
+
+def test_a_plan_whose_rows_another_compaction_rewrote_is_discarded(postgres_url: str) -> None:
+    (plog,) = started(postgres_url).create_logs("t", TOPIC_ID, range(1), SPEC)
+    for i in range(10):
+        plog.append(keyed(b"k", b"v%d" % i))
+    plog.flush()
+    first = plog.prepare_compaction(now_ms=0, delete_retention_ms=0)
+    second = plog.prepare_compaction(now_ms=0, delete_retention_ms=0)
+    assert not plog.commit_compaction(first).stale
+    size = plog.size_bytes
+    assert plog.commit_compaction(second).stale
+    assert plog.size_bytes == size == stored_sizes(postgres_url)[0]
+    with pytest.raises(ValueError):
+        plog.commit_compaction(second)  # a plan is used once
+
+
+def test_a_compaction_the_database_fails_is_an_error_that_leaves_the_log_online(
+    postgres_url: str,
+) -> None:
+    engine = started(postgres_url)
+    (plog,) = engine.create_logs("t", TOPIC_ID, range(1), SPEC)
+    for i in range(4):
+        plog.append(keyed(b"k", b"v%d" % i))
+    plog.flush()
+    plan = plog.prepare_compaction(now_ms=0, delete_retention_ms=0)
+    engine.pool.close()  # every query now fails
+    with pytest.raises(OSError):
+        plog.commit_compaction(plan)
+    assert plog.offline is None
+    with pytest.raises(OSError):
+        plog.prepare_compaction(now_ms=0, delete_retention_ms=0)
+    assert plog.offline is None
+    assert stored_sizes(postgres_url)[0] == plog.size_bytes  # nothing half-done
