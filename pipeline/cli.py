@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 DESCRIPTION = """Read the __consumer_offsets and topic logs of a data directory (kcoord's or a
-Kafka broker's) with Spark and write Parquet tables offset_commits, offsets_latest,
+Kafka broker's), or of a kcoord broker's PostgreSQL database (--storage-url), with Spark and write Parquet tables offset_commits, offsets_latest,
 group_generations, consumer_group_epochs and consumer_lag, plus report/index.html with PNG
 charts, under --out.
 Exit status: 0 done, 2 bad input, 3 done but some segments could not be read (named on
@@ -22,7 +22,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="pipeline_command", required=True)
     run_p = sub.add_parser("run", help="write the tables and the report", description=DESCRIPTION)
-    run_p.add_argument("--data-dir", required=True, help="broker data directory (path or Hadoop/pyarrow URI)")
+    where = run_p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--data-dir", help="broker data directory (path or Hadoop/pyarrow URI)")
+    where.add_argument(
+        "--storage-url", metavar="URL",
+        help="the broker's storage.url, postgresql://user@host:port/db (leave the password out:"
+        " libpq reads PGPASSWORD or ~/.pgpass); never printed with its password",
+    )
     run_p.add_argument("--out", required=True, help="output directory (path or URI)")
     run_p.add_argument(
         "--master", default=None,
@@ -52,16 +58,12 @@ def run(args: argparse.Namespace) -> int:
               " pipeline run does on first use; or pip install 'kcoord[pipeline]')", file=sys.stderr)
         return 2
     from . import fs
-    from .logs import OFFSETS_TOPIC, partition_dirs
     from .session import build_session, is_local, java_version
 
-    try:
-        dirs = partition_dirs(args.data_dir)
-    except (FileNotFoundError, NotADirectoryError, OSError) as e:
-        print(f"kcoord pipeline: cannot list --data-dir {args.data_dir}: {e}", file=sys.stderr)
-        return 2
-    if not any(topic == OFFSETS_TOPIC for topic, _, _ in dirs):
-        print(f"kcoord pipeline: no {OFFSETS_TOPIC}-N directories in {args.data_dir}", file=sys.stderr)
+    source = args.storage_url or args.data_dir
+    problem = _check_source(source, args.storage_url is not None)
+    if problem is not None:
+        print(f"kcoord pipeline: {problem}", file=sys.stderr)
         return 2
     conf = {}
     for item in args.conf:
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master, shuffle_partitions=args.shuffle_partitions, conf=conf)
     try:
         spark.sparkContext.setLogLevel(args.spark_log_level)
-        summary = run_job(spark, args.data_dir, args.out, report=not args.no_report)
+        summary = run_job(spark, source, args.out, report=not args.no_report)
     finally:
         spark.stop()
     for name, count in summary.rows.items():
@@ -92,3 +94,39 @@ def run(args: argparse.Namespace) -> int:
     for p in summary.problems:
         print(f"kcoord pipeline: SKIPPED {p['name']}: {p['message']}", file=sys.stderr)
     return 3 if summary.problems else 0
+
+
+def _check_source(source: str, is_url: bool) -> str | None:
+    """Why ``source`` cannot be read (no ``__consumer_offsets`` there), or None."""
+    from .logs import OFFSETS_TOPIC, partition_dirs
+    from .postgres import is_postgres_url, offsets_partitions
+
+    if is_url or is_postgres_url(source):
+        from kcoord.storage.postgres.engine import redacted
+
+        shown = redacted(source)
+        if not is_postgres_url(source):
+            return f"--storage-url wants a postgresql:// URL, not {shown}"
+        try:
+            found = offsets_partitions(source, OFFSETS_TOPIC)
+        except OSError as e:
+            return f"cannot read {shown}: {_without_password(str(e), source)}"
+        if not found:
+            return f"no {OFFSETS_TOPIC} partitions in {shown}"
+        return None
+    try:
+        dirs = partition_dirs(source)
+    except OSError as e:  # FileNotFoundError and NotADirectoryError among them
+        return f"cannot list --data-dir {source}: {e}"
+    if not any(topic == OFFSETS_TOPIC for topic, _, _ in dirs):
+        return f"no {OFFSETS_TOPIC}-N directories in {source}"
+    return None
+
+
+def _without_password(message: str, url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    password = urlsplit(url).password
+    if password:
+        message = message.replace(password, "***").replace(unquote(password), "***")
+    return message

@@ -1,6 +1,8 @@
-"""Decoding one ``__consumer_offsets`` segment into Arrow record batches (no Spark here).
+"""Decoding one run of ``__consumer_offsets`` batches into Arrow record batches (no Spark here).
 
-Two views of a segment, both produced with the coordinator's own codecs
+A run (:data:`Run`) is a segment file of a data directory, or a range of rows of the
+PostgreSQL engine's ``batches`` table (``pipeline.postgres``); the decoding is the same, and
+"segment" below means either. Two views of a segment, both produced with the coordinator's own codecs
 (``coordinator.schemas``) on top of ``protocol.key_values.decode_key_values``:
 
 * **commits**: every offset commit record, fully decoded (the ``offset_commits`` table).
@@ -18,9 +20,11 @@ segment's batches until it has been read to the end).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,7 +47,8 @@ from kcoord.protocol.records import decode_records
 from . import fs
 from .consumer_groups import STATE_FIELDS, consumer_row
 from .logs import Problem, ScanStats, SegmentRef, scan_batches
-from .txn import TxnOutcomes
+from .postgres import PgRun, read_batches, txn_outcomes
+from .txn import TxnOutcomes, outcomes
 
 ROWS_PER_BATCH = 65536
 
@@ -152,42 +157,69 @@ class SegmentStats:
 Pairs = list[tuple[bytes | None, bytes | None]]
 
 
-def _batches(ref: SegmentRef, stats: SegmentStats) -> Iterator[tuple[BatchHeader, list[int] | None, Pairs]]:
+Run = SegmentRef | PgRun
+"""A run of batches of one ``__consumer_offsets`` partition: a segment file, or a range of
+``batches`` rows (``pipeline.postgres``)."""
+
+
+@contextlib.contextmanager
+def _reading(run: Run, scan: ScanStats) -> Iterator[Iterable[tuple[BatchHeader, memoryview]]]:
+    """The run's batches (header, whole batch), CRC checked, in offset order."""
+    if isinstance(run, PgRun):
+        batches = read_batches(run, scan)
+        try:
+            yield batches
+        finally:
+            batches.close()  # its connection with it
+        return
+    try:
+        f = fs.open_read(run.uri)
+    except FileNotFoundError:
+        raise SegmentError(Problem(run.name, "segment file missing (listed, then gone)")) from None
+    try:
+        yield scan_batches(f, scan, allow_torn_tail=run.last)
+    finally:
+        f.close()
+
+
+def _batches(ref: Run, stats: SegmentStats) -> Iterator[tuple[BatchHeader, list[int] | None, Pairs]]:
     """(header, offsets or None when they are base_offset + i, key/value pairs) per data batch.
     Control batches are skipped, and so are transactional batches whose transaction was not
-    committed (aborted, or still open: ``pipeline.txn``)."""
-    try:
-        f = fs.open_read(ref.uri)
-    except FileNotFoundError:
-        raise SegmentError(Problem(ref.name, "segment file missing (listed, then gone)")) from None
+    committed (aborted, or still open: ``pipeline.txn``); so are records below the run's
+    ``min_offset`` (a PostgreSQL partition's log start; files have none)."""
     scan = ScanStats()
-    txn = TxnOutcomes(ref)
+    floor = ref.min_offset if isinstance(ref, PgRun) else -1
+    txn = TxnOutcomes(functools.partial(txn_outcomes, ref) if isinstance(ref, PgRun) else functools.partial(outcomes, ref))
     try:
-        for h, batch in scan_batches(f, scan, allow_torn_tail=ref.last):
-            if h.is_control:
-                stats.control_batches += 1
-                continue
-            if h.is_transactional:
-                stats.transactional_batches += 1
-                if not txn.committed(h):
-                    stats.uncommitted_batches += 1
+        with _reading(ref, scan) as batches:
+            for h, batch in batches:
+                if h.last_offset < floor:
                     continue
-            payload = batch[HEADER_SIZE:]
-            if h.records_count == h.last_offset_delta + 1:
-                yield h, None, decode_key_values(h, payload)
-            else:  # a compacted batch: offsets have gaps, so the deltas are needed
-                records = decode_records(h, payload)
-                yield (
-                    h,
-                    [h.base_offset + r.offset_delta for r in records],
-                    [(r.key, r.value) for r in records],
-                )
+                if h.is_control:
+                    stats.control_batches += 1
+                    continue
+                if h.is_transactional:
+                    stats.transactional_batches += 1
+                    if not txn.committed(h):
+                        stats.uncommitted_batches += 1
+                        continue
+                payload = batch[HEADER_SIZE:]
+                if h.records_count == h.last_offset_delta + 1 and h.base_offset >= floor:
+                    yield h, None, decode_key_values(h, payload)
+                else:  # a compacted batch (offsets have gaps) or one straddling the log start
+                    records = [
+                        r for r in decode_records(h, payload) if h.base_offset + r.offset_delta >= floor
+                    ]
+                    yield (
+                        h,
+                        [h.base_offset + r.offset_delta for r in records],
+                        [(r.key, r.value) for r in records],
+                    )
     except (CorruptBatch, SchemaError) as e:
         raise SegmentError(Problem(ref.name, f"corrupt: {e}")) from None
     except OSError as e:
         raise SegmentError(Problem(ref.name, f"unreadable: {e}")) from None
     finally:
-        f.close()
         stats.batches = scan.batches
         stats.bytes = scan.bytes
         stats.torn_tail_bytes = scan.torn_tail_bytes
@@ -219,7 +251,7 @@ def _key_decoder() -> Callable[[bytes | None], RecordKey | None]:
     return decode
 
 
-def segment_commits(ref: SegmentRef, rows_per_batch: int = ROWS_PER_BATCH) -> tuple[list[pa.RecordBatch], SegmentStats]:
+def segment_commits(ref: Run, rows_per_batch: int = ROWS_PER_BATCH) -> tuple[list[pa.RecordBatch], SegmentStats]:
     """Every offset commit of the segment as record batches of COMMIT_SCHEMA.
 
     Raises SegmentError (naming the file) if the segment cannot be read completely.
@@ -304,7 +336,7 @@ def assigned_partitions(assignment: bytes) -> int | None:
 
 
 def _group_row(
-    ref: SegmentRef, log_offset: int, ts: int, group: str, value: bytes | None
+    ref: Run, log_offset: int, ts: int, group: str, value: bytes | None
 ) -> dict[str, Any]:
     row: dict[str, Any] = {
         "kind": "group",
@@ -340,7 +372,7 @@ def _group_row(
     return row
 
 
-def segment_state(ref: SegmentRef) -> tuple[list[dict[str, Any]], SegmentStats]:
+def segment_state(ref: Run) -> tuple[list[dict[str, Any]], SegmentStats]:
     """The segment compacted in itself: newest record per offset key (tombstones too), every
     group record, then one ``segment`` statistics row. Raises SegmentError."""
     stats = SegmentStats()
@@ -400,7 +432,7 @@ def segment_state(ref: SegmentRef) -> tuple[list[dict[str, Any]], SegmentStats]:
     return rows, stats
 
 
-def segment_row(ref: SegmentRef, stats: SegmentStats) -> dict[str, Any]:
+def segment_row(ref: Run, stats: SegmentStats) -> dict[str, Any]:
     return {
         "kind": "segment",
         "log_partition": ref.log_partition,

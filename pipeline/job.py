@@ -1,4 +1,5 @@
-"""The Spark job: five Parquet tables (and a report) from a broker's data directory.
+"""The Spark job: five Parquet tables (and a report) from a broker's data directory, or from
+its PostgreSQL database (``storage.url``; read through ``pipeline.postgres``).
 
 Tables under ``out``:
 
@@ -23,20 +24,24 @@ Unreadable segments are skipped and named in ``summary.json``, in the report and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 
-from . import fs
+from kcoord.storage.postgres.engine import redacted
+
+from . import fs, postgres
 from .consumer_groups import EPOCHS_SCHEMA, STATE_COLUMNS, epochs_mapper
 from .decode import spark_ddl
 from .logs import first_record_at_or_after, topic_names
+from .postgres import is_postgres_url
 from .source import register
 
 TABLES = ("offset_commits", "offsets_latest", "group_generations", "consumer_group_epochs", "consumer_lag")
@@ -71,42 +76,61 @@ class Summary:
         return json.dumps(self.__dict__, indent=2, sort_keys=True)
 
 
-def _oldest_unconsumed(data_dir: str) -> Any:
-    """mapInArrow function: the first record at or after the effective committed offset."""
+def _oldest_unconsumed(source: str) -> Any:
+    """mapInArrow function: the first record at or after the effective committed offset, in
+    the data directory or the PostgreSQL database ``source``."""
 
     def lookup(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        cache: dict[tuple[str, int], tuple[int, int] | None] = {}
-        for batch in batches:
-            rows = batch.to_pylist()
-            out = []
-            for r in rows:
-                offset = ts = None
-                start, end = r["effective_offset"], r["log_end_offset"]
-                if start is not None and end is not None and start < end:
-                    key = (r["dirname"], start)
-                    if key not in cache:
-                        cache[key] = first_record_at_or_after(
-                            data_dir, r["dirname"], r["segment_bases"], start
-                        )
-                    found = cache[key]
-                    if found is not None:
-                        offset, ts = found
-                out.append(
-                    {
-                        "group": r["group"],
-                        "topic": r["topic"],
-                        "partition": r["partition"],
-                        "committed_offset": r["committed_offset"],
-                        "log_start_offset": r["log_start_offset"],
-                        "log_end_offset": end,
-                        "lag": r["lag"],
-                        "oldest_unconsumed_offset": offset,
-                        "oldest_unconsumed_timestamp": ts,
-                    }
-                )
-            yield pa.RecordBatch.from_pylist(out, schema=LAG_OUT_SCHEMA)
+        if not is_postgres_url(source):
+            yield from _lookups(batches, lambda r, start: first_record_at_or_after(
+                source, r["dirname"], r["segment_bases"], start))
+            return
+        with contextlib.ExitStack() as stack:
+            conns: list[Any] = []  # one connection for the task's lookups, opened on the first
+
+            def first(r: dict[str, Any], start: int) -> tuple[int, int] | None:
+                if not conns:
+                    conns.append(stack.enter_context(postgres.connect(source)))
+                return postgres.first_record_at_or_after(conns[0], r["topic"], r["partition"], start)
+
+            yield from _lookups(batches, first)
 
     return lookup
+
+
+def _lookups(
+    batches: Iterator[pa.RecordBatch],
+    first_at_or_after: Callable[[dict[str, Any], int], tuple[int, int] | None],
+) -> Iterator[pa.RecordBatch]:
+    """The lag rows of ``batches`` with the oldest unconsumed record of each."""
+    cache: dict[tuple[str, int], tuple[int, int] | None] = {}
+    for batch in batches:
+        rows = batch.to_pylist()
+        out = []
+        for r in rows:
+            offset = ts = None
+            start, end = r["effective_offset"], r["log_end_offset"]
+            if start is not None and end is not None and start < end:
+                key = (r["dirname"], start)
+                if key not in cache:
+                    cache[key] = first_at_or_after(r, start)
+                found = cache[key]
+                if found is not None:
+                    offset, ts = found
+            out.append(
+                {
+                    "group": r["group"],
+                    "topic": r["topic"],
+                    "partition": r["partition"],
+                    "committed_offset": r["committed_offset"],
+                    "log_start_offset": r["log_start_offset"],
+                    "log_end_offset": end,
+                    "lag": r["lag"],
+                    "oldest_unconsumed_offset": offset,
+                    "oldest_unconsumed_timestamp": ts,
+                }
+            )
+        yield pa.RecordBatch.from_pylist(out, schema=LAG_OUT_SCHEMA)
 
 
 def offsets_latest(state: DataFrame) -> DataFrame:
@@ -197,7 +221,7 @@ def consumer_group_epochs(state: DataFrame, names: dict[str, str]) -> DataFrame:
     )
 
 
-def consumer_lag(latest: DataFrame, topics: DataFrame, data_dir: str, as_of_ms: int) -> DataFrame:
+def consumer_lag(latest: DataFrame, topics: DataFrame, source: str, as_of_ms: int) -> DataFrame:
     joined = latest.select(
         "group", "topic", "partition", F.col("offset").alias("committed_offset")
     ).join(topics, ["topic", "partition"], "left")
@@ -209,7 +233,7 @@ def consumer_lag(latest: DataFrame, topics: DataFrame, data_dir: str, as_of_ms: 
         ),
     )
     looked_up = joined.repartition("topic", "partition").mapInArrow(
-        _oldest_unconsumed(data_dir), spark_ddl(LAG_OUT_SCHEMA)
+        _oldest_unconsumed(source), spark_ddl(LAG_OUT_SCHEMA)
     )
     return looked_up.select(
         "*",
@@ -222,23 +246,28 @@ def consumer_lag(latest: DataFrame, topics: DataFrame, data_dir: str, as_of_ms: 
 
 def run_job(
     spark: SparkSession,
-    data_dir: str,
+    source: str,
     out: str,
     *,
     as_of_ms: int | None = None,
     report: bool = True,
 ) -> Summary:
-    """Read ``data_dir``, write the five tables (and the report) under ``out``."""
+    """Read ``source`` (a data directory, or a ``postgresql://`` URL of the database of a
+    broker with ``storage.url``), write the five tables (and the report) under ``out``."""
     started = time.monotonic()
     register(spark)
     as_of_ms = int(time.time() * 1000) if as_of_ms is None else as_of_ms
-    summary = Summary(data_dir, out, as_of_ms)
+    on_postgres = is_postgres_url(source)
+    summary = Summary(redacted(source) if on_postgres else source, out, as_of_ms)
+
+    def load(reader: DataFrameReader) -> DataFrame:
+        return reader.option("url", source).load() if on_postgres else reader.load(source)
 
     def write(df: DataFrame, name: str) -> None:
         df.write.mode("overwrite").parquet(fs.join(out, name))
 
     def offsets_log(view: str) -> DataFrame:
-        return spark.read.format("kcoord_offsets").option("view", view).load(data_dir)
+        return load(spark.read.format("kcoord_offsets").option("view", view))
 
     commits = offsets_log("commits").withColumn(
         "commit_time", F.timestamp_millis("commit_timestamp")
@@ -263,13 +292,14 @@ def run_job(
         latest = offsets_latest(state)
         write(latest, "offsets_latest")
         write(group_generations(state), "group_generations")
-        write(consumer_group_epochs(state, topic_names(data_dir)), "consumer_group_epochs")
+        names = postgres.topic_names(source) if on_postgres else topic_names(source)
+        write(consumer_group_epochs(state, names), "consumer_group_epochs")
     finally:
         state.unpersist()
 
     latest_table = spark.read.parquet(fs.join(out, "offsets_latest"))
-    topics = spark.read.format("kcoord_topic_logs").load(data_dir)
-    write(consumer_lag(latest_table, topics, data_dir, as_of_ms), "consumer_lag")
+    topics = load(spark.read.format("kcoord_topic_logs"))
+    write(consumer_lag(latest_table, topics, source, as_of_ms), "consumer_lag")
 
     tables = {name: spark.read.parquet(fs.join(out, name)) for name in TABLES}
     for name, df in tables.items():

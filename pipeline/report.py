@@ -273,11 +273,13 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
         else "<p>No problems: every segment was read completely.</p>"
     )
     t = summary.totals
+    # the job stores a PostgreSQL URL without its password
+    where = "Database" if summary.data_dir.startswith("postgres") else "Data directory"
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kcoord pipeline report</title><style>{_STYLE}</style></head>
 <body>
 <h1>Consumer groups: offsets, lag and rebalances</h1>
-<p>Data directory <code>{html.escape(summary.data_dir)}</code>, as of {as_of}.
+<p>{where} <code>{html.escape(summary.data_dir)}</code>, as of {as_of}.
 {len(summary.segments)} segments read ({t.get('bytes', 0):,} bytes, {t.get('records', 0):,} records):
 {t.get('offset_commits', 0):,} offset commits, {t.get('offset_tombstones', 0):,} offset tombstones,
 {t.get('group_records', 0):,} group records, {t.get('group_tombstones', 0):,} group tombstones,

@@ -13,6 +13,14 @@ file sources hide directories whose names start with ``_``.
 
 ``kcoord_topic_logs``: log start and end offset of every topic partition directory (internal
 ``__*`` topics excluded), a few directories per input partition.
+
+Both read a broker's PostgreSQL database instead when given ``.option("url",
+"postgresql://...")`` and no path (``pipeline.postgres``): ``kcoord_offsets`` then has one input
+partition per run of ``batches`` rows (a range of offsets of one ``__consumer_offsets``
+partition), and ``kcoord_topic_logs`` one reading the ``partitions`` rows. The option is named
+``url`` because Spark redacts the values of options so named in the plans it prints
+(``spark.sql.redaction.options.regex``); the password still travels to the executors, which
+connect with it.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from pyspark.sql.types import StructType
 from .decode import (
     COMMIT_SCHEMA,
     STATE_SCHEMA,
+    Run,
     SegmentError,
     problem_row,
     segment_commits,
@@ -34,7 +43,8 @@ from .decode import (
     spark_ddl,
     state_batch,
 )
-from .logs import OFFSETS_TOPIC, Problem, SegmentRef, offsets_segments, partition_dirs, topic_log
+from .logs import OFFSETS_TOPIC, Problem, offsets_segments, partition_dirs, topic_log
+from .postgres import is_postgres_url, offsets_runs, topic_logs
 
 VIEWS = ("commits", "state")
 TOPIC_DIRS_PER_PARTITION = 64
@@ -52,11 +62,20 @@ TOPIC_LOG_SCHEMA = pa.schema(
 )
 
 
-def _path(options: Any) -> str:
+def _where(options: Any) -> tuple[str, str | None]:
+    """(data dir, None) or ("", PostgreSQL URL) from the source's options."""
+    url = options.get("url")
+    if url:
+        if not is_postgres_url(str(url)):
+            raise ValueError("option url must be a postgresql:// URL")
+        return "", str(url)
     path = options.get("path")
     if not path:
-        raise ValueError("load(<data dir>) or .option('path', <data dir>) is required")
-    return str(path)
+        raise ValueError(
+            "load(<data dir>), .option('path', <data dir>) or .option('url', <postgresql URL>)"
+            " is required"
+        )
+    return str(path), None
 
 
 class OffsetsLogSource(DataSource):
@@ -71,20 +90,27 @@ class OffsetsLogSource(DataSource):
         return spark_ddl(COMMIT_SCHEMA if view == "commits" else STATE_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        data_dir, url = _where(self.options)
         return OffsetsLogReader(
-            _path(self.options),
+            data_dir,
             self.options.get("view", "commits"),
             self.options.get("topic", OFFSETS_TOPIC),
+            url,
         )
 
 
 class OffsetsLogReader(DataSourceReader):
-    def __init__(self, data_dir: str, view: str, topic: str) -> None:
+    def __init__(self, data_dir: str, view: str, topic: str, url: str | None = None) -> None:
         self.data_dir = data_dir
         self.view = view
         self.topic = topic
+        self.url = url
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.url is not None:
+            return [InputPartition(r) for r in offsets_runs(self.url, self.topic)] or [
+                InputPartition([])
+            ]
         refs, problems = offsets_segments(self.data_dir, self.topic)
         # Empty files (every partition starts with one) hold nothing: no task for them.
         parts: list[InputPartition] = [InputPartition(r) for r in refs if r.size > 0]
@@ -98,7 +124,7 @@ class OffsetsLogReader(DataSourceReader):
             if self.view == "state" and value:
                 yield state_batch([problem_row(p) for p in value])
             return
-        ref: SegmentRef = value
+        ref: Run = value
         if self.view == "commits":
             try:
                 batches, _ = segment_commits(ref)
@@ -122,14 +148,17 @@ class TopicLogsSource(DataSource):
         return spark_ddl(TOPIC_LOG_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TopicLogsReader(_path(self.options))
+        return TopicLogsReader(*_where(self.options))
 
 
 class TopicLogsReader(DataSourceReader):
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, url: str | None = None) -> None:
         self.data_dir = data_dir
+        self.url = url
 
     def partitions(self) -> Sequence[InputPartition]:
+        if self.url is not None:
+            return [InputPartition(None)]  # one query answers for every partition
         dirs = [d for d in partition_dirs(self.data_dir) if not d[0].startswith("__")]
         step = TOPIC_DIRS_PER_PARTITION
         return [InputPartition(dirs[i : i + step]) for i in range(0, len(dirs), step)] or [
@@ -137,9 +166,12 @@ class TopicLogsReader(DataSourceReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.url is not None:
+            logs = topic_logs(self.url)
+        else:
+            logs = [topic_log(self.data_dir, t, p, d) for t, p, d in partition.value]
         rows = []
-        for topic, p, dirname in partition.value:
-            t = topic_log(self.data_dir, topic, p, dirname)
+        for t in logs:
             rows.append(
                 {
                     "topic": t.topic,

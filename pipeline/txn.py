@@ -7,9 +7,14 @@ reader may show them). The marker is usually in the same segment, but may be in 
 :class:`TxnOutcomes` finds it, reading batch headers (and only the markers' bodies) of this
 segment and, for producers still unresolved, of the partition's later segments. Nothing is
 read for a segment without transactional batches.
+
+:func:`resolve` is the rule itself, over any run of batches: the PostgreSQL source
+(``pipeline.postgres``) feeds it rows instead of segment files.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
 
 from kcoord.protocol.batch import HEADER_SIZE, BatchHeader
 from kcoord.protocol.control import decode_marker
@@ -41,7 +46,7 @@ def _markers_and_txns(
                 continue
             if wanted is not None and h.producer_id not in wanted:
                 continue
-            commit = _marker(h, f.read_at(pos, h.size))
+            commit = marker_commit(h, f.read_at(pos, h.size))
             if commit is not None:
                 markers.append((h.producer_id, h.base_offset, commit))
     finally:
@@ -49,7 +54,9 @@ def _markers_and_txns(
     return txns, markers
 
 
-def _marker(h: BatchHeader, data: bytes) -> bool | None:
+def marker_commit(h: BatchHeader, data: bytes | memoryview) -> bool | None:
+    """Whether the control batch ``data`` (header ``h``) is a COMMIT marker (False: ABORT),
+    or None if it holds no marker."""
     try:
         pairs = decode_key_values(h, memoryview(data)[HEADER_SIZE:])
     except ValueError:
@@ -61,9 +68,18 @@ def _marker(h: BatchHeader, data: bytes) -> bool | None:
     return None
 
 
-def outcomes(ref: SegmentRef) -> dict[int, bool]:
-    """Base offset of each transactional data batch of ``ref`` -> whether it was committed."""
-    txns, markers = _markers_and_txns(ref, None)
+Markers = Iterable[tuple[int, int, bool]]
+
+
+def resolve(
+    txns: list[tuple[int, int]],
+    markers: list[tuple[int, int, bool]],
+    later: Callable[[set[int]], Markers],
+) -> dict[int, bool]:
+    """Base offset of each transactional data batch of a run of batches -> whether it was
+    committed. ``txns``: (producer id, base offset) of the run's transactional data batches;
+    ``markers``: (producer id, offset, commit) of its markers; ``later(producers)``: the
+    markers of those producers after the run, in offset order (read only as far as needed)."""
     result: dict[int, bool] = {}
     unresolved: dict[int, list[int]] = {}
     for pid, base in txns:
@@ -73,32 +89,46 @@ def outcomes(ref: SegmentRef) -> dict[int, bool]:
         else:
             result[base] = commit
     if unresolved:
-        later, _ = list_segments(ref.data_dir, ref.dirname, ref.log_partition)
-        for seg in later:
-            if seg.base_offset <= ref.base_offset:
-                continue
-            _, found = _markers_and_txns(seg, set(unresolved))
+        found = iter(later(set(unresolved)))
+        try:
             for pid, _off, commit in found:
                 for base in unresolved.pop(pid, ()):
                     result[base] = commit
-            if not unresolved:
-                break
+                if not unresolved:
+                    break
+        finally:
+            close = getattr(found, "close", None)
+            if close is not None:
+                close()
     for bases in unresolved.values():  # still open: pending, not visible
         for base in bases:
             result[base] = False
     return result
 
 
+def outcomes(ref: SegmentRef) -> dict[int, bool]:
+    """Base offset of each transactional data batch of ``ref`` -> whether it was committed."""
+    txns, markers = _markers_and_txns(ref, None)
+
+    def later(wanted: set[int]) -> Iterator[tuple[int, int, bool]]:
+        for seg in list_segments(ref.data_dir, ref.dirname, ref.log_partition)[0]:
+            if seg.base_offset > ref.base_offset:
+                yield from _markers_and_txns(seg, wanted)[1]
+
+    return resolve(txns, markers, later)
+
+
 class TxnOutcomes:
-    """Lazily computed :func:`outcomes` of one segment."""
+    """Lazily computed outcomes of one run of batches (``compute``: e.g. :func:`outcomes`
+    of a segment), asked only when the run has a transactional batch."""
 
-    __slots__ = ("_outcomes", "_ref")
+    __slots__ = ("_compute", "_outcomes")
 
-    def __init__(self, ref: SegmentRef) -> None:
-        self._ref = ref
+    def __init__(self, compute: Callable[[], dict[int, bool]]) -> None:
+        self._compute = compute
         self._outcomes: dict[int, bool] | None = None
 
     def committed(self, h: BatchHeader) -> bool:
         if self._outcomes is None:
-            self._outcomes = outcomes(self._ref)
+            self._outcomes = self._compute()
         return self._outcomes.get(h.base_offset, False)

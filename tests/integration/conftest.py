@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,3 +46,22 @@ def broker_factory(tmp_path: Path) -> Iterator[object]:
 @pytest.fixture
 def broker(broker_factory: object) -> BrokerProcess:
     return broker_factory()  # type: ignore[operator, no-any-return]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (``local[2]``) for the pipeline tests; Spark needs Java, and
+    without it they fail (they do not skip)."""
+    from kcoord.pipeline.session import build_session, java_version
+
+    if java_version() is None:
+        pytest.fail(
+            "the pipeline tests need a Java runtime for Spark (17 or 21): `java -version` failed; "
+            "install e.g. openjdk-17-jre-headless or set JAVA_HOME"
+        )
+    session = build_session(
+        "local[2]", shuffle_partitions=2, conf={"spark.ui.enabled": "false"}
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,6 +1,6 @@
 """The Spark pipeline over logs written by a real broker run with real consumers.
 
-One session-scoped local SparkSession (``local[2]``) and one broker scenario shared by the
+One session-scoped local SparkSession (``local[2]``, the ``spark`` fixture of conftest.py) and one broker scenario shared by the
 checks: kafka-python consumers rebalance (join, a third member joins and leaves, all leave)
 while they consume and commit; a standalone committer; a deleted group; a deleted offset.
 Then ``pipeline.job.run_job`` reads the data directory and the tables are compared with what
@@ -39,23 +39,6 @@ T0 = 1_700_000_000_000
 
 def _ts(partition: int, offset: int) -> int:
     return T0 + partition * 100_000 + offset * 10
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    from kcoord.pipeline.session import build_session, java_version
-
-    if java_version() is None:
-        pytest.fail(
-            "the pipeline tests need a Java runtime for Spark (17 or 21): `java -version` failed; "
-            "install e.g. openjdk-17-jre-headless or set JAVA_HOME"
-        )
-    session = build_session(
-        "local[2]", shuffle_partitions=2, conf={"spark.ui.enabled": "false"}
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 # ----------------------------------------------------------------------------- consumers
