@@ -74,12 +74,32 @@ def build_session(
     if master is None and not submitted:
         master = "local[*]"
     local = master is not None and master.startswith("local")
+    # What the local JVM and its Python workers are started with; this process's environment
+    # is given back afterwards (a subprocess started later must not inherit it).
+    saved = dict(os.environ)
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
         if str(ROOT) not in paths:  # workers import our packages even without an install
             os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, paths)])
+    try:
+        return _session(master, local, shuffle_partitions, conf, app_name)
+    finally:
+        for key in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYTHONPATH"):
+            if key in saved:
+                os.environ[key] = saved[key]
+            else:
+                os.environ.pop(key, None)
+
+
+def _session(
+    master: str | None,
+    local: bool,
+    shuffle_partitions: int | None,
+    conf: dict[str, str] | None,
+    app_name: str,
+) -> Any:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)

@@ -54,6 +54,7 @@ rebalance_log = logging.getLogger("kcoord.rebalance")
 """One structured line (logfmt) per completed rebalance."""
 
 _NO_REPLY = object()
+RELOAD_RETRY_S = 1.0
 
 
 def now_ms() -> int:
@@ -99,6 +100,7 @@ class GroupRuntime:
         self._create_failed_logged = -math.inf  # when a failed creation was last logged
         self._load_task: asyncio.Task[None] | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
+        self._reloads: set[asyncio.Task[None]] = set()  # shards read again (log_reopened)
         self._cleaned_size: dict[int, int] = {}
         self.load_seconds: float | None = None
 
@@ -206,11 +208,16 @@ class GroupRuntime:
         except OSError as e:
             self._unavailable(sr, f"reading its log failed: {e}")
             return 0
+        self._replay(sr, latest, history, started)
+        return latest.records
+
+    def _replay(
+        self, sr: ShardRuntime, latest: LatestRecords, history: HistoryReplay, started: float
+    ) -> None:
         latest.replay_into(sr.shard, now_ms())
         self.rebalances.restore(history.events())
         self._finish(sr, now_ms())
         self._loaded_progress(sr, latest.records, time.perf_counter() - started)
-        return latest.records
 
     async def log_reopened(self, partition: int, plog: Log) -> None:
         """The partition's log is online again (broker/data/reopening.py): the shard is loaded
@@ -220,7 +227,8 @@ class GroupRuntime:
         The outputs still in flight on the offline log fail first (the shard they undo must be
         the one that made them); from the moment the chain is found empty to the new shard's
         installation nothing awaits, so no output slips in between. Requests meanwhile get
-        NOT_COORDINATOR (parked ones, from the unload) or COORDINATOR_LOAD_IN_PROGRESS."""
+        NOT_COORDINATOR (parked ones, from the unload) or COORDINATOR_LOAD_IN_PROGRESS until
+        the reload, in a task of its own, has read the log."""
         if partition >= self.num_partitions or self._topic is None:
             return
         sr = self.shards[partition]
@@ -235,7 +243,29 @@ class GroupRuntime:
         sr.loaded = False
         self._deliver(unloaded)
         log.info("reloading %s-%d from its log", OFFSETS_TOPIC, partition)
-        await self._load_shard(sr)
+        task = asyncio.ensure_future(self._reload(sr, plog))
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+    async def _reload(self, sr: ShardRuntime, plog: Log) -> None:
+        """Read ``plog`` into the shard, again every :data:`RELOAD_RETRY_S` while reading
+        fails, for as long as ``plog`` is the shard's log (a later reopen takes over)."""
+        while sr.log is plog:
+            started = time.perf_counter()
+            latest = LatestRecords()
+            history = HistoryReplay(self.rebalances.per_group)
+            try:
+                await read_partition(plog, sr.partition, latest, history)
+            except OSError as e:
+                log.warning(
+                    "reloading %s-%d failed (again in %.0f s): %s",
+                    OFFSETS_TOPIC, sr.partition, RELOAD_RETRY_S, e,
+                )
+                await asyncio.sleep(RELOAD_RETRY_S)
+                continue
+            if sr.log is plog:
+                self._replay(sr, latest, history, started)
+            return
 
     def _loaded_progress(self, sr: ShardRuntime, records: int, seconds: float) -> None:
         """Start-up progress: one line per loaded offsets partition."""
@@ -275,7 +305,7 @@ class GroupRuntime:
         return all(sr.loaded for sr in self.shards)
 
     async def stop(self) -> None:
-        for task in (self._load_task, self._cleaner_task):
+        for task in (self._load_task, self._cleaner_task, *self._reloads):
             if task is not None and not task.done():
                 task.cancel()
         for sr in self.shards:

@@ -69,6 +69,7 @@ _DROPPED = frozenset({
     ErrorCode.unknown_producer_id,
 })
 _LOAD_YIELD_EVERY = 256
+RELOAD_RETRY_S = 1.0
 
 
 def now_ms() -> int:
@@ -186,7 +187,10 @@ class TxnRuntime:
             if plog.offline is not None:
                 log.error("%s-%d is offline: its ids have no coordinator", TRANSACTION_STATE_TOPIC, p)
                 continue
-            records += await self._read(p, plog, self.coordinator.replay)
+            try:
+                records += await self._read(p, plog, self.coordinator.replay)
+            except OSError as e:
+                log.error("reading %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
         log.info(
             "loaded %s: %d transactional ids, %d records in %.3f s",
             TRANSACTION_STATE_TOPIC,
@@ -199,50 +203,63 @@ class TxnRuntime:
     async def _read(
         self, p: int, plog: Log, replay: Callable[[str, TxnMetadata | None], None]
     ) -> int:
-        """Feed partition ``p``'s records to ``replay`` in log order, cooperatively; how many."""
+        """Feed partition ``p``'s records to ``replay`` in log order, cooperatively; how many.
+        OSError if the log cannot be read (``replay`` may have had some records)."""
         records = 0
-        try:
-            for i, (base, header, data) in enumerate(plog.iter_batches()):
-                if not header.is_control:
-                    try:
-                        pairs = decode_key_values(header, data[HEADER_SIZE:])
-                    except CorruptBatch as e:
-                        log.error("%s-%d: batch at %d skipped: %s", TRANSACTION_STATE_TOPIC, p, base, e)
+        for i, (base, header, data) in enumerate(plog.iter_batches()):
+            if not header.is_control:
+                try:
+                    pairs = decode_key_values(header, data[HEADER_SIZE:])
+                except CorruptBatch as e:
+                    log.error("%s-%d: batch at %d skipped: %s", TRANSACTION_STATE_TOPIC, p, base, e)
+                    continue
+                for key, value in pairs:
+                    records += 1
+                    if key is None:
                         continue
-                    for key, value in pairs:
-                        records += 1
-                        if key is None:
-                            continue
-                        try:
-                            txn_id = decode_key(key)
-                            meta = None if value is None else decode_value(txn_id, value)
-                        except SchemaError as e:
-                            log.error("%s-%d: record skipped: %s", TRANSACTION_STATE_TOPIC, p, e)
-                            continue
-                        replay(txn_id, meta)
-                if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-                    await asyncio.sleep(0)
-        except OSError as e:
-            log.error("reading %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
+                    try:
+                        txn_id = decode_key(key)
+                        meta = None if value is None else decode_value(txn_id, value)
+                    except SchemaError as e:
+                        log.error("%s-%d: record skipped: %s", TRANSACTION_STATE_TOPIC, p, e)
+                        continue
+                    replay(txn_id, meta)
+            if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
+                await asyncio.sleep(0)
         return records
 
     async def log_reopened(self, partition: int, plog: Log) -> None:
         """The partition's log is online again (broker/data/reopening.py): its ids take the
-        states read from it, since the log and not memory says what is durable (a transition
-        whose write was reported failed may have been committed). Until the new log is
-        installed, at the end, every write of these ids goes to the offline one and fails,
-        changing nothing, so nothing applied meanwhile is overwritten. Prepared transactions
+        states read from it (in a task of its own), since the log and not memory says what is
+        durable (a transition whose write was reported failed may have been committed)."""
+        if self.logs is not None:
+            self._spawn(self._reload(partition, plog))
+
+    async def _reload(self, partition: int, plog: Log) -> None:
+        """Until the new log is installed, at the end, every write of the partition's ids goes
+        to the offline one and fails, changing nothing, so nothing applied meanwhile is
+        overwritten. Read again every :data:`RELOAD_RETRY_S` while reading fails, for as long as
+        ``plog`` is the partition's log (a later reopen takes over). Prepared transactions
         found get their markers."""
-        if self.logs is None:
+        while self.logs is not None and self.topics.partition(TRANSACTION_STATE_TOPIC, partition) is plog:
+            found: dict[str, TxnMetadata | None] = {}
+            try:
+                await self._read(partition, plog, found.__setitem__)
+            except OSError as e:
+                log.warning("reloading %s-%d failed (again in %.0f s): %s",
+                            TRANSACTION_STATE_TOPIC, partition, RELOAD_RETRY_S, e)
+                await asyncio.sleep(RELOAD_RETRY_S)
+                continue
+            if self.topics.partition(TRANSACTION_STATE_TOPIC, partition) is not plog:
+                return
+            self.coordinator.reload(lambda t: self.partition_of(t) == partition, found)
+            self.logs[partition] = plog
+            log.info("reloaded %s-%d: %d transactional ids", TRANSACTION_STATE_TOPIC, partition,
+                     len(found))
+            for txn_id in self.coordinator.to_complete():
+                if self.partition_of(txn_id) == partition:
+                    self._complete_later(txn_id)
             return
-        found: dict[str, TxnMetadata | None] = {}
-        await self._read(partition, plog, found.__setitem__)
-        self.coordinator.reload(lambda t: self.partition_of(t) == partition, found)
-        self.logs[partition] = plog
-        log.info("reloaded %s-%d: %d transactional ids", TRANSACTION_STATE_TOPIC, partition, len(found))
-        for txn_id in self.coordinator.to_complete():
-            if self.partition_of(txn_id) == partition:
-                self._complete_later(txn_id)
 
     def _loaded(self) -> None:
         self.loaded = True

@@ -583,6 +583,8 @@ class PostgresLog:
         with self._lock:
             self._size += rows.delta
             self._compacted = max(self._compacted, rows.covered)
+            if self._recent is not None:  # what readers get from memory must be the rows
+                self._recent.drop_below(rows.covered)
         return stats
 
     def abort_compaction(self, plan: PreparedCompaction) -> None:

@@ -6,7 +6,9 @@ what is read most).
 adds its batches at the back; when the total passes the budget the oldest go from the front,
 whichever log they belong to. Each log's :class:`LogTail` holds its own part in offset order,
 contiguous up to the log's flushed offset, so the front of the shared order is always the front
-of some tail. One lock guards both (flushes run in worker threads, reads on the event loop).
+of some tail, unless that tail dropped it already (a compaction rewrote it, the log closed):
+then it only leaves the budget. One lock guards both (flushes run in worker threads, reads on
+the event loop).
 """
 
 from __future__ import annotations
@@ -51,8 +53,16 @@ class LogTail:
                 i -= 1
             return first, [batches[j] for j in range(i, len(batches))]
 
+    def drop_below(self, offset: int) -> None:
+        """Forget the batches wholly below ``offset`` (rewritten by a compaction); the budget
+        counts them until their turn in the shared order."""
+        with self._shared.lock:
+            batches = self._batches
+            while batches and batches[0][0].last_offset < offset:
+                batches.popleft()
+
     def clear(self) -> None:
-        """Forget the batches (the log is closed); the budget counts them until their turn."""
+        """Forget every batch (the log is closed), as :meth:`drop_below`."""
         with self._shared.lock:
             self._batches.clear()
 
@@ -61,7 +71,7 @@ class RecentBatches:
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
         self.budget_bytes = budget_bytes
         self.lock = threading.Lock()
-        self._order: deque[tuple[LogTail, int]] = deque()
+        self._order: deque[tuple[LogTail, Batch]] = deque()
         self._bytes = 0
 
     @property
@@ -75,10 +85,11 @@ class RecentBatches:
         with self.lock:
             for batch in batches:
                 tail._batches.append(batch)
-                self._order.append((tail, len(batch[1])))
+                self._order.append((tail, batch))
                 self._bytes += len(batch[1])
             while self._bytes > self.budget_bytes:
-                oldest, size = self._order.popleft()
-                if oldest._batches:  # (empty when its log was closed)
-                    oldest._batches.popleft()
-                self._bytes -= size
+                owner, oldest = self._order.popleft()
+                front = owner._batches
+                if front and front[0] is oldest:  # (not when it was dropped already)
+                    front.popleft()
+                self._bytes -= len(oldest[1])
