@@ -1,8 +1,13 @@
 """Key-based compaction of one partition's batch rows (``storage.compaction_rules``' rules).
 
-The part that may be rewritten is what was flushed: every row wholly below the log's
-``flushed_offset`` when the compaction starts, from the log start on. Batches still waiting in
-memory are never read nor touched, and neither are rows flushed after the start.
+The part that may be rewritten is what the files engine would hold in sealed segments: the
+flushed rows (below the log's ``flushed_offset`` when the compaction starts, from the log start
+on) except the newest ``segment_bytes`` of them, which stand for the active segment
+(:func:`sealed_end`). As there, the recent history of a compacted log (the group records of
+the last rebalances, which the console's timeline and the pipeline read) stays whole until
+more than a segment's worth follows it. The key map is built from every flushed row. Batches
+still waiting in memory are never read nor touched, and neither are rows flushed after the
+start.
 
 Two phases, as for the files engine:
 
@@ -61,31 +66,56 @@ class Touched:
 @dataclass(eq=False)
 class RowsPlan(PreparedCompaction):
     """The result of :func:`prepare` for the partition row ``row_id``: the rows below
-    ``covered`` were considered, those in ``touched`` (in offset order) change."""
+    ``covered`` were cleaned with the key map of those below ``seen``, those in ``touched``
+    (in offset order) change."""
 
     row_id: int
     covered: int
+    seen: int
     touched: list[Touched] = field(default_factory=list)
     delta: int = 0  # bytes
     stats: CompactionStats = field(default_factory=CompactionStats)
     finished: bool = False
 
 
+def sealed_end(
+    pool: ConnectionPool, row_id: int, *, start: int, flushed: int, segment_bytes: int
+) -> int:
+    """The offset below which the rows in [start, flushed) are sealed: all but the newest
+    ``segment_bytes`` of them (``start`` when nothing is)."""
+    with pool.connection() as conn:
+        row = conn.execute(
+            "SELECT last_offset FROM (SELECT base_offset, last_offset,"
+            " sum(length(data)) OVER (ORDER BY base_offset DESC) AS newer FROM batches"
+            " WHERE partition_id = %s AND last_offset >= %s AND base_offset < %s) AS tail"
+            " WHERE newer > %s ORDER BY base_offset DESC LIMIT 1",
+            (row_id, start, flushed, segment_bytes),
+        ).fetchone()
+    return start if row is None else int(row[0]) + 1
+
+
 def prepare(
-    pool: ConnectionPool, row_id: int, *, start: int, flushed: int, horizon_ms: int
+    pool: ConnectionPool,
+    row_id: int,
+    *,
+    start: int,
+    flushed: int,
+    sealed: int,
+    horizon_ms: int,
 ) -> RowsPlan:
-    """Phase 1 over the rows holding offsets in [start, flushed) (module docstring)."""
+    """Phase 1: the key map over the rows holding offsets in [start, flushed), the rows
+    below ``sealed`` cleaned (module docstring)."""
     started = time.perf_counter()
-    plan = RowsPlan(row_id, flushed)
+    plan = RowsPlan(row_id, sealed, flushed)
     stats = plan.stats
     surviving, stats.tombstones_dropped = surviving_offsets(
         _rows(pool, row_id, start, flushed),
         durable_end=flushed,
-        cleanable_end=flushed,
+        cleanable_end=sealed,
         horizon_ms=horizon_ms,
     )
     keep = BatchFilter(surviving)
-    for base, h, data in _rows(pool, row_id, start, flushed):
+    for base, h, data in _rows(pool, row_id, start, sealed):
         verdict = keep.decide(h, data)
         stats.records_before += h.records_count
         stats.records_after += verdict.records

@@ -23,11 +23,13 @@ is rebuilt at open by replaying the batch headers from the log start (control ba
 whole, for their markers).
 
 Segments: the rows are one run, so :attr:`segment_base_offsets` has one entry and nothing
-rolls. Retention deletes rows below the new log start. Compaction (``storage.postgres.compaction``)
-cleans the flushed rows instead of sealed segments: :attr:`PostgresLog.compactable` says whether
-rows were flushed since the last compaction covered them; rows are deleted or replaced in place,
-each keeping its offsets, and never those still waiting to be flushed. A failed compaction is
-an OSError to its caller and leaves the log online (only the write path takes it offline).
+rolls. Retention deletes rows below the new log start. Compaction
+(``storage.postgres.compaction``) cleans the flushed rows but the newest ``segment_bytes`` of
+them, which stand for the active segment: :attr:`PostgresLog.compactable` says whether there is
+more than that and rows flushed since the last compaction started; rows are deleted or replaced
+in place, each keeping its offsets, and never those still waiting to be flushed. A failed
+compaction is an OSError to its caller and leaves the log online (only the write path takes it
+offline).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class PostgresLog:
         self._offline = offline
         self._closed = False
         self._recent = recent  # the newest flushed batches, read without a query
-        self._compacted = log_start  # the flushed offset the last compaction covered
+        self._compacted = log_start  # the flushed offset the last compaction saw
 
     @classmethod
     def offline_log(cls, name: str, cause: BaseException | str) -> PostgresLog:
@@ -169,9 +171,10 @@ class PostgresLog:
 
     @property
     def compactable(self) -> bool:
-        """Whether rows were flushed beyond what the last compaction (in this process)
-        covered."""
-        return self._flushed > max(self._compacted, self._start)
+        """Whether more than a segment's worth was flushed (the newest ``segment_bytes`` are
+        never cleaned: ``storage.postgres.compaction``), some of it since the last compaction
+        (in this process) started."""
+        return self._size > self._segment_bytes and self._flushed > max(self._compacted, self._start)
 
     @property
     def producer_state(self) -> ProducerState:
@@ -554,11 +557,15 @@ class PostgresLog:
         with self._lock:
             start, flushed = self._start, self._flushed
         with database_errors():
+            sealed = compaction.sealed_end(
+                pool, self.row_id, start=start, flushed=flushed, segment_bytes=self._segment_bytes
+            )
             return compaction.prepare(
                 pool,
                 self.row_id,
                 start=start,
                 flushed=flushed,
+                sealed=sealed,
                 horizon_ms=now_ms - delete_retention_ms,
             )
 
@@ -582,7 +589,7 @@ class PostgresLog:
             return stats
         with self._lock:
             self._size += rows.delta
-            self._compacted = max(self._compacted, rows.covered)
+            self._compacted = max(self._compacted, rows.seen)
             if self._recent is not None:  # what readers get from memory must be the rows
                 self._recent.drop_below(rows.covered)
         return stats
