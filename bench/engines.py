@@ -47,15 +47,17 @@ PRODUCE_PARTITIONS = 3
 
 
 def _tree_cpu(root_pid: int) -> float:
-    """CPU seconds of ``root_pid`` and its children (PostgreSQL's backends)."""
+    """CPU seconds of ``root_pid`` (PostgreSQL's postmaster), of its children running (the
+    backends) and of those it reaped (their times add to its own children's fields)."""
     total = 0.0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if int(entry.name) == root_pid or ppid == root_pid:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(entry.name) == root_pid:
+                total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+            if int(entry.name) == root_pid or int(fields[1]) == root_pid:
                 total += cpu_seconds(int(entry.name))
         except (OSError, ValueError):
             continue
