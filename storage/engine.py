@@ -33,9 +33,9 @@ first phase, ``remove_deleted`` and ``write_checkpoints`` may run in worker thre
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kcoord.protocol.batch import BatchHeader
 from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
@@ -122,6 +122,11 @@ class Log(Protocol):
         """Append whole v2 batches (validated first; all or nothing), assigning offsets from
         the log end. Returns (first offset, last offset). Not durable until :meth:`flush`."""
 
+    @property
+    def shared_flush(self) -> SharedFlush | None:
+        """What flushes this log together with others of its engine (one database
+        transaction), or None: it flushes alone."""
+
     def flush(self) -> None:
         """Make everything appended so far durable (blocking; any thread)."""
 
@@ -166,6 +171,14 @@ class Log(Protocol):
     def abort_compaction(self, plan: PreparedCompaction) -> None: ...
 
     def close(self) -> None: ...
+
+
+class SharedFlush(Protocol):
+    """An engine's way to flush several of its logs at once (broker/data/flusher.py)."""
+
+    def flush_all(self, logs: Sequence[Any]) -> Mapping[Any, BaseException]:
+        """Flush these logs, all of this engine (blocking); those that failed, with their
+        errors."""
 
 
 class Documents(Protocol):

@@ -340,6 +340,10 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         self._dir_dirty = True
         return seg
 
+    @property
+    def shared_flush(self) -> None:
+        return None  # each file is fsynced alone, in parallel
+
     def flush(self) -> None:
         """Make everything appended so far durable (fsync), then advance flushed_offset.
 

@@ -7,6 +7,10 @@ per request.
 
 A log whose flush fails (an I/O error, a log closed under it) fails only the waiters that asked
 for that log, with its exception; the others in the same round complete normally.
+
+Logs that name a ``shared_flush`` (an engine's: PostgreSQL writes many partitions in one
+transaction) are handed to it together, one call per round and engine; the others flush one
+each, in parallel.
 """
 
 from __future__ import annotations
@@ -17,12 +21,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from kcoord.storage.engine import SharedFlush
+
 log = logging.getLogger("kcoord.flusher")
 
 
 class Flushable(Protocol):
     @property
     def name(self) -> str: ...
+
+    @property
+    def shared_flush(self) -> SharedFlush | None: ...
 
     def flush(self) -> None: ...
 
@@ -83,16 +92,32 @@ class Flusher:
                 dirty, waiters = list(self._dirty), self._waiters
                 self._dirty, self._waiters = set(), []
                 started = time.perf_counter()
-                # One worker per log: fsyncs of different files proceed in parallel.
+                alone: list[Flushable] = []
+                together: dict[SharedFlush, list[Flushable]] = {}
+                for item in dirty:
+                    shared = item.shared_flush
+                    if shared is None:
+                        alone.append(item)
+                    else:
+                        together.setdefault(shared, []).append(item)
+                # One worker per log (fsyncs of different files proceed in parallel) or per
+                # engine that flushes its logs together.
                 results = await asyncio.gather(
-                    *(loop.run_in_executor(None, item.flush) for item in dirty),
+                    *(loop.run_in_executor(None, item.flush) for item in alone),
+                    *(loop.run_in_executor(None, s.flush_all, items) for s, items in together.items()),
                     return_exceptions=True,
                 )
                 failed: dict[Flushable, BaseException] = {}
-                for item, result in zip(dirty, results, strict=True):
+                for item, result in zip(alone, results, strict=False):
                     if isinstance(result, BaseException):
-                        log.error("fsync of %s failed: %r", item.name, result)
                         failed[item] = result
+                for items, outcome in zip(together.values(), results[len(alone) :], strict=True):
+                    if isinstance(outcome, BaseException):
+                        failed.update(dict.fromkeys(items, outcome))
+                    elif outcome is not None:
+                        failed.update(outcome)
+                for item, cause in failed.items():
+                    log.error("fsync of %s failed: %r", item.name, cause)
                 if len(failed) < len(dirty):
                     self.rounds += 1
                     if self._observe is not None:

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 from kcoord.storage.engine import Log, LogSpec, StoredTopic
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS
 
-from .log import PostgresLog, database_errors
+from .log import FlushTogether, PostgresLog, database_errors
 from .pool import ConnectionPool
 from .recent import DEFAULT_BUDGET_BYTES, RecentBatches
 from .schema import migrate
@@ -62,6 +62,7 @@ class PostgresEngine:
         self.producer_expiration_ms = producer_expiration_ms
         self.pool = ConnectionPool(url, pool_size)
         self.recent = RecentBatches(recent_bytes)
+        self.flush_together = FlushTogether(self.pool)
 
     @property
     def description(self) -> str:
@@ -129,6 +130,7 @@ class PostgresEngine:
             segment_bytes=spec.segment_bytes,
             producer_expiration_ms=self.producer_expiration_ms,
             recent=self.recent.tail(),
+            shared_flush=self.flush_together,
         )
 
     def create_logs(

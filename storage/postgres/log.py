@@ -2,11 +2,13 @@
 
 An append is validated and given its offsets at once, as in the files engine, and waits in
 memory (readable by the broker, not yet by Fetch, which serves only up to ``flushed_offset``).
-:meth:`PostgresLog.flush` writes everything waiting in one database transaction: the batch
-rows, the aborted transactions they ended, and the partition row's log end and size. The
-transaction first reads the partition row's log end under a row lock and goes on only if it is
-where this log left it, so a write is never doubled (a commit whose answer was lost is found
-done) and never lands on a log someone else wrote. Only after the commit does ``flushed_offset``
+:meth:`PostgresLog.flush`, or :func:`flush_logs` for several logs of an engine at once (a
+flush round: ``FlushTogether``), writes everything waiting in one database transaction
+(``storage.postgres.flush``): the batch rows, the aborted transactions they ended, and each
+partition row's log end and size. The transaction first reads each partition row's log end
+under a row lock and writes a log only if it is where the log left it, so a write is never
+doubled (a commit whose answer was lost is found done) and never lands on a log someone else
+wrote. Only after the commit does ``flushed_offset``
 move: what was acknowledged is in the database; what was appended and not flushed is lost
 wholly with the process, from the first unflushed batch on.
 
@@ -39,7 +41,7 @@ import contextlib
 import errno
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -63,6 +65,7 @@ from kcoord.storage.txn_index import AbortedTxn
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, marker_of, wall_clock_ms
 
 from . import compaction
+from .flush import PendingFlush, write
 from .pool import ConnectionPool
 from .recent import LogTail
 
@@ -73,10 +76,6 @@ READ_ROWS = 256  # rows per query of a read or an iteration
 class DatabaseError(OSError):
     """The database could not do what the log asked (unreachable, failed): an I/O error to
     the broker (KAFKA_STORAGE_ERROR, retriable for clients)."""
-
-
-class LogFenced(OSError):
-    """The partition row's log end is not where this log left it: another writer."""
 
 
 def database_error(e: psycopg.Error) -> NoReturn:
@@ -109,6 +108,7 @@ class PostgresLog:
         clock: Callable[[], int] | None = None,
         offline: LogOffline | None = None,
         recent: LogTail | None = None,
+        shared_flush: FlushTogether | None = None,
     ) -> None:
         self._pool = pool
         self._name = name
@@ -127,6 +127,7 @@ class PostgresLog:
         self._offline = offline
         self._closed = False
         self._recent = recent  # the newest flushed batches, read without a query
+        self._shared_flush = shared_flush
         self._compacted = log_start  # the flushed offset the last compaction saw
 
     @classmethod
@@ -175,6 +176,10 @@ class PostgresLog:
         never cleaned: ``storage.postgres.compaction``), some of it since the last compaction
         (in this process) started."""
         return self._size > self._segment_bytes and self._flushed > max(self._compacted, self._start)
+
+    @property
+    def shared_flush(self) -> FlushTogether | None:
+        return self._shared_flush
 
     @property
     def producer_state(self) -> ProducerState:
@@ -261,104 +266,43 @@ class PostgresLog:
     def flush(self) -> None:
         """Write what was appended in one transaction (module docstring); blocking."""
         pool = self._check_open()
-        with self._flush_lock:
-            with self._lock:
-                batches = list(self._pending)
-                aborts = list(self._pending_aborts)
-            if not batches:
-                return
-            expected = batches[0][0].base_offset
-            end = batches[-1][0].next_offset
-            try:
-                self._write(pool, batches, aborts, expected, end)
-            except OSError as e:
-                with self._lock:
-                    self._pending.clear()
-                    self._pending_aborts.clear()
-                    self._offline = LogOffline(Path(self._name), e)
-                report_went_offline(
-                    Path(self._name),
-                    e,
-                    f"offsets {expected} to {self._end - 1} were not written",
-                    until="the database answers again",
-                )
-                raise self._offline from e
-            with self._lock:
-                del self._pending[: len(batches)]
-                del self._pending_aborts[: len(aborts)]
-                self._flushed = end
-                if self._recent is not None:
-                    self._recent.add(batches)
+        failed = flush_logs(pool, [self])
+        if self in failed:
+            raise failed[self]
 
-    def _write(
-        self,
-        pool: ConnectionPool,
-        batches: list[tuple[BatchHeader, bytes]],
-        aborts: list[AbortedTxn],
-        expected: int,
-        end: int,
-    ) -> None:
-        """The flush's transaction (module docstring)."""
-        with database_errors(), pool.connection() as conn, conn.transaction():
-                row = conn.execute(
-                    "SELECT next_offset FROM partitions WHERE id = %s AND NOT deleted FOR UPDATE",
-                    (self.row_id,),
-                ).fetchone()
-                if row is None:
-                    raise LogFenced(errno.ESTALE, f"partition {self._name} was deleted")
-                if row[0] == expected:
-                    self._insert(conn, batches, aborts)
-                    conn.execute(
-                        "UPDATE partitions SET next_offset = %s, size_bytes = size_bytes + %s"
-                        " WHERE id = %s",
-                        (end, sum(len(data) for _, data in batches), self.row_id),
-                    )
-                elif not (row[0] == end and self._stored(conn, batches)):
-                    raise LogFenced(
-                        errno.ESTALE,
-                        f"partition {self._name}: the database's log end is {row[0]},"
-                        f" this node's {expected}",
-                    )
-
-    def _stored(self, conn: Any, batches: list[tuple[BatchHeader, bytes]]) -> bool:
-        """Whether these very batches are in the database already: a commit of this log whose
-        answer was lost (the same end alone could be another writer's)."""
-        firsts = {h.base_offset: data for h, data in (batches[0], batches[-1])}
-        rows = conn.execute(
-            "SELECT base_offset, data FROM batches WHERE partition_id = %s"
-            " AND base_offset = ANY(%s)",
-            (self.row_id, list(firsts)),
-        ).fetchall()
-        return len(rows) == len(firsts) and all(bytes(d) == firsts[b] for b, d in rows)
-
-    def _insert(
-        self, conn: Any, batches: list[tuple[BatchHeader, bytes]], aborts: list[AbortedTxn]
-    ) -> None:
-        with conn.cursor().copy(
-            "COPY batches (partition_id, base_offset, last_offset, max_timestamp, producer_id,"
-            " producer_epoch, attributes, data) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
-            copy.set_types(["int8", "int8", "int8", "int8", "int8", "int2", "int2", "bytea"])
-            for h, data in batches:
-                copy.write_row(
-                    (
-                        self.row_id,
-                        h.base_offset,
-                        h.last_offset,
-                        h.max_timestamp,
-                        h.producer_id,
-                        h.producer_epoch,
-                        h.attributes,
-                        data,
-                    )
-                )
-        if aborts:
-            conn.cursor().executemany(
-                "INSERT INTO aborted_txns (partition_id, producer_id, first_offset, last_offset,"
-                " last_stable_offset) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [(self.row_id, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset)
-                 for a in aborts],
+    def _pending_flush(self) -> PendingFlush | None:
+        """What waits to be flushed (the caller holds ``_flush_lock``)."""
+        with self._lock:
+            if not self._pending:
+                return None
+            return PendingFlush(
+                self.row_id, self._name, list(self._pending), list(self._pending_aborts)
             )
+
+    def _flushed_up_to(self, done: PendingFlush) -> None:
+        """``done`` is committed: readable and acknowledged."""
+        with self._lock:
+            del self._pending[: len(done.batches)]
+            del self._pending_aborts[: len(done.aborts)]
+            self._flushed = done.end
+            if self._recent is not None:
+                self._recent.add(done.batches)
+
+    def _went_offline(self, failed: PendingFlush, cause: OSError) -> LogOffline:
+        """``failed`` could not be written: what waits is dropped and the log goes offline
+        (module docstring)."""
+        with self._lock:
+            self._pending.clear()
+            self._pending_aborts.clear()
+            offline = self._offline = LogOffline(Path(self._name), cause)
+        offline.__cause__ = cause
+        report_went_offline(
+            Path(self._name),
+            cause,
+            f"offsets {failed.expected} to {self._end - 1} were not written",
+            until="the database answers again",
+        )
+        return offline
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -606,3 +550,50 @@ class PostgresLog:
             self._closed = True
             if self._recent is not None:
                 self._recent.clear()
+
+
+def flush_logs(pool: ConnectionPool, logs: Sequence[PostgresLog]) -> dict[PostgresLog, OSError]:
+    """Flush ``logs`` in one transaction (``storage.postgres.flush``); those that failed, each
+    with its error: offline from then on, what waited in them dropped (module docstring).
+    Blocking; the flush locks are taken in row order, so concurrent callers cannot deadlock."""
+    failed: dict[PostgresLog, OSError] = {}
+    ordered = sorted(set(logs), key=lambda plog: plog.row_id)
+    with contextlib.ExitStack() as held:
+        for plog in ordered:
+            held.enter_context(plog._flush_lock)
+        pending: dict[PostgresLog, PendingFlush] = {}
+        for plog in ordered:
+            try:
+                plog._check_open()
+            except OSError as e:
+                failed[plog] = e
+                continue
+            waiting = plog._pending_flush()
+            if waiting is not None:
+                pending[plog] = waiting
+        if not pending:
+            return failed
+        errors: dict[int, OSError]
+        try:
+            with database_errors():
+                errors = dict(write(pool, list(pending.values())))
+        except OSError as e:
+            errors = {waiting.row_id: e for waiting in pending.values()}
+        for plog, waiting in pending.items():
+            error = errors.get(waiting.row_id)
+            if error is None:
+                plog._flushed_up_to(waiting)
+            else:
+                failed[plog] = plog._went_offline(waiting, error)
+    return failed
+
+
+class FlushTogether:
+    """An engine's logs flushed in one transaction (:func:`flush_logs` over its pool): what a
+    flush round (broker/data/flusher.py) hands them to."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self.pool = pool
+
+    def flush_all(self, logs: Sequence[PostgresLog]) -> dict[PostgresLog, OSError]:
+        return flush_logs(self.pool, logs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+from collections.abc import Sequence
 
 import pytest
 
@@ -13,6 +14,7 @@ from kcoord.broker.data.flusher import Flusher
 
 class FakeLog:
     name = "fake-0"
+    shared_flush = None
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
@@ -60,3 +62,32 @@ async def test_disabled_flusher_does_not_wait_but_still_flushes() -> None:
     assert failed is not None and failed.done()
     assert isinstance(failed.exception(), OSError)
     assert healthy.flushes == 2 and offline.flushes == 1
+
+
+class TogetherLog(FakeLog):
+    """A log of an engine that flushes its logs together (PostgreSQL: one transaction)."""
+
+    def __init__(self, shared: Together, fail: bool = False) -> None:
+        super().__init__(fail)
+        self.shared_flush = shared  # type: ignore[assignment]
+
+
+class Together:
+    def __init__(self) -> None:
+        self.calls: list[list[TogetherLog]] = []
+
+    def flush_all(self, logs: Sequence[TogetherLog]) -> dict[TogetherLog, OSError]:
+        self.calls.append(list(logs))
+        return {plog: OSError(errno.ESTALE, "fenced") for plog in logs if plog.fail}
+
+
+async def test_logs_of_an_engine_that_flushes_together_share_one_call_per_round() -> None:
+    engine = Together()
+    a, b, fenced, alone = TogetherLog(engine), TogetherLog(engine), TogetherLog(engine, True), FakeLog()
+    flusher = Flusher()
+    waits = [flusher.synced([a, b]), flusher.synced([fenced]), flusher.synced([alone, a])]
+    results = await asyncio.gather(*(w for w in waits if w is not None), return_exceptions=True)
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], OSError) and results[1].errno == errno.ESTALE
+    assert len(engine.calls) == 1 and set(engine.calls[0]) == {a, b, fenced}
+    assert alone.flushes == 1 and a.flushes == 0  # flush_all, not each log's flush

@@ -14,7 +14,7 @@ from kcoord.protocol.record_encoding import build_batch
 from kcoord.storage.engine import LogSpec
 from kcoord.storage.offline import LogOffline
 from kcoord.storage.postgres.engine import PostgresEngine, redacted
-from kcoord.storage.postgres.log import LogFenced
+from kcoord.storage.postgres.flush import LogFenced
 from kcoord.storage.postgres.schema import MIGRATIONS, SchemaTooNew, migrate
 from tests.pg_server import PostgresServer, running_server
 
@@ -54,6 +54,25 @@ def test_a_second_writer_of_a_partition_is_fenced(postgres_url: str) -> None:
     assert theirs.offline is not None
     again = started(postgres_url).open_log("t", 0, TOPIC_ID, SPEC)
     assert [b"mine" in bytes(d) for _, _, d in again.iter_batches()] == [True]
+
+
+def test_logs_flushed_together_share_a_transaction_and_a_fenced_one_fails_alone(
+    postgres_url: str,
+) -> None:
+    engine = started(postgres_url)
+    a, b = engine.create_logs("t", TOPIC_ID, range(2), SPEC)
+    rival = started(postgres_url).open_log("t", 1, TOPIC_ID, SPEC)
+    rival.append(batch(b"theirs"))
+    rival.flush()  # b's log end moved under it
+    a.append(batch(b"a"))
+    b.append(batch(b"b"))
+    assert a.shared_flush is b.shared_flush is not None
+    failed = engine.flush_together.flush_all([a, b])
+    assert list(failed) == [b] and isinstance(failed[b].__cause__, LogFenced)
+    assert b.offline is not None and a.offline is None and a.flushed_offset == 1
+    again = started(postgres_url)
+    assert [b"a" in bytes(d) for _, _, d in again.open_log("t", 0, TOPIC_ID, SPEC).iter_batches()] == [True]
+    assert [b"theirs" in bytes(d) for _, _, d in again.open_log("t", 1, TOPIC_ID, SPEC).iter_batches()] == [True]
 
 
 @pytest.fixture
