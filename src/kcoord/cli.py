@@ -12,6 +12,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -155,6 +156,16 @@ def _show_value(value: object) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        # The reader went away (`kcoord config | head`): not an error of ours. What is still
+        # buffered goes nowhere, so that the interpreter's exit does not fail on it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     # The format names no thread or process: do not look them up for every record.
     logging.logThreads = False

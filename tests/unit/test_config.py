@@ -247,3 +247,19 @@ def test_storage_url_chooses_the_engine_and_is_never_shown() -> None:
     assert [row["value"] for row in cfg.describe() if row["name"] == "storage.url"] == [None]
     with pytest.raises(ConfigError, match="storage.url"):
         Config.load(overrides=["storage.url=mysql://db/kcoord"])
+
+
+def test_kcoord_config_into_a_pipe_closed_early_ends_quietly() -> None:
+    """``kcoord config | head``: the reader goes away before the table is written."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kcoord", "config"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the interpreter has even imported kcoord
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 1
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
