@@ -407,11 +407,15 @@ class TxnRuntime:
                 continue
             if not force and plog.size_bytes <= self._cleaned_size.get(p, 0):
                 continue
-            plan = await asyncio.to_thread(
-                plog.prepare_compaction, now_ms=self.clock(), delete_retention_ms=retention
-            )
-            if self.logs is None or self.logs[p] is not plog:
-                plog.abort_compaction(plan)
+            try:
+                plan = await asyncio.to_thread(
+                    plog.prepare_compaction, now_ms=self.clock(), delete_retention_ms=retention
+                )
+                if self.logs is None or self.logs[p] is not plog:
+                    plog.abort_compaction(plan)
+                    continue
+                plog.commit_compaction(plan)
+            except OSError as e:  # a read or the database failed: the next pass tries again
+                log.error("compaction of %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
                 continue
-            plog.commit_compaction(plan)
             self._cleaned_size[p] = plog.size_bytes

@@ -295,3 +295,29 @@ async def test_the_marker_writer_appends_control_batches(tmp_path: Path) -> None
         assert marker is not None and marker.commit and marker.coordinator_epoch == 0
     finally:
         await b.stop()
+
+
+async def test_a_partition_whose_compaction_fails_does_not_stop_the_others(tmp_path: Path) -> None:
+    settings = {"transaction.state.log.num.partitions": 2,
+                "transaction.state.log.segment.bytes": 1024, "log.cleaner.enable": "false"}
+    b = await _broker(tmp_path / "data", Markers(), **settings)
+    try:
+        rt = b.transactions
+        ids = {rt.partition_of(t): t for t in ("a", "b", "c", "d", "e", "f")}
+        assert set(ids) == {0, 1}
+        for _ in range(12):
+            for txn in ids.values():
+                pid, epoch = await _ongoing(rt, txn)
+                await _step(rt, rt.coordinator.end_txn(txn, pid, epoch, True, rt.clock()))
+                await _until(lambda t=txn: _state(rt, t) == TxnState.COMPLETE_COMMIT)  # type: ignore[misc]
+        first, second = b.topics.get(TRANSACTION_STATE_TOPIC).partitions  # type: ignore[union-attr]
+
+        def unreadable(**_: object) -> None:
+            raise OSError("the disk went away")
+
+        first.prepare_compaction = unreadable  # type: ignore[method-assign]
+        size = second.size_bytes
+        await rt.compact(force=True)
+        assert second.size_bytes < size
+    finally:
+        await b.stop()
