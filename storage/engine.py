@@ -161,7 +161,14 @@ class Log(Protocol):
 
     def delete_planned(self, plan: DeletionPlan) -> int: ...
 
-    # compaction: prepare (any thread), then commit or abort (the writer) with this log's plan
+    # compaction: prepare (any thread), then commit or abort (the writer, or any thread where
+    # compaction_commits_anywhere) with this log's plan
+    @property
+    def compaction_commits_anywhere(self) -> bool:
+        """Whether :meth:`commit_compaction` may run in any thread: PostgreSQL's is one database
+        transaction under the partition row's lock; the files engine swaps segment files under
+        the appends, so its runs on the writer (the event loop)."""
+
     def prepare_compaction(
         self, *, now_ms: int, delete_retention_ms: int
     ) -> PreparedCompaction: ...

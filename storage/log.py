@@ -341,6 +341,10 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         return seg
 
     @property
+    def compaction_commits_anywhere(self) -> bool:
+        return False  # segment files are swapped under the appends: on the writer
+
+    @property
     def shared_flush(self) -> None:
         return None  # each file is fsynced alone, in parallel
 

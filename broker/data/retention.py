@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
-from kcoord.storage.engine import LogClosed
-from kcoord.storage.engine import Log
+from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
+from kcoord.storage.engine import Log, LogClosed
 from kcoord.storage.retention import DeletionPlan
 
 from ..security.acl.model import Operation, ResourceType
@@ -224,7 +224,7 @@ class LogRetention:
         if self.topics.partition(name, p) is not plog:
             plog.abort_compaction(plan)
             return
-        stats = plog.commit_compaction(plan)
+        stats = await commit_compaction(plog, plan)
         self._cleaned_size[(name, p)] = plog.size_bytes
         if not stats.stale and stats.bytes_before != stats.bytes_after:
             log.info(
@@ -235,3 +235,12 @@ class LogRetention:
                 stats.records_before,
                 stats.records_after,
             )
+
+
+async def commit_compaction(plog: Log, plan: PreparedCompaction) -> CompactionStats:
+    """A compaction's second phase: on the event loop where the engine swaps files under the
+    appends, in a worker thread where it is a database transaction
+    (``Log.compaction_commits_anywhere``)."""
+    if plog.compaction_commits_anywhere:
+        return await asyncio.to_thread(plog.commit_compaction, plan)
+    return plog.commit_compaction(plan)

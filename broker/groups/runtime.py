@@ -38,6 +38,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.javahash import partition_for
 from kcoord.storage.engine import Log
 
+from ..data.retention import commit_compaction
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
 from .offsets_load import read_partition
 from .topics_view import StoreTopics
@@ -344,7 +345,7 @@ class GroupRuntime:
         if sr.log is not plog:
             plog.abort_compaction(plan)
             return
-        stats = plog.commit_compaction(plan)
+        stats = await commit_compaction(plog, plan)
         self._cleaned_size[partition] = plog.size_bytes
         if not stats.stale and stats.bytes_before != stats.bytes_after:
             log.info(

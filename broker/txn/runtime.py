@@ -41,6 +41,7 @@ from kcoord.protocol.key_values import decode_key_values
 from kcoord.protocol.record_encoding import encode_kv_batch
 from kcoord.storage.engine import Log
 
+from ..data.retention import commit_compaction
 from ..data.topic_names import TRANSACTION_STATE_TOPIC
 from ..data.topics import TopicError
 
@@ -414,7 +415,7 @@ class TxnRuntime:
                 if self.logs is None or self.logs[p] is not plog:
                     plog.abort_compaction(plan)
                     continue
-                plog.commit_compaction(plan)
+                await commit_compaction(plog, plan)
             except OSError as e:  # a read or the database failed: the next pass tries again
                 log.error("compaction of %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
                 continue

@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import psycopg
 
@@ -78,17 +78,13 @@ class DatabaseError(OSError):
     the broker (KAFKA_STORAGE_ERROR, retriable for clients)."""
 
 
-def database_error(e: psycopg.Error) -> NoReturn:
-    raise DatabaseError(errno.EIO, f"database: {str(e).strip() or type(e).__name__}") from e
-
-
 @contextlib.contextmanager
 def database_errors() -> Iterator[None]:
     """psycopg's errors as :class:`DatabaseError`."""
     try:
         yield
     except psycopg.Error as e:
-        database_error(e)
+        raise DatabaseError(errno.EIO, f"database: {str(e).strip() or type(e).__name__}") from e
 
 
 class PostgresLog:
@@ -176,6 +172,10 @@ class PostgresLog:
         never cleaned: ``storage.postgres.compaction``), some of it since the last compaction
         (in this process) started."""
         return self._size > self._segment_bytes and self._flushed > max(self._compacted, self._start)
+
+    @property
+    def compaction_commits_anywhere(self) -> bool:
+        return True  # one transaction under the partition row's lock
 
     @property
     def shared_flush(self) -> FlushTogether | None:
