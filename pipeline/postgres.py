@@ -26,7 +26,6 @@ psycopg error reaches the caller as an ``OSError`` whose message has no password
 from __future__ import annotations
 
 import contextlib
-import errno
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +42,7 @@ from kcoord.protocol.batch import (
 )
 from kcoord.protocol.record_scan import batch_first_at_or_after
 from kcoord.storage.partition_metadata import topic_id_to_str
+from kcoord.storage.postgres.pool import database_errors
 
 from .logs import ScanStats, TopicLog
 from .txn import marker_commit, resolve
@@ -69,14 +69,6 @@ def connect(url: str) -> Iterator[Any]:
             yield conn
     finally:
         conn.close()
-
-
-@contextlib.contextmanager
-def database_errors() -> Iterator[None]:
-    try:
-        yield
-    except psycopg.Error as e:
-        raise OSError(errno.EIO, f"database: {str(e).strip() or type(e).__name__}") from e
 
 
 @dataclass(frozen=True, slots=True)

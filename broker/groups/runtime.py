@@ -197,20 +197,25 @@ class GroupRuntime:
         partition cannot be read."""
         assert sr.log is not None
         started = time.perf_counter()
-        # The shard's state is a function of the newest record per key: collect those,
-        # then replay them (coordinator/loading.py).
-        latest = LatestRecords()
-        history = HistoryReplay(self.rebalances.per_group)
         if sr.log.offline is not None:
             self._unavailable(sr, "its log is offline")
             return 0
         try:
-            await read_partition(sr.log, sr.partition, latest, history)
+            latest, history = await self._read(sr, sr.log)
         except OSError as e:
             self._unavailable(sr, f"reading its log failed: {e}")
             return 0
         self._replay(sr, latest, history, started)
         return latest.records
+
+    async def _read(self, sr: ShardRuntime, plog: Log) -> tuple[LatestRecords, HistoryReplay]:
+        """The shard's state is a function of the newest record per key: collect those (and
+        the rebalance history) from ``plog``, to replay them (coordinator/loading.py).
+        OSError if it cannot be read."""
+        latest = LatestRecords()
+        history = HistoryReplay(self.rebalances.per_group)
+        await read_partition(plog, sr.partition, latest, history)
+        return latest, history
 
     def _replay(
         self, sr: ShardRuntime, latest: LatestRecords, history: HistoryReplay, started: float
@@ -253,10 +258,8 @@ class GroupRuntime:
         fails, for as long as ``plog`` is the shard's log (a later reopen takes over)."""
         while sr.log is plog:
             started = time.perf_counter()
-            latest = LatestRecords()
-            history = HistoryReplay(self.rebalances.per_group)
             try:
-                await read_partition(plog, sr.partition, latest, history)
+                latest, history = await self._read(sr, plog)
             except OSError as e:
                 log.warning(
                     "reloading %s-%d failed (again in %.0f s): %s",

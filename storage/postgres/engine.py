@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 from kcoord.storage.engine import Log, LogSpec, StoredTopic
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS
 
-from .log import FlushTogether, PostgresLog, database_errors
-from .pool import ConnectionPool
+from .log import FlushTogether, PostgresLog
+from .pool import ConnectionPool, database_errors
 from .recent import DEFAULT_BUDGET_BYTES, RecentBatches
 from .schema import migrate
 

@@ -38,15 +38,12 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import errno
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import psycopg
 
 from kcoord.protocol.batch import (
     HEADER_SIZE,
@@ -66,25 +63,11 @@ from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, marker_of, wa
 
 from . import compaction
 from .flush import PendingFlush, write
-from .pool import ConnectionPool
+from .pool import ConnectionPool, database_errors
 from .recent import LogTail
 
 CONTROL_BIT = 0x20
 READ_ROWS = 256  # rows per query of a read or an iteration
-
-
-class DatabaseError(OSError):
-    """The database could not do what the log asked (unreachable, failed): an I/O error to
-    the broker (KAFKA_STORAGE_ERROR, retriable for clients)."""
-
-
-@contextlib.contextmanager
-def database_errors() -> Iterator[None]:
-    """psycopg's errors as :class:`DatabaseError`."""
-    try:
-        yield
-    except psycopg.Error as e:
-        raise DatabaseError(errno.EIO, f"database: {str(e).strip() or type(e).__name__}") from e
 
 
 class PostgresLog:

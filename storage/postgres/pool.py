@@ -5,18 +5,34 @@ A small pool of psycopg connections: :meth:`ConnectionPool.connection` lends one
 takes it back after. A connection that failed (the server went away, a broken socket) is
 closed instead of returned, so the next user opens a fresh one: the engine recovers by itself
 when the database comes back. Autocommit is on; multi-statement work uses
-``conn.transaction()``.
+``conn.transaction()``. :func:`database_errors` turns psycopg's errors into OSErrors, which is
+how the broker and the pipeline see them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import threading
 from collections.abc import Iterator
 
 import psycopg
 
 CONNECT_TIMEOUT_S = 10
+
+
+class DatabaseError(OSError):
+    """The database could not do what was asked (unreachable, failed): an I/O error to the
+    broker (KAFKA_STORAGE_ERROR, retriable for clients)."""
+
+
+@contextlib.contextmanager
+def database_errors() -> Iterator[None]:
+    """psycopg's errors as :class:`DatabaseError`."""
+    try:
+        yield
+    except psycopg.Error as e:
+        raise DatabaseError(errno.EIO, f"database: {str(e).strip() or type(e).__name__}") from e
 
 
 class ConnectionPool:
