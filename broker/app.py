@@ -14,6 +14,7 @@ import functools
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING, cast
 
 from kcoord.protocol.apis import ApiKey
 from kcoord.storage.engine import Documents, StorageEngine
@@ -22,6 +23,9 @@ from kcoord.storage.files import FilePool
 
 from .admin_api.cluster import ClusterApi
 from .admin_api.configs import ConfigApi
+from .cluster.identity import NodeIdentity
+from .cluster.led_engine import LedEngine
+from .cluster.view import ClusterView
 from .config import Config
 from .console.login import ConsoleLogin
 from .data.api import DataApi
@@ -54,6 +58,11 @@ from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
 from .txn.producer_ids import ProducerIdBlocks
 from .txn.runtime import TxnRuntime
+
+if TYPE_CHECKING:
+    from kcoord.storage.postgres.engine import PostgresEngine
+
+    from .cluster.member import ClusterMember
 
 log = logging.getLogger("kcoord.broker")
 
@@ -109,10 +118,23 @@ class Broker:
         self.request_memory = RequestMemory(config["queued.max.request.bytes"])
         config.data_dir.mkdir(parents=True, exist_ok=True)
         fsync = config["log.flush.interval.messages"] == 1
-        self.engine = open_engine(config, fsync)
-        log.info("storage: %s", self.engine.description)
-        self.engine.start()
-        self.cluster_id = _read_cluster_id(self.engine, config["node.id"])
+        engine = self.engine = open_engine(config, fsync)
+        log.info("storage: %s", engine.description)
+        engine.start()
+        self.cluster_id = _read_cluster_id(engine, config["node.id"])
+        # Cluster mode: every node over one PostgreSQL is a node of one cluster (a single one
+        # included); the topic registry sees the engine through the partitions this node leads.
+        self.clustered = config.storage_url is not None
+        self.listeners = parse_listeners(config)
+        self.view = ClusterView(
+            config["node.id"],
+            tuple((lst.name, lst.advertised_host, lst.advertised_port) for lst in self.listeners),
+            config["broker.rack"] or None,
+            self.clustered,
+        )
+        self.member: ClusterMember | None = None
+        if self.clustered:
+            engine = LedEngine(engine)
         # Metrics exist only when served (--metrics-port): otherwise the hooks cost nothing.
         self.metrics: BrokerMetrics | None = None
         self._metrics_server: MetricsServer | None = None
@@ -120,7 +142,7 @@ class Broker:
             self.metrics = BrokerMetrics()
         hooks = self.metrics.hooks() if self.metrics is not None else MetricsHooks()
         self.topics = TopicStore(
-            self.engine,
+            engine,
             config["log.segment.bytes"],
             PartitionLimits(config["max.broker.partitions"], config["max.partitions.per.request"]),
             configs=TopicConfigs(
@@ -132,10 +154,10 @@ class Broker:
             on_flushed=self.topics.notify_appended,
             observe=hooks.log_flush,
         )
-        self.cluster = ClusterApi(config, self.topics, self.cluster_id)
+        self.cluster = ClusterApi(config, self.topics, self.cluster_id, self.view)
         self.config_api = ConfigApi(config, self.topics)
         self.retention = LogRetention(config, self.topics)
-        self.groups = GroupRuntime(config, self.topics, self.flusher, hooks)
+        self.groups = GroupRuntime(config, self.topics, self.flusher, hooks, self.clustered)
         # The transaction coordinator (issue 16): markers go to the data partitions through the
         # data plane's MarkerWriter, to __consumer_offsets through the group runtime.
         self.markers = MarkerWriter(
@@ -148,7 +170,10 @@ class Broker:
             self.flusher,
             write_markers=self.markers.write_markers,
             allocate_producer_id=ProducerIdBlocks(self.engine).allocate,
+            clustered=self.clustered,
         )
+        if isinstance(engine, LedEngine):
+            self.member = self._cluster_member(engine)
         self.data = DataApi(
             config, self.topics, self.flusher, hooks, self.transactions.verify_partition
         )
@@ -157,7 +182,7 @@ class Broker:
             partition_exists=functools.partial(_partition_exists, self.topics),
             group_partition=self.groups.partition_of,
         )
-        self.group_api = GroupApi(config, self.groups, transaction_coordinator=txn.find_error)
+        self.group_api = GroupApi(config, self.groups, self.view, transactions=txn)
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
@@ -233,7 +258,6 @@ class Broker:
             self.direct_handlers[ApiKey.HEARTBEAT] = g.heartbeat_direct
             self.direct_handlers[ApiKey.OFFSET_FETCH] = o.offset_fetch_direct
             self.direct_handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = cg.heartbeat_direct
-        self.listeners = parse_listeners(config)
         limits = ConnectionLimits(config)
         self._on_refused = hooks.refused
         ssl_context = (
@@ -262,6 +286,29 @@ class Broker:
         self._sweeper: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._reopen_task: asyncio.Task[None] | None = None
+        self._member_task: asyncio.Task[None] | None = None
+
+    def _cluster_member(self, led: LedEngine) -> ClusterMember:
+        """This node's membership (cluster mode), holding the data directory's lock."""
+        from .cluster.member import ClusterMember
+
+        config = self.config
+        self.identity = NodeIdentity(config.data_dir)
+        self._previous_incarnation = self.identity.acquire()
+        incarnation = uuid.uuid4()
+        self.identity.record(incarnation)
+        store = cast("PostgresEngine", self.engine).cluster_store(
+            config["node.id"], incarnation, config["broker.session.timeout.ms"]
+        )
+        return ClusterMember(
+            store,
+            led,
+            self.topics,
+            self.view,
+            self.flusher,
+            {OFFSETS_TOPIC: self.groups, TRANSACTION_STATE_TOPIC: self.transactions},
+            config["broker.heartbeat.interval.ms"] / 1000.0,
+        )
 
     @property
     def serving(self) -> bool:
@@ -297,10 +344,7 @@ class Broker:
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         reopener = LogReopener(
             self.topics,
-            {
-                OFFSETS_TOPIC: self.groups.log_reopened,
-                TRANSACTION_STATE_TOPIC: self.transactions.log_reopened,
-            },
+            {OFFSETS_TOPIC: self.groups.lead, TRANSACTION_STATE_TOPIC: self.transactions.lead},
         )
         self._reopen_task = asyncio.ensure_future(reopener.run())
         loop = asyncio.get_running_loop()
@@ -316,9 +360,22 @@ class Broker:
                 backlog=1024,
                 ssl=ssl_context,
                 ssl_handshake_timeout=handshake_s if ssl_context is not None else None,
+                start_serving=self.member is None,
             )
             self._servers.append(server)
         self._server = self._servers[0]
+        if self.member is not None:
+            # Bound first (the addresses are known), served once this node has taken and loaded
+            # its share: a client sees it serve what Metadata says it leads.
+            await self.member.join(
+                tuple((lst.name, lst.advertised_host, lst.advertised_port) for lst in self.listeners),
+                self.config["broker.rack"] or None,
+                self._previous_incarnation,
+            )
+            await self.groups.loads_done()
+            for server in self._servers:
+                await server.start_serving()
+            self._member_task = asyncio.ensure_future(self.member.run())
         log.info(
             "kcoord serving on %s, data in %s, cluster %s",
             ", ".join(
@@ -367,6 +424,10 @@ class Broker:
             await asyncio.to_thread(self.topics.write_checkpoints, self.topics.checkpoint_snapshot())
 
     async def stop(self) -> None:
+        if self._member_task is not None:
+            self._member_task.cancel()
+        if self.member is not None:
+            await self.member.leave()  # hands every partition over first (controlled shutdown)
         for task in (self._sweeper, self._checkpoint_task, self._reopen_task):
             if task is not None:
                 task.cancel()
@@ -387,4 +448,6 @@ class Broker:
         if self._metrics_server is not None:
             await self._metrics_server.stop()
         self.password_checks.close()
+        if self.member is not None:
+            self.identity.release()
         log.info("kcoord stopped")

@@ -70,6 +70,17 @@ class LogSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderFence:
+    """The leadership a log's writes are made under (cluster mode): node ``node_id`` took the
+    partition in ``epoch``. An engine that knows leaders (PostgreSQL) writes a flush only if the
+    partition is still led by that node in that epoch, checked inside the flush's own
+    transaction; otherwise the flush fails with ``LogFenced`` and the log goes offline."""
+
+    node_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoredTopic:
     """A topic found in storage at start-up: its id (None if no partition recorded one) and the
     partitions present (a partition below the highest that is not here is missing)."""
@@ -214,9 +225,17 @@ class StorageEngine(Documents, Protocol):
     def stored_topics(self) -> dict[str, StoredTopic]:
         """Every topic with at least one partition in storage."""
 
-    def open_log(self, topic: str, partition: int, topic_id: uuid.UUID, spec: LogSpec) -> Log:
+    def open_log(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        spec: LogSpec,
+        leader: LeaderFence | None = None,
+    ) -> Log:
         """The existing partition's log, recovered; an offline log if it cannot be opened
-        (logged at ERROR with the offsets affected)."""
+        (logged at ERROR with the offsets affected). ``leader``: the leadership its flushes
+        are fenced by (engines without leaders ignore it)."""
 
     def create_logs(
         self, topic: str, topic_id: uuid.UUID, partitions: range, spec: LogSpec

@@ -28,7 +28,7 @@ from kcoord.storage.creation import (
     create_partitions,
     recover_staged,
 )
-from kcoord.storage.engine import Log, LogSpec, StoredTopic
+from kcoord.storage.engine import LeaderFence, Log, LogSpec, StoredTopic
 from kcoord.storage.file_checkpoints import CheckpointSnapshot, OffsetCheckpoints, short_error
 from kcoord.storage.files import FilePool, describe_error, fsync_dir, write_file
 from kcoord.storage.log import DEFAULT_PRODUCER_EXPIRATION_MS, PartitionLog
@@ -154,9 +154,17 @@ class FileEngine:
                 return topic_id
         return None
 
-    def open_log(self, topic: str, partition: int, topic_id: uuid.UUID, spec: LogSpec) -> Log:
+    def open_log(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        spec: LogSpec,
+        leader: LeaderFence | None = None,
+    ) -> Log:
         """Also writes a missing ``partition.metadata``, gives the log its checkpointed start
-        and reports offsets lost since the last checkpoint."""
+        and reports offsets lost since the last checkpoint. One node owns its files: no
+        ``leader`` fence."""
         path = self.data_dir / f"{topic}-{partition}"
         try:
             if read_partition_metadata(path) is None:

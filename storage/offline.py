@@ -38,6 +38,23 @@ class LogOffline(OSError):
         self.cause = cause
 
 
+class NotLeader(OSError):
+    """Cluster mode: another node leads the partition (or none yet). A partition this node
+    does not lead is registered with an offline log of this cause; clients are answered
+    NOT_LEADER_OR_FOLLOWER (NOT_COORDINATOR for a coordinator's partition)."""
+
+
+class LogFenced(OSError):
+    """Another writer has the partition: its leader epoch or log end is not the one this log
+    writes under (storage/postgres/flush.py). The log goes offline with this cause."""
+
+
+def moved_away(offline: LogOffline | None) -> bool:
+    """Whether a log is offline because the partition is (or is now) another node's: not
+    worth opening again here, and answered NOT_LEADER_OR_FOLLOWER rather than as a failure."""
+    return offline is not None and isinstance(offline.cause, (NotLeader, LogFenced))
+
+
 def report_went_offline(
     path: Path, cause: BaseException | str, lost: str, until: str = "the broker restarts"
 ) -> None:

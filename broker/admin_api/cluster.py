@@ -22,6 +22,7 @@ from kcoord.protocol.codec import (
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.framing import Frame
 from kcoord.protocol.responses import build, to_millis
+from kcoord.storage.offline import moved_away
 
 from ..data.topic_configs import ConfigProblem, check_overrides
 from ..data.topics import INTERNAL_TOPICS, Reservation, Topic, TopicError, topic_name_problem
@@ -31,6 +32,9 @@ from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_
 from ..security.acl.model import CLUSTER_NAME, UNKNOWN_OPERATIONS, Operation, ResourceType
 
 if TYPE_CHECKING:
+    from kcoord.storage.engine import Log
+
+    from ..cluster.view import ClusterView
     from ..config import Config
     from ..data.topics import TopicStore
 
@@ -48,8 +52,11 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 class ClusterApi:
-    def __init__(self, config: Config, topics: TopicStore, cluster_id: str) -> None:
+    def __init__(
+        self, config: Config, topics: TopicStore, cluster_id: str, view: ClusterView
+    ) -> None:
         self.config = config
+        self.view = view
         self.topics = topics
         self.cluster_id = cluster_id
         self._api_versions_bodies: dict[int, RawBody] = {}
@@ -60,15 +67,24 @@ class ClusterApi:
         return int(self.config["node.id"])
 
     def brokers(self, listener: Listener) -> list[dict[str, Any]]:
-        """This node, at the address of the listener the client came in on."""
-        return [
-            dict(
-                node_id=self.node_id,
-                host=listener.advertised_host,
-                port=listener.advertised_port,
-                rack=None,
-            )
-        ]
+        """The live nodes (this one alone on one node), each at its address on the listener
+        the client came in on (a node without that listener is left out, as Kafka does)."""
+        if not self.view.clustered:
+            me = self.view.nodes[self.node_id]
+            return [
+                dict(
+                    node_id=self.node_id,
+                    host=listener.advertised_host,
+                    port=listener.advertised_port,
+                    rack=me.rack,
+                )
+            ]
+        found = []
+        for node in self.view.live_nodes():
+            address = node.address(listener.name)
+            if address is not None:
+                found.append(dict(node_id=node.node_id, host=address[0], port=address[1], rack=node.rack))
+        return found
 
     # ApiVersions ----------------------------------------------------------------------------------
     def api_versions(self, ctx: RequestContext, req: Any) -> Any:
@@ -196,7 +212,7 @@ class ClusterApi:
             throttle_time=0,
             brokers=self.brokers(ctx.connection.listener),
             cluster_id=self.cluster_id,
-            controller_id=self.node_id,
+            controller_id=self.view.controller_id,
             topics=topics_out,
             cluster_authorized_operations=cluster_ops,
         )
@@ -275,35 +291,44 @@ class ClusterApi:
         ) or ctx.allowed(Operation.CREATE, _TOPIC, name)
 
     def _describe(self, topic: Topic) -> dict[str, Any]:
-        node = self.node_id
-        online = dict(
-            error_code=0,
-            leader_id=node,
-            leader_epoch=0,
-            replica_nodes=[node],
-            isr_nodes=[node],
-            offline_replicas=[],
-        )
-        # Kafka's view of a partition whose only replica's log is offline: no leader
-        # (LEADER_NOT_AVAILABLE, leader -1), the replica listed as offline.
-        offline = dict(
-            error_code=ErrorCode.leader_not_available,
-            leader_id=-1,
-            leader_epoch=0,
-            replica_nodes=[node],
-            isr_nodes=[node],
-            offline_replicas=[node],
-        )
         return dict(
             error_code=0,
             name=topic.name,
             topic_id=topic.topic_id,
             is_internal=topic.internal,
             partitions=[
-                dict(offline if plog.offline is not None else online, partition_index=i)
+                self._describe_partition(topic.name, i, plog)
                 for i, plog in enumerate(topic.partitions)
             ],
             topic_authorized_operations=UNKNOWN_OPERATIONS,
+        )
+
+    def _describe_partition(self, topic: str, index: int, plog: Log) -> dict[str, Any]:
+        """The partition's leader and epoch as the view has them. Kafka's view of a partition
+        without a leader, or whose only replica's log is offline: LEADER_NOT_AVAILABLE, leader
+        -1 (the replica listed as offline)."""
+        leader = self.view.leader(topic, index)
+        if leader is not None and leader.node_id == self.node_id and moved_away(plog.offline):
+            leader = None  # this node dropped it since the view was taken
+        if leader is None or (leader.node_id == self.node_id and plog.offline is not None):
+            node = self.node_id if leader is None or not self.view.clustered else leader.node_id
+            return dict(
+                partition_index=index,
+                error_code=ErrorCode.leader_not_available,
+                leader_id=-1,
+                leader_epoch=leader.epoch if leader is not None else -1,
+                replica_nodes=[node],
+                isr_nodes=[node],
+                offline_replicas=[node],
+            )
+        return dict(
+            partition_index=index,
+            error_code=0,
+            leader_id=leader.node_id,
+            leader_epoch=leader.epoch,
+            replica_nodes=[leader.node_id],
+            isr_nodes=[leader.node_id],
+            offline_replicas=[],
         )
 
     @staticmethod

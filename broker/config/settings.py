@@ -76,6 +76,23 @@ SETTINGS: dict[str, Setting] = {
     for s in [
         Setting("node.id", int, 0, "This broker's node id (also the controller id).", 0),
         Setting(
+            "broker.heartbeat.interval.ms",
+            int,
+            2000,
+            "Cluster mode (storage.url on PostgreSQL): how often a node renews its session and"
+            " looks at who leads what.",
+            10,
+        ),
+        Setting(
+            "broker.session.timeout.ms",
+            int,
+            9000,
+            "Cluster mode: a node whose session was not renewed for this long (by the"
+            " database's clock) is dead, and its partitions are taken over.",
+            100,
+        ),
+        Setting("broker.rack", str, "", "This node's rack (Metadata; empty: none)."),
+        Setting(
             "listeners",
             str,
             "",

@@ -37,12 +37,14 @@ from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_times
 from kcoord.protocol.validate import Refused, check_batch
 from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.engine import Log
+from kcoord.storage.offline import moved_away
 
 from ..net.connection import NO_RESPONSE, RequestContext
 from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from ..security.acl.model import Operation, ResourceType
 from ..txn.data import AllProducers, TxnVerifier, committed_view, transactional_refusal
 from .appender import INLINE_BYTES, Appender, Outcome, refused
+from .topics import storage_error_code
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -68,7 +70,7 @@ _Settled = tuple[int, Log | None, Outcome]
 
 def _fsync_failed(error: BaseException) -> Outcome:
     """The records are in the log but not known to be durable."""
-    return Outcome(ErrorCode.kafka_storage_error, message=f"fsync failed: {error}")
+    return Outcome(storage_error_code(error), message=f"fsync failed: {error}")
 
 
 class _Produce:
@@ -327,13 +329,18 @@ class DataApi:
             log.warning("append to %s-%d refused: %s", topic, partition, e)
             return Outcome(ErrorCode.corrupt_message, message=str(e))
         except LogClosed:
-            if self.topics.partition(topic, partition) is not plog:  # deleted meanwhile
+            now = self.topics.partition(topic, partition)
+            if now is not plog:  # deleted meanwhile, or led elsewhere now
+                if now is not None and moved_away(now.offline):
+                    return Outcome(ErrorCode.not_leader_or_follower)
                 return Outcome(ErrorCode.unknown_topic_or_partition)
             log.error("append to %s-%d failed: the log is closed", topic, partition)
             return Outcome(ErrorCode.kafka_storage_error, message="the partition log is offline")
         except OSError as e:  # disk full, I/O error, an offline log directory
-            log.error("append to %s-%d failed: %r", topic, partition, e)
-            return Outcome(ErrorCode.kafka_storage_error, message=f"append failed: {e}")
+            code = storage_error_code(e)
+            if code == ErrorCode.kafka_storage_error:
+                log.error("append to %s-%d failed: %r", topic, partition, e)
+            return Outcome(code, message=f"append failed: {e}")
         return Outcome(ErrorCode.none, base, must_sync=True)
 
     def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:
@@ -411,7 +418,7 @@ class DataApi:
                     parts.append(entry)
                     continue
                 if plog.offline is not None:
-                    entry["error_code"] = ErrorCode.kafka_storage_error
+                    entry["error_code"] = storage_error_code(plog.offline)
                     errors = True
                     parts.append(entry)
                     continue
@@ -433,7 +440,7 @@ class DataApi:
                                 entry["aborted_transactions"] = committed_view(plog, offset, data)
                         except OSError as e:  # an unreadable segment, a log gone offline
                             log.error("fetch from %s-%d failed: %s", t.topic, p.partition, e)
-                            entry["error_code"] = ErrorCode.kafka_storage_error
+                            entry["error_code"] = storage_error_code(e)
                             errors = True
                             parts.append(entry)
                             continue
@@ -492,7 +499,7 @@ class DataApi:
                     elif plog is None:
                         entry["error_code"] = ErrorCode.unknown_topic_or_partition
                     elif plog.offline is not None:
-                        entry["error_code"] = ErrorCode.kafka_storage_error
+                        entry["error_code"] = storage_error_code(plog.offline)
                     elif p.timestamp == LATEST:
                         hw = high_watermark(plog)
                         entry["offset"] = plog.last_stable_offset(hw) if committed else hw
@@ -512,7 +519,7 @@ class DataApi:
                             lookups.append((entry, plog, entry["offset"], p.timestamp))
                 except OSError as e:  # an unreadable segment, a log gone offline
                     log.error("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
-                    entry.update(error_code=ErrorCode.kafka_storage_error, offset=-1, timestamp=-1)
+                    entry.update(error_code=storage_error_code(e), offset=-1, timestamp=-1)
                 parts.append(entry)
             topics_out.append(dict(name=t.name, partitions=parts))
         batches = []

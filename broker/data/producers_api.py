@@ -14,6 +14,7 @@ from kcoord.protocol.errors import ErrorCode
 
 from ..security.acl.model import Operation, ResourceType
 from ..net.connection import RequestContext
+from .topics import storage_error_code
 
 if TYPE_CHECKING:
     from .topics import TopicStore
@@ -38,7 +39,7 @@ class ProducersApi:
                 elif plog is None:
                     entry["error_code"] = ErrorCode.unknown_topic_or_partition
                 elif plog.offline is not None:
-                    entry["error_code"] = ErrorCode.kafka_storage_error
+                    entry["error_code"] = storage_error_code(plog.offline)
                 else:
                     entry["active_producers"] = [
                         dict(

@@ -25,9 +25,10 @@ crash, and start-up never takes deleted segments for lost data.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
@@ -38,6 +39,7 @@ from kcoord.storage.retention import DeletionPlan
 from ..security.acl.model import Operation, ResourceType
 from ..net.offload import SLICE
 from .topic_names import INTERNAL_TOPICS, quoted
+from .topics import storage_error_code
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -109,7 +111,7 @@ class LogRetention:
         if topic is None or plog is None:
             return ErrorCode.unknown_topic_or_partition, None
         if plog.offline is not None:
-            return ErrorCode.kafka_storage_error, None
+            return storage_error_code(plog.offline), None
         if not self.topics.settings_of(topic).delete:
             return ErrorCode.policy_violation, None
         hw = plog.flushed_offset
@@ -207,34 +209,57 @@ class LogRetention:
             if not settings.compact:
                 continue
             for p, plog in enumerate(topic.partitions):
-                key = (topic.name, p)
-                if plog.offline is not None or not plog.compactable:
-                    continue
-                if plog.size_bytes <= self._cleaned_size.get(key, 0):
-                    continue  # nothing new since the last compaction
                 try:
-                    await self._compact(topic.name, p, plog, settings.delete_retention_ms)
+                    await compact_if_grown(
+                        plog,
+                        self._cleaned_size,
+                        (topic.name, p),
+                        delete_retention_ms=settings.delete_retention_ms,
+                        current=functools.partial(self._is_current, topic.name, p, plog),
+                    )
                 except (OSError, LogClosed) as e:  # an I/O error; a topic deleted meanwhile
                     log.error("compaction of %s failed: %s", plog.name, e)
 
-    async def _compact(self, name: str, p: int, plog: Log, retention: int) -> None:
-        plan = await asyncio.to_thread(
-            plog.prepare_compaction, now_ms=now_ms(), delete_retention_ms=retention
+    def _is_current(self, name: str, p: int, plog: Log) -> bool:
+        return self.topics.partition(name, p) is plog
+
+
+async def compact_if_grown(
+    plog: Log,
+    cleaned_size: dict[Any, int],
+    key: Any,
+    *,
+    delete_retention_ms: int,
+    current: Callable[[], bool],
+    force: bool = False,
+    clock: Callable[[], int] = now_ms,
+) -> None:
+    """Compact ``plog`` if it is online, has something to clean and grew since its last
+    compaction (``cleaned_size[key]``; ``force``: even if not): the first phase in a worker
+    thread, the second (:func:`commit_compaction`) only if ``current()`` still says ``plog`` is
+    the partition's log. OSError if a read or the database failed (the next pass tries again)."""
+    if plog.offline is not None or not plog.compactable:
+        return
+    if not force and plog.size_bytes <= cleaned_size.get(key, 0):
+        return  # nothing new since the last compaction
+    plan = await asyncio.to_thread(
+        plog.prepare_compaction, now_ms=clock(), delete_retention_ms=delete_retention_ms
+    )
+    if not current():
+        plog.abort_compaction(plan)
+        return
+    stats = await commit_compaction(plog, plan)
+    cleaned_size[key] = plog.size_bytes
+    if not stats.stale and stats.bytes_before != stats.bytes_after:
+        log.info(
+            "compacted %s: %d -> %d bytes, %d -> %d records in %.3f s",
+            plog.name,
+            stats.bytes_before,
+            stats.bytes_after,
+            stats.records_before,
+            stats.records_after,
+            stats.seconds,
         )
-        if self.topics.partition(name, p) is not plog:
-            plog.abort_compaction(plan)
-            return
-        stats = await commit_compaction(plog, plan)
-        self._cleaned_size[(name, p)] = plog.size_bytes
-        if not stats.stale and stats.bytes_before != stats.bytes_after:
-            log.info(
-                "compacted %s: %d -> %d bytes, %d -> %d records",
-                plog.name,
-                stats.bytes_before,
-                stats.bytes_after,
-                stats.records_before,
-                stats.records_after,
-            )
 
 
 async def commit_compaction(plog: Log, plan: PreparedCompaction) -> CompactionStats:

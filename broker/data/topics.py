@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import Log, LogSpec, StorageEngine
 from kcoord.storage.files import describe_error
+from kcoord.storage.offline import LogOffline, moved_away
 
 from .topic_configs import TopicConfigs, TopicSettings, builtin_defaults
 from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
@@ -51,9 +52,19 @@ __all__ = [
     "Topic",
     "TopicError",
     "TopicStore",
+    "storage_error_code",
 ]
 
 log = logging.getLogger("kcoord.topics")
+
+
+def storage_error_code(error: BaseException | None) -> int:
+    """The code for a partition whose log is offline or failed with ``error``:
+    NOT_LEADER_OR_FOLLOWER when the partition is another node's (cluster mode: the client looks
+    its leader up again), KAFKA_STORAGE_ERROR otherwise."""
+    if isinstance(error, LogOffline) and moved_away(error):
+        return ErrorCode.not_leader_or_follower
+    return ErrorCode.kafka_storage_error
 
 
 class TopicError(ValueError):
@@ -224,12 +235,45 @@ class TopicStore:
 
     # offline partitions opened again (broker/data/reopening.py) ---------------------------------
     def offline_partitions(self) -> list[tuple[Topic, int, Log]]:
+        """The partitions offline here that might open again (not those led elsewhere)."""
         return [
             (topic, i, plog)
             for topic in list(self.topics.values())
             for i, plog in enumerate(topic.partitions)
-            if plog.offline is not None
+            if plog.offline is not None and not moved_away(plog.offline)
         ]
+
+    # topics other nodes changed (cluster mode: broker/cluster/member.py) -------------------------
+    def adopt(self, name: str, topic_id: uuid.UUID, count: int) -> Topic:
+        """Register a topic another node created (its logs as the engine opens them)."""
+        topic = self._open_topic(name, topic_id, count, range(count))
+        self._register(topic)
+        log.info("topic %s (%d partitions) was created in the cluster", name, count)
+        return topic
+
+    def grow(self, name: str, count: int) -> None:
+        """Another node added partitions to ``name``: now ``count``."""
+        topic = self.topics[name]
+        first = len(topic.partitions)
+        spec = self.spec_of(topic)
+        for p in range(first, count):
+            topic.partitions.append(self.engine.open_log(name, p, topic.topic_id, spec))
+        self._held += count - first
+        self.version += 1
+
+    def forget(self, name: str) -> None:
+        """Another node deleted ``name``: drop it here (its storage is that node's to delete)."""
+        topic = self.topics.pop(name)
+        self.by_id.pop(topic.topic_id, None)
+        self._held -= len(topic.partitions)
+        self.version += 1
+        for plog in topic.partitions:
+            try:
+                plog.close()
+            except OSError as e:
+                log.warning("closing %s: %s", plog.name, describe_error(e))
+        self.notify_appended()
+        log.info("topic %s was deleted in the cluster", name)
 
     def spec_of(self, topic: Topic) -> LogSpec:
         return self._spec(topic.topic_id, topic.name)

@@ -15,7 +15,7 @@ import asyncio
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kcoord.coordinator import messages as m
 from kcoord.coordinator.classic.manager import listed_groups
@@ -27,18 +27,38 @@ from kcoord.protocol.framing import Frame
 from kcoord.protocol.heartbeat import decode_heartbeat
 from kcoord.protocol.responses import build, to_millis
 
+from ..data.topic_names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from ..net.connection import RequestContext
 from ..net.offload import SLICE, encoded_off_loop, gc_paused, is_big, pause
 from ..security.acl.model import CLUSTER_NAME, UNKNOWN_OPERATIONS, Operation, ResourceType
 from .runtime import GroupRuntime
 
 if TYPE_CHECKING:
+    from ..cluster.view import ClusterView
     from ..config import Config
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
 _GROUP = ResourceType.GROUP
 _REFUSED = ErrorCode.group_authorization_failed
+
+
+class TransactionRouting(Protocol):
+    """What FindCoordinator asks of the transaction coordinator (broker/txn/api.py)."""
+
+    def find_error(self, ctx: RequestContext, transactional_id: str) -> int:
+        """0 if this node may coordinate the id for this client, else the error."""
+
+    def partition_of(self, transactional_id: str) -> int:
+        """The id's partition of ``__transaction_state``."""
+
+
+def _no_coordinator(
+    key: str,
+    code: int = ErrorCode.coordinator_not_available,
+    message: str = "The coordinator is not available.",
+) -> dict[str, Any]:
+    return dict(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
 
 
 def then(result: Any, finish: Callable[[Any], Any]) -> Any:
@@ -88,13 +108,15 @@ class GroupApi:
         self,
         config: Config,
         runtime: GroupRuntime,
-        transaction_coordinator: Callable[[RequestContext, str], int] | None = None,
+        view: ClusterView,
+        transactions: TransactionRouting | None = None,
     ) -> None:
         self.config = config
         self.runtime = runtime
-        self.transaction_coordinator = transaction_coordinator
-        """FindCoordinator of a TRANSACTION key: 0 if this node coordinates the transactional
-        id for this client, else the error to answer (the transaction coordinator's)."""
+        self.view = view
+        """Who leads what: FindCoordinator names the leader of the key's partition."""
+        self.transactions = transactions
+        """FindCoordinator of a TRANSACTION key (the transaction coordinator's API)."""
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
         self._max_elements: int = config["socket.request.max.elements"]
 
@@ -105,43 +127,27 @@ class GroupApi:
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Any:
         key_type = getattr(req, "key_type", GROUP_KEY)
         keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
-        node_id = int(self.config["node.id"])
-        listener = ctx.connection.listener  # the address of the listener it came in on
-        host, port = listener.advertised_host, listener.advertised_port
         results = []
         for key in keys:
             if key_type == GROUP_KEY and not ctx.allowed(Operation.DESCRIBE, _GROUP, key):
-                results.append(
-                    dict(key=key, node_id=-1, host="", port=-1, error_code=_REFUSED,
-                         error_message="Not authorized to describe the group.")
-                )
+                results.append(_no_coordinator(key, _REFUSED, "Not authorized to describe the group."))
             elif key_type == GROUP_KEY:
-                if self.runtime.ensure_topic() and self.runtime.coordinator_available(key):
-                    results.append(
-                        dict(key=key, node_id=node_id, host=host, port=port, error_code=0, error_message=None)
-                    )
-                else:  # the offsets partition is offline or the topic could not be created
-                    results.append(
-                        dict(
-                            key=key,
-                            node_id=-1,
-                            host="",
-                            port=-1,
-                            error_code=ErrorCode.coordinator_not_available,
-                            error_message="The coordinator is not available.",
-                        )
-                    )
-            elif key_type == TRANSACTION_KEY and self.transaction_coordinator is not None:
-                code = self.transaction_coordinator(ctx, key)
-                if code:
-                    results.append(
-                        dict(key=key, node_id=-1, host="", port=-1, error_code=code,
-                             error_message=ErrorCode(code).name)
-                    )
+                if not self.runtime.ensure_topic() or not self.runtime.coordinator_available(key):
+                    # the offsets partition is offline or the topic could not be created
+                    results.append(_no_coordinator(key))
                 else:
+                    partition = self.runtime.partition_of(key)
+                    results.append(self._coordinator(ctx, key, OFFSETS_TOPIC, partition))
+            elif key_type == TRANSACTION_KEY and self.transactions is not None:
+                code = self.transactions.find_error(ctx, key)
+                if code == ErrorCode.not_coordinator and self.view.clustered:
+                    code = 0  # the partition is led elsewhere: routed by the view
+                if code:
+                    results.append(_no_coordinator(key, code, ErrorCode(code).name))
+                else:
+                    partition = self.transactions.partition_of(key)
                     results.append(
-                        dict(key=key, node_id=node_id, host=host, port=port, error_code=0,
-                             error_message=None)
+                        self._coordinator(ctx, key, TRANSACTION_STATE_TOPIC, partition)
                     )
             else:
                 code = (
@@ -154,9 +160,7 @@ class GroupApi:
                     if key_type == TRANSACTION_KEY
                     else f"unknown key type {key_type}"
                 )
-                results.append(
-                    dict(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
-                )
+                results.append(_no_coordinator(key, code, message))
         if ctx.version >= 4:
             return ctx.respond(throttle_time=0, coordinators=results)
         first = results[0]
@@ -168,6 +172,21 @@ class GroupApi:
             host=first["host"],
             port=first["port"],
         )
+
+    def _coordinator(self, ctx: RequestContext, key: str, topic: str, partition: int) -> dict[str, Any]:
+        """The coordinator of ``key``: the leader of its partition of ``topic``, at its address
+        on the listener the client came in on (this node, on one node)."""
+        listener = ctx.connection.listener
+        if not self.view.clustered:
+            return dict(key=key, node_id=self.view.node_id, host=listener.advertised_host,
+                        port=listener.advertised_port, error_code=0, error_message=None)
+        leader = self.view.leader(topic, partition)
+        node = self.view.nodes.get(leader.node_id) if leader is not None else None
+        address = node.address(listener.name) if node is not None else None
+        if node is None or address is None:
+            return _no_coordinator(key)
+        return dict(key=key, node_id=node.node_id, host=address[0], port=address[1], error_code=0,
+                    error_message=None)
 
     # JoinGroup ------------------------------------------------------------------------------------
     def join_group(self, ctx: RequestContext, req: Any) -> Any:

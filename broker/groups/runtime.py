@@ -37,9 +37,10 @@ from kcoord.coordinator.shard import GroupShard, Output
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.javahash import partition_for
 from kcoord.storage.engine import Log
+from kcoord.storage.offline import moved_away
 
-from ..data.retention import commit_compaction
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
+from .cleaner import clean_offsets
 from .offsets_load import read_partition
 from .topics_view import StoreTopics
 from .write_path import OutputCompletion, ShardRuntime, output_batches
@@ -64,9 +65,15 @@ def now_ms() -> int:
 
 class GroupRuntime:
     def __init__(
-        self, config: Config, topics: TopicStore, flusher: Flusher, metrics: MetricsHooks
+        self,
+        config: Config,
+        topics: TopicStore,
+        flusher: Flusher,
+        metrics: MetricsHooks,
+        clustered: bool = False,
     ) -> None:
         self.config = config
+        self.clustered = clustered
         self.topics = topics
         self.flusher = flusher
         self._observe_append = metrics.log_append
@@ -101,8 +108,8 @@ class GroupRuntime:
         self._create_failed_logged = -math.inf  # when a failed creation was last logged
         self._load_task: asyncio.Task[None] | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
-        self._reloads: set[asyncio.Task[None]] = set()  # shards read again (log_reopened)
-        self._cleaned_size: dict[int, int] = {}
+        self._reloads: set[asyncio.Task[None]] = set()  # shards being loaded by lead()
+        self._reloads_started, self._reload_records = 0.0, 0  # since the first of them
         self.load_seconds: float | None = None
 
     def _new_shard(self, partition: int, t: int) -> GroupShard:
@@ -130,10 +137,20 @@ class GroupRuntime:
         return self._topic is not None
 
     async def start(self) -> None:
-        """Load the offsets topic if it is on disk (in the background)."""
+        """Load the offsets topic if it is on disk (in the background). In a cluster, every
+        shard starts unloaded: the partitions this node leads are loaded as it takes them
+        (:meth:`lead`)."""
         if self.config["log.cleaner.enable"]:
-            self._cleaner_task = asyncio.ensure_future(self._cleaner_loop())
-        if any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
+            self._cleaner_task = asyncio.ensure_future(
+                clean_offsets(self.shards, self.config, lambda: self.loaded)
+            )
+        if self.clustered:
+            t = now_ms()
+            for sr in self.shards:
+                self._process(sr, sr.shard.unload(t))
+                sr.loaded = True
+            self.ensure_topic()
+        elif any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
             self._open_topic()
             self._load_task = asyncio.ensure_future(self._load_all())
         else:
@@ -159,9 +176,10 @@ class GroupRuntime:
         return True
 
     def coordinator_available(self, group_id: str) -> bool:
-        """Whether the offsets partition of ``group_id`` is online (FindCoordinator)."""
+        """Whether the offsets partition of ``group_id`` is online here, or led elsewhere
+        (FindCoordinator)."""
         plog = self.shards[self.partition_of(group_id)].log
-        return plog is None or plog.offline is None
+        return plog is None or plog.offline is None or moved_away(plog.offline)
 
     def _open_topic(self) -> None:
         config = self.config
@@ -181,15 +199,18 @@ class GroupRuntime:
         for sr in self.shards:
             records += await self._load_shard(sr)
         self.load_seconds = time.perf_counter() - started
+        self._log_loaded(f"{self.num_partitions} partitions", records, self.load_seconds)
+
+    def _log_loaded(self, what: str, records: int, seconds: float) -> None:
         shards = [sr.shard for sr in self.shards]
         log.info(
-            "loaded %s: %d partitions, %d groups, %d offsets, %d records in %.3f s",
+            "loaded %s: %s, %d groups, %d offsets, %d records in %.3f s",
             OFFSETS_TOPIC,
-            self.num_partitions,
+            what,
             sum(len(list(s.groups())) for s in shards),
             sum(s.offset_count() for s in shards),
             records,
-            self.load_seconds,
+            seconds,
         )
 
     async def _load_shard(self, sr: ShardRuntime) -> int:
@@ -225,33 +246,56 @@ class GroupRuntime:
         self._finish(sr, now_ms())
         self._loaded_progress(sr, latest.records, time.perf_counter() - started)
 
-    async def log_reopened(self, partition: int, plog: Log) -> None:
-        """The partition's log is online again (broker/data/reopening.py): the shard is loaded
-        afresh from it, as at start-up, since the log and not the shard's memory says what is
-        durable (a write whose failure the shard undid may have been committed).
+    async def lead(self, partition: int, plog: Log) -> None:
+        """Serve the partition from ``plog``, loaded afresh as at start-up: its log is online
+        again (broker/data/reopening.py), since the log and not the shard's memory says what is
+        durable (a write whose failure the shard undid may have been committed), or this node
+        took the partition over (cluster mode).
 
-        The outputs still in flight on the offline log fail first (the shard they undo must be
-        the one that made them); from the moment the chain is found empty to the new shard's
-        installation nothing awaits, so no output slips in between. Requests meanwhile get
-        NOT_COORDINATOR (parked ones, from the unload) or COORDINATOR_LOAD_IN_PROGRESS until
-        the reload, in a task of its own, has read the log."""
-        if partition >= self.num_partitions or self._topic is None:
+        Requests meanwhile get NOT_COORDINATOR (parked ones, from the unload) or
+        COORDINATOR_LOAD_IN_PROGRESS until the reload, in a task of its own, has read the log."""
+        if partition >= self.num_partitions or not self.ensure_topic():
             return
         sr = self.shards[partition]
+        await self._unload(sr)
+        sr.shard = self._new_shard(partition, now_ms())
+        sr.log = plog
+        sr.loaded = False
+        log.info("loading %s-%d from its log", OFFSETS_TOPIC, partition)
+        if not self._reloads:
+            self._reloads_started, self._reload_records = time.perf_counter(), 0
+        task = asyncio.ensure_future(self._reload(sr, plog))
+        self._reloads.add(task)
+        task.add_done_callback(self._reload_done)
+
+    def _reload_done(self, task: asyncio.Task[None]) -> None:
+        self._reloads.discard(task)
+        if not self._reloads and self.loaded:
+            led = sum(1 for sr in self.shards if sr.log is not None and sr.log.offline is None)
+            seconds = time.perf_counter() - self._reloads_started
+            self._log_loaded(f"{led} partitions led here", self._reload_records, seconds)
+
+    async def loads_done(self) -> None:
+        """Until the partitions being loaded (:meth:`lead`) are."""
+        while self._reloads:
+            await asyncio.gather(*self._reloads, return_exceptions=True)
+
+    async def resign(self, partition: int, placeholder: Log) -> None:
+        """Another node leads the partition now (cluster mode): unload its groups here."""
+        sr = self.shards[partition]
+        await self._unload(sr)
+        sr.log, sr.loaded = placeholder, True
+
+    async def _unload(self, sr: ShardRuntime) -> None:
+        """Unload the shard (NOT_COORDINATOR) once the outputs in flight have completed or
+        failed (the shard they undo must be the one that made them); nothing awaits between
+        the chain found empty and the caller's next step, so no output slips in."""
         while sr.chain is not None:
             await asyncio.shield(sr.chain)
         if sr.timer is not None:
             sr.timer.cancel()
         sr.timer = sr.timer_at = None
-        unloaded = sr.shard.unload(now_ms())
-        sr.shard = self._new_shard(partition, now_ms())
-        sr.log = plog
-        sr.loaded = False
-        self._deliver(unloaded)
-        log.info("reloading %s-%d from its log", OFFSETS_TOPIC, partition)
-        task = asyncio.ensure_future(self._reload(sr, plog))
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
+        self._deliver(sr.shard.unload(now_ms()))
 
     async def _reload(self, sr: ShardRuntime, plog: Log) -> None:
         """Read ``plog`` into the shard, again every :data:`RELOAD_RETRY_S` while reading
@@ -269,6 +313,7 @@ class GroupRuntime:
                 continue
             if sr.log is plog:
                 self._replay(sr, latest, history, started)
+                self._reload_records += latest.records
             return
 
     def _loaded_progress(self, sr: ShardRuntime, records: int, seconds: float) -> None:
@@ -316,51 +361,6 @@ class GroupRuntime:
             if sr.timer is not None:
                 sr.timer.cancel()
         # Parked requests are answered by the connection closing.
-
-    # compaction ---------------------------------------------------------------------------------
-    async def _cleaner_loop(self) -> None:
-        """Compact the offsets partitions now and then, off the event loop (phase 1 in a thread)."""
-        backoff = self.config["log.cleaner.backoff.ms"] / 1000.0
-        while True:
-            await asyncio.sleep(backoff)
-            if not self.loaded:
-                continue
-            for sr in self.shards:
-                try:
-                    await self.compact_partition(sr.partition)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("compaction of %s-%d failed", OFFSETS_TOPIC, sr.partition)
-
-    async def compact_partition(self, partition: int, force: bool = False) -> None:
-        sr = self.shards[partition]
-        plog = sr.log
-        if plog is None or plog.offline is not None or not plog.compactable:
-            return  # nothing an online log's compaction could clean
-        size = plog.size_bytes
-        if not force and size <= self._cleaned_size.get(partition, 0):
-            return  # nothing new since the last compaction
-        retention = self.config["log.cleaner.delete.retention.ms"]
-        plan = await asyncio.to_thread(
-            plog.prepare_compaction, now_ms=now_ms(), delete_retention_ms=retention
-        )
-        if sr.log is not plog:
-            plog.abort_compaction(plan)
-            return
-        stats = await commit_compaction(plog, plan)
-        self._cleaned_size[partition] = plog.size_bytes
-        if not stats.stale and stats.bytes_before != stats.bytes_after:
-            log.info(
-                "compacted %s-%d: %d -> %d bytes, %d -> %d records in %.3f s",
-                OFFSETS_TOPIC,
-                partition,
-                stats.bytes_before,
-                stats.bytes_after,
-                stats.records_before,
-                stats.records_after,
-                stats.seconds,
-            )
 
     # routing ------------------------------------------------------------------------------------
     def partition_of(self, group_id: str) -> int:

@@ -53,6 +53,9 @@ class TxnApi:
         self.group_partition = group_partition
 
     # FindCoordinator (key type TRANSACTION) -------------------------------------------------------
+    def partition_of(self, transactional_id: str) -> int:
+        return self.runtime.partition_of(transactional_id)
+
     def find_error(self, ctx: RequestContext, transactional_id: str) -> int:
         """0 if this node coordinates ``transactional_id`` for this client, else the error."""
         if not ctx.allowed(Operation.DESCRIBE, _TXN, transactional_id):

@@ -30,6 +30,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import Log, LogClosed
 
 from ..data.topic_names import OFFSETS_TOPIC
+from ..data.topics import storage_error_code
 from ..net.connection import RequestContext
 from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 
@@ -122,7 +123,7 @@ class MarkerWriter:
         if plog is None:
             return ErrorCode.unknown_topic_or_partition
         if plog.offline is not None:
-            return ErrorCode.kafka_storage_error
+            return storage_error_code(plog.offline)
         verdict = plog.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
         if verdict.error_code:
             log.info("marker for %s-%d refused: %s", where[0], where[1], verdict.message)

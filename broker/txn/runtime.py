@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -41,7 +42,7 @@ from kcoord.protocol.key_values import decode_key_values
 from kcoord.protocol.record_encoding import encode_kv_batch
 from kcoord.storage.engine import Log
 
-from ..data.retention import commit_compaction
+from ..data.retention import compact_if_grown
 from ..data.topic_names import TRANSACTION_STATE_TOPIC
 from ..data.topics import TopicError
 
@@ -86,8 +87,10 @@ class TxnRuntime:
         write_markers: WriteMarkers,
         allocate_producer_id: Callable[[], int],
         clock: Callable[[], int] = now_ms,
+        clustered: bool = False,
     ) -> None:
         self.config = config
+        self.clustered = clustered
         self.topics = topics
         self.flusher = flusher
         self.write_markers = write_markers
@@ -111,8 +114,14 @@ class TxnRuntime:
 
     # start-up and the topic ---------------------------------------------------------------------
     async def start(self) -> None:
+        """Load ``__transaction_state`` if it is stored. In a cluster nothing is loaded here:
+        the partitions this node leads are loaded as it takes them (:meth:`lead`)."""
         stored = self.topics.stored_partitions(TRANSACTION_STATE_TOPIC)
-        if any(p < self.num_partitions for p in stored):
+        if self.clustered:
+            if stored:
+                self._open_topic()
+            self._loaded()
+        elif any(p < self.num_partitions for p in stored):
             self._open_topic()
             self._spawn(self._load())
         else:
@@ -229,12 +238,25 @@ class TxnRuntime:
                 await asyncio.sleep(0)
         return records
 
-    async def log_reopened(self, partition: int, plog: Log) -> None:
-        """The partition's log is online again (broker/data/reopening.py): its ids take the
-        states read from it (in a task of its own), since the log and not memory says what is
-        durable (a transition whose write was reported failed may have been committed)."""
-        if self.logs is not None:
+    async def lead(self, partition: int, plog: Log) -> None:
+        """Serve the partition's ids from ``plog``: its log is online again
+        (broker/data/reopening.py), or this node took the partition over (cluster mode). The
+        ids take the states read from it (in a task of its own), since the log and not memory
+        says what is durable (a transition whose write was reported failed may have been
+        committed)."""
+        if self.ensure_topic():
             self._spawn(self._reload(partition, plog))
+
+    async def resign(self, partition: int, placeholder: Log) -> None:
+        """Another node leads the partition now (cluster mode): its ids are forgotten here
+        (NOT_COORDINATOR) and their completions stopped; the new leader completes them."""
+        if self.logs is None:
+            return
+        self.logs[partition] = placeholder
+        for txn_id, task in list(self._completions.items()):
+            if self.partition_of(txn_id) == partition:
+                task.cancel()
+        self.coordinator.reload(lambda t: self.partition_of(t) == partition, {})
 
     async def _reload(self, partition: int, plog: Log) -> None:
         """Until the new log is installed, at the end, every write of the partition's ids goes
@@ -402,21 +424,21 @@ class TxnRuntime:
     async def compact(self, force: bool = False) -> None:
         if self.logs is None:
             return
-        retention = self.config["log.cleaner.delete.retention.ms"]
-        for p, plog in enumerate(self.logs):
-            if plog.offline is not None or not plog.compactable:
-                continue
-            if not force and plog.size_bytes <= self._cleaned_size.get(p, 0):
-                continue
+        logs = self.logs
+        for p, plog in enumerate(logs):
             try:
-                plan = await asyncio.to_thread(
-                    plog.prepare_compaction, now_ms=self.clock(), delete_retention_ms=retention
+                await compact_if_grown(
+                    plog,
+                    self._cleaned_size,
+                    p,
+                    delete_retention_ms=self.config["log.cleaner.delete.retention.ms"],
+                    current=functools.partial(_still, logs, p, plog),
+                    force=force,
+                    clock=self.clock,
                 )
-                if self.logs is None or self.logs[p] is not plog:
-                    plog.abort_compaction(plan)
-                    continue
-                await commit_compaction(plog, plan)
             except OSError as e:  # a read or the database failed: the next pass tries again
                 log.error("compaction of %s-%d failed: %s", TRANSACTION_STATE_TOPIC, p, e)
-                continue
-            self._cleaned_size[p] = plog.size_bytes
+
+
+def _still(logs: list[Log], p: int, plog: Log) -> bool:
+    return logs[p] is plog

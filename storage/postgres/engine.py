@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
-from kcoord.storage.engine import Log, LogSpec, StoredTopic
+from kcoord.storage.engine import LeaderFence, Log, LogSpec, StoredTopic
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS
 
+from .cluster import ClusterStore
 from .log import FlushTogether, PostgresLog
 from .pool import ConnectionPool, database_errors
 from .recent import DEFAULT_BUDGET_BYTES, RecentBatches
@@ -44,9 +45,10 @@ def redacted(url: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LogStarts:
-    """A checkpoint: each listed partition row's log start."""
+    """A checkpoint: each listed partition row's log start, and the leader and epoch it was
+    moved under (-1, -1 outside cluster mode): a node that lost the partition writes nothing."""
 
-    starts: tuple[tuple[int, int], ...]
+    starts: tuple[tuple[int, int, int, int], ...]
 
 
 class PostgresEngine:
@@ -72,6 +74,10 @@ class PostgresEngine:
         with database_errors(), self.pool.connection() as conn:
             migrate(conn)
         self.remove_deleted()
+
+    def cluster_store(self, node_id: int, incarnation: uuid.UUID, session_ms: int) -> ClusterStore:
+        """The membership and leadership statements of one node (cluster mode)."""
+        return ClusterStore(self.pool, node_id, incarnation, session_ms)
 
     # documents ----------------------------------------------------------------------------------
     def read_document(self, name: str) -> bytes | None:
@@ -100,7 +106,14 @@ class PostgresEngine:
             for name, (topic_id, partitions) in sorted(found.items())
         }
 
-    def open_log(self, topic: str, partition: int, topic_id: uuid.UUID, spec: LogSpec) -> Log:
+    def open_log(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID,
+        spec: LogSpec,
+        leader: LeaderFence | None = None,
+    ) -> Log:
         name = f"{topic}-{partition}"
         try:
             with database_errors(), self.pool.connection() as conn:
@@ -111,14 +124,22 @@ class PostgresEngine:
                 ).fetchone()
             if row is None:
                 raise FileNotFoundError(f"partition {name} is not in the database")
-            plog = self._log(name, *row, spec=spec)
+            plog = self._log(name, *row, spec=spec, leader=leader)
             plog.load()
         except OSError as e:
             return PostgresLog.offline_log(name, e)
         return plog
 
     def _log(
-        self, name: str, row_id: int, log_start: int, log_end: int, size: int, *, spec: LogSpec
+        self,
+        name: str,
+        row_id: int,
+        log_start: int,
+        log_end: int,
+        size: int,
+        *,
+        spec: LogSpec,
+        leader: LeaderFence | None = None,
     ) -> PostgresLog:
         return PostgresLog(
             self.pool,
@@ -131,6 +152,7 @@ class PostgresEngine:
             producer_expiration_ms=self.producer_expiration_ms,
             recent=self.recent.tail(),
             shared_flush=self.flush_together,
+            leader=leader,
         )
 
     def create_logs(
@@ -188,7 +210,11 @@ class PostgresEngine:
         for _, logs in topics:
             for plog in logs:
                 if plog.offline is None:
-                    starts.append((cast(PostgresLog, plog).row_id, plog.log_start_offset))
+                    plog = cast(PostgresLog, plog)
+                    fence = plog.leader or LeaderFence(-1, -1)
+                    starts.append(
+                        (plog.row_id, plog.log_start_offset, fence.node_id, fence.epoch)
+                    )
         return LogStarts(tuple(starts))
 
     def write_checkpoint(self, snapshot: object) -> bool:
@@ -196,8 +222,12 @@ class PostgresEngine:
         try:
             with database_errors(), self.pool.connection() as conn, conn.transaction():
                 conn.cursor().executemany(
-                    "UPDATE partitions SET log_start = %s WHERE id = %s AND log_start < %s",
-                    [(start, row_id, start) for row_id, start in starts],
+                    "UPDATE partitions SET log_start = %s WHERE id = %s AND log_start < %s"
+                    " AND (%s < 0 OR (leader = %s AND leader_epoch = %s))",
+                    [
+                        (start, row_id, start, node, node, epoch)
+                        for row_id, start, node, epoch in starts
+                    ],
                 )
         except OSError as e:
             log.warning("writing the log starts failed: %s", e)

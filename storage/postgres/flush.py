@@ -8,9 +8,11 @@ the appends of many partitions: :func:`write` takes each log's :class:`PendingFl
    on each other crosswise) and reads each log end;
 2. goes on with each partition whose log end is where its log left it: the rows of all of them
    in one ``COPY``, their aborted transactions, their new log ends and sizes;
-3. leaves out, as *fenced*, each partition whose row is gone (deleted) or whose log end moved
-   (another writer), unless the very batches are there already (a commit whose answer was
-   lost): the others are written all the same.
+3. leaves out, as *fenced*, each partition whose row is gone (deleted), whose leader or leader
+   epoch is not the one the log writes under (cluster mode: another node took the partition;
+   checked here, under the row lock, so no successor's write can come between the check and
+   the commit), or whose log end moved (another writer), unless the very batches are there
+   already (a commit whose answer was lost): the others are written all the same.
 
 The caller (``storage.postgres.log``) acknowledges the written partitions only after the commit,
 and takes the fenced ones, or all of them when the transaction fails, offline.
@@ -24,15 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcoord.protocol.batch import BatchHeader
+from kcoord.storage.engine import LeaderFence
+from kcoord.storage.offline import LogFenced
 from kcoord.storage.txn_index import AbortedTxn
 
 from .pool import ConnectionPool
 
 Batch = tuple[BatchHeader, bytes]
-
-
-class LogFenced(OSError):
-    """The partition row's log end is not where this log left it: another writer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,7 @@ class PendingFlush:
     name: str
     batches: list[Batch]
     aborts: list[AbortedTxn]
+    leader: LeaderFence | None = None
 
     @property
     def expected(self) -> int:
@@ -59,18 +60,27 @@ def write(pool: ConnectionPool, flushes: Sequence[PendingFlush]) -> dict[int, Lo
     escape (the caller wraps them)."""
     fenced: dict[int, LogFenced] = {}
     with pool.connection() as conn, conn.transaction():
-        ends = dict(
-            conn.execute(
-                "SELECT id, next_offset FROM partitions WHERE id = ANY(%s) AND NOT deleted"
-                " ORDER BY id FOR UPDATE",
+        rows = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT id, next_offset, leader, leader_epoch FROM partitions"
+                " WHERE id = ANY(%s) AND NOT deleted ORDER BY id FOR UPDATE",
                 ([f.row_id for f in flushes],),
-            ).fetchall()
-        )
+            )
+        }
         writing = []
         for f in flushes:
-            at = ends.get(f.row_id)
-            if at is None:
+            row = rows.get(f.row_id)
+            if row is None:
                 fenced[f.row_id] = LogFenced(errno.ESTALE, f"partition {f.name} was deleted")
+                continue
+            at, leader, epoch = row
+            if f.leader is not None and (leader, epoch) != (f.leader.node_id, f.leader.epoch):
+                fenced[f.row_id] = LogFenced(
+                    errno.ESTALE,
+                    f"partition {f.name} is led by node {leader} in epoch {epoch}, no longer by"
+                    f" this node (node {f.leader.node_id}, epoch {f.leader.epoch})",
+                )
             elif at == f.expected:
                 writing.append(f)
             elif not (at == f.end and _stored(conn, f)):

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -54,8 +55,8 @@ from kcoord.protocol.batch import (
     set_base_offset,
 )
 from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
-from kcoord.storage.engine import LogClosed, OffsetOutOfRange
-from kcoord.storage.offline import LogOffline, report_went_offline
+from kcoord.storage.engine import LeaderFence, LogClosed, OffsetOutOfRange
+from kcoord.storage.offline import LogFenced, LogOffline, report_went_offline
 from kcoord.storage.producer_state import ProducerState
 from kcoord.storage.retention import DeletionPlan
 from kcoord.storage.txn_index import AbortedTxn
@@ -65,6 +66,8 @@ from . import compaction
 from .flush import PendingFlush, write
 from .pool import ConnectionPool, database_errors
 from .recent import LogTail
+
+log = logging.getLogger("kcoord.storage")
 
 CONTROL_BIT = 0x20
 READ_ROWS = 256  # rows per query of a read or an iteration
@@ -88,6 +91,7 @@ class PostgresLog:
         offline: LogOffline | None = None,
         recent: LogTail | None = None,
         shared_flush: FlushTogether | None = None,
+        leader: LeaderFence | None = None,
     ) -> None:
         self._pool = pool
         self._name = name
@@ -108,6 +112,7 @@ class PostgresLog:
         self._recent = recent  # the newest flushed batches, read without a query
         self._shared_flush = shared_flush
         self._compacted = log_start  # the flushed offset the last compaction saw
+        self.leader = leader  # the leadership every flush is fenced by (cluster mode)
 
     @classmethod
     def offline_log(cls, name: str, cause: BaseException | str) -> PostgresLog:
@@ -259,7 +264,11 @@ class PostgresLog:
             if not self._pending:
                 return None
             return PendingFlush(
-                self.row_id, self._name, list(self._pending), list(self._pending_aborts)
+                self.row_id,
+                self._name,
+                list(self._pending),
+                list(self._pending_aborts),
+                self.leader,
             )
 
     def _flushed_up_to(self, done: PendingFlush) -> None:
@@ -279,12 +288,13 @@ class PostgresLog:
             self._pending_aborts.clear()
             offline = self._offline = LogOffline(Path(self._name), cause)
         offline.__cause__ = cause
-        report_went_offline(
-            Path(self._name),
-            cause,
-            f"offsets {failed.expected} to {self._end - 1} were not written",
-            until="the database answers again",
-        )
+        lost = f"offsets {failed.expected} to {self._end - 1} were not written"
+        if isinstance(cause, LogFenced):  # another node leads it: not a failure of this one
+            log.warning("%s: %s; %s", self._name, cause.strerror, lost)
+        else:
+            report_went_offline(
+                Path(self._name), cause, lost, until="the database answers again"
+            )
         return offline
 
     # -- reading ------------------------------------------------------------------------------

@@ -18,6 +18,13 @@ Tables (version 1):
   them;
 * ``aborted_txns``: per partition, the aborted transactions (Kafka's ``.txnindex`` entries) that
   ``read_committed`` fetches need.
+
+Version 2 (cluster mode, ``storage.postgres.cluster``):
+
+* ``nodes``: one row per node id, with the incarnation (one per process) that holds it, its
+  advertised listeners and rack, and when its session expires (by the database's clock);
+* ``partitions.leader`` and ``partitions.leader_epoch``: the node leading each partition (NULL:
+  none) and the epoch it took it in; every flush checks both inside its transaction.
 """
 
 from __future__ import annotations
@@ -62,6 +69,18 @@ MIGRATIONS: tuple[str, ...] = (
         last_stable_offset bigint NOT NULL,
         PRIMARY KEY (partition_id, last_offset)
     );
+    """,
+    """
+    CREATE TABLE nodes (
+        node_id integer PRIMARY KEY,
+        incarnation uuid NOT NULL,
+        listeners text NOT NULL,
+        rack text,
+        registered_at timestamptz NOT NULL DEFAULT now(),
+        expires_at timestamptz NOT NULL
+    );
+    ALTER TABLE partitions ADD COLUMN leader integer, ADD COLUMN leader_epoch integer NOT NULL
+        DEFAULT 0;
     """,
 )
 

@@ -59,8 +59,14 @@ class RawClient:
 
     def request(self, api_key: int, version: int, **fields: Any) -> Any:
         """Send a request built from ``fields`` and decode its response."""
-        body = encode_body(build(request_type(api_key, version), **fields))
-        correlation = self.send(api_key, version, body)
+        return self.response(api_key, version, self.send_request(api_key, version, **fields))
+
+    def send_request(self, api_key: int, version: int, **fields: Any) -> int:
+        """Send a request built from ``fields``; its correlation id."""
+        return self.send(api_key, version, encode_body(build(request_type(api_key, version), **fields)))
+
+    def response(self, api_key: int, version: int, correlation: int) -> Any:
+        """Read and decode the response to the request ``correlation``."""
         frame = self.recv_frame()
         got = struct.unpack_from(">i", frame, 0)[0]
         assert got == correlation, (got, correlation)

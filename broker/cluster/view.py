@@ -1,0 +1,73 @@
+"""What this node knows of the cluster: the live nodes and who leads each partition.
+
+Metadata and FindCoordinator answer from a :class:`ClusterView`. A node without a cluster (the
+files engine) has a *single* view: itself, leading every partition in epoch 0. In cluster mode
+the member loop (``broker.cluster.member``) replaces the view's contents with each snapshot of
+the database; between snapshots it may be a heartbeat old, which clients absorb by retrying
+(NOT_LEADER_OR_FOLLOWER, NOT_COORDINATOR), as they do with Kafka's metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from kcoord.storage.engine import LeaderFence
+
+Endpoints = tuple[tuple[str, str, int], ...]
+"""A node's advertised listeners: (listener name, host, port)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    node_id: int
+    endpoints: Endpoints
+    rack: str | None
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """The node's address on the listener named ``listener`` (clients are told the address
+        on the listener they came in on, as Kafka does), or None if it has no such listener."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
+
+
+class ClusterView:
+    """The nodes and leaders as this node last saw them (module docstring)."""
+
+    def __init__(self, node_id: int, endpoints: Endpoints, rack: str | None, clustered: bool) -> None:
+        self.node_id = node_id
+        self.clustered = clustered
+        self.nodes: dict[int, NodeInfo] = {node_id: NodeInfo(node_id, endpoints, rack)}
+        self._leaders: dict[tuple[str, int], LeaderFence] = {}
+
+    def set_own_endpoints(self, endpoints: Endpoints) -> None:
+        """This node's advertised listeners once bound (``--port 0``)."""
+        me = self.nodes.get(self.node_id)
+        rack = me.rack if me is not None else None
+        self.nodes[self.node_id] = NodeInfo(self.node_id, endpoints, rack)
+
+    def update(
+        self, nodes: Sequence[NodeInfo], leaders: Iterable[tuple[tuple[str, int], LeaderFence]]
+    ) -> None:
+        """A new snapshot: the live nodes and each led partition's leader and epoch."""
+        self.nodes = {n.node_id: n for n in nodes}
+        self._leaders = dict(leaders)
+
+    def leader(self, topic: str, partition: int) -> LeaderFence | None:
+        """Who leads the partition and in which epoch (None: nobody, or a node not alive)."""
+        if not self.clustered:
+            return LeaderFence(self.node_id, 0)
+        found = self._leaders.get((topic, partition))
+        if found is None or found.node_id not in self.nodes:
+            return None
+        return found
+
+    def live_nodes(self) -> list[NodeInfo]:
+        return sorted(self.nodes.values(), key=lambda n: n.node_id)
+
+    @property
+    def controller_id(self) -> int:
+        """The lowest live node id (Kafka names one controller; kcoord's is PostgreSQL)."""
+        return min(self.nodes, default=self.node_id)

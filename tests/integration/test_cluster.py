@@ -1,0 +1,306 @@
+"""Cluster mode: three kcoord nodes over the PostgreSQL the test run starts (issue 28).
+
+Each test starts its nodes on one fresh database with short heartbeats and sessions
+(``broker.heartbeat.interval.ms`` 200, ``broker.session.timeout.ms`` 3000), drives them with
+confluent-kafka and raw requests, and injects faults: SIGKILL and SIGSTOP of a node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.javahash import partition_for
+
+from .harness import BrokerProcess, wait_for
+from .rawclient import RawClient
+
+HEARTBEAT_MS = 200
+SESSION_MS = 3000
+NODES = (1, 2, 3)
+
+
+class Cluster:
+    def __init__(self, root: Path, url: str) -> None:
+        self.root = root
+        self.url = url
+        self.nodes: dict[int, BrokerProcess] = {}
+        self.paused: set[int] = set()
+
+    def serving(self) -> list[BrokerProcess]:
+        """The nodes running and not stopped (SIGSTOP)."""
+        return [b for n, b in self.nodes.items() if b.alive() and n not in self.paused]
+
+    def start(self, node_id: int) -> BrokerProcess:
+        b = self.nodes.get(node_id)
+        if b is None:
+            b = self.nodes[node_id] = BrokerProcess(
+                self.root / f"node{node_id}",
+                {
+                    "node.id": node_id,
+                    "storage.url": self.url,
+                    "broker.heartbeat.interval.ms": HEARTBEAT_MS,
+                    "broker.session.timeout.ms": SESSION_MS,
+                    "group.initial.rebalance.delay.ms": 0,
+                    "group.min.session.timeout.ms": 1000,
+                    "offsets.topic.num.partitions": 6,
+                    "transaction.state.log.num.partitions": 3,
+                },
+            )
+        return b.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.serving())
+
+    def by_port(self, port: int) -> BrokerProcess:
+        return next(b for b in self.nodes.values() if b.port == port)
+
+    def metadata(self, node: BrokerProcess) -> Any:
+        return AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=10)
+
+    def leaders(self, node: BrokerProcess, topic: str) -> dict[int, int]:
+        md = self.metadata(node).topics.get(topic)
+        if md is None or md.error is not None:
+            return {}
+        return {p: pm.leader for p, pm in md.partitions.items()}
+
+    def settled(self, topic: str, partitions: int, live: int) -> dict[int, int] | None:
+        """The leaders of ``topic`` once every live node reports the same ones, each partition
+        led, and ``live`` brokers listed by each."""
+        seen = []
+        for b in self.serving():
+            md = self.metadata(b)
+            if len(md.brokers) != live:
+                return None
+            seen.append(self.leaders(b, topic))
+        first = seen[0]
+        if len(first) != partitions or any(v < 0 for v in first.values()):
+            return None
+        return first if all(s == first for s in seen) else None
+
+    def stop(self) -> None:
+        for b in self.nodes.values():
+            if b.alive():
+                with_cont(b)
+                b.stop()
+
+
+def with_cont(b: BrokerProcess) -> None:
+    """SIGCONT (a no-op unless the node was stopped)."""
+    if b.alive():
+        os.kill(b.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, postgres_url)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def started(cluster: Cluster) -> Cluster:
+    for n in NODES:
+        cluster.start(n)
+    return cluster
+
+
+def coordinator_of(cluster: Cluster, group: str, other_than: int | None = None) -> int:
+    """The node id the serving nodes agree on as the group's coordinator (once it is not
+    ``other_than``)."""
+
+    def agreed() -> int | None:
+        answers = set()
+        for b in cluster.serving():
+            with RawClient(b.port) as rc:
+                r = rc.request(ApiKey.FIND_COORDINATOR, 3, key=group, key_type=0)
+            if r.error_code:
+                return None
+            answers.add(r.node_id)
+        if len(answers) != 1 or other_than in answers:
+            return None
+        return answers.pop()
+
+    return int(wait_for(agreed, 30, 0.1, f"one coordinator for {group}"))  # type: ignore[arg-type]
+
+
+def test_three_nodes_agree_on_leaders_and_spread_partitions_and_coordinators(
+    cluster: Cluster,
+) -> None:
+    started(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic("spread", 6, 1)]).values():
+        f.result(10)
+    leaders = wait_for(lambda: cluster.settled("spread", 6, 3), 30, 0.1, "settled leaders")
+    assert isinstance(leaders, dict)
+    assert sorted(leaders.values()) == [1, 1, 2, 2, 3, 3], leaders
+    # The group coordinators are spread too: 6 shards, two per node.
+    offsets = wait_for(lambda: cluster.settled("__consumer_offsets", 6, 3), 30, 0.1, "shards")
+    assert isinstance(offsets, dict)
+    assert sorted(offsets.values()) == [1, 1, 2, 2, 3, 3], offsets
+    for group in ("g-a", "g-b", "g-c", "g-d"):
+        assert coordinator_of(cluster, group) == offsets[partition_for(group, 6)]
+    # Produce through the leaders and read back through any node.
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(60):
+        p.produce("spread", str(i).encode(), partition=i % 6)
+    assert p.flush(15) == 0
+    for b in cluster.nodes.values():
+        with RawClient(b.port) as rc:
+            r = rc.request(
+                ApiKey.LIST_OFFSETS, 5, replica_id=-1, isolation_level=0,
+                topics=[dict(name="spread", partitions=[
+                    dict(partition_index=i, current_leader_epoch=-1, timestamp=-1)
+                    for i in range(6)])],
+            )
+        for part in r.topics[0].partitions:
+            led_here = leaders[part.partition_index] == int(b.settings["node.id"])
+            if led_here:
+                assert part.error_code == 0 and part.offset == 10, part
+            else:
+                assert part.error_code == ErrorCode.not_leader_or_follower, part
+
+
+def _committer(cluster: Cluster, group: str, topic: str) -> Consumer:
+    c = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
+    c.subscribe([topic])
+    return c
+
+
+def _commit_until(
+    consumer: Consumer, acked: dict[int, int], topic: str, done: Callable[[], bool], timeout: float
+) -> None:
+    """Consume and commit each message synchronously; ``acked``: the last acknowledged offset
+    per partition. Until ``done()`` (after at least one commit) or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    committed_once = False
+    while time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            tp = TopicPartition(topic, msg.partition(), msg.offset() + 1)
+            try:
+                consumer.commit(offsets=[tp], asynchronous=False)
+            except KafkaException:
+                continue  # retried by the next message; a failover is under way
+            acked[msg.partition()] = max(acked.get(msg.partition(), 0), msg.offset() + 1)
+            committed_once = True
+        if committed_once and done():
+            return
+    raise AssertionError(f"no commit within {timeout} s (acknowledged: {acked})")
+
+
+def test_sigkill_of_a_group_coordinator_moves_the_group_and_loses_no_commit(
+    cluster: Cluster,
+) -> None:
+    started(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic("work", 3, 1)]).values():
+        f.result(10)
+    wait_for(lambda: cluster.settled("work", 3, 3), 30, 0.1, "settled leaders")
+    group = "failover-" + uuid.uuid4().hex[:6]
+    victim_id = coordinator_of(cluster, group)
+    victim = cluster.nodes[victim_id]
+    p = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(3000):
+        p.produce("work", str(i).encode(), partition=i % 3)
+    assert p.flush(15) == 0
+    consumer = _committer(cluster, group, "work")
+    acked: dict[int, int] = {}
+    try:
+        _commit_until(consumer, acked, "work", lambda: len(acked) >= 1, 30)
+        before = dict(acked)
+        victim.kill()
+        # The group commits again on another node within the session timeout + 5 s.
+        _commit_until(
+            consumer,
+            acked,
+            "work",
+            lambda: any(acked.get(k, 0) > v for k, v in before.items()) or len(acked) > len(before),
+            SESSION_MS / 1000 + 5,
+        )
+        coordinator_of(cluster, group, other_than=victim_id)
+        # Nothing acknowledged is lost: the committed offsets are at least the acknowledged ones.
+        parts = [TopicPartition("work", k) for k in acked]
+        committed = {tp.partition: tp.offset for tp in consumer.committed(parts, timeout=10)}
+        for k, v in acked.items():
+            assert committed[k] >= v, (k, committed, acked)
+    finally:
+        consumer.close()
+
+
+def commit_request(group: str, offset: int) -> dict[str, Any]:
+    """A simple (memberless) OffsetCommit v8 of ``paused``-0 at ``offset``."""
+    return dict(
+        api_key=ApiKey.OFFSET_COMMIT, version=8, group_id=group,
+        generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        retention_time_ms=-1,
+        topics=[dict(name="paused", partitions=[dict(
+            partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+            committed_metadata="")])],
+    )
+
+
+def test_a_paused_coordinator_never_writes_after_its_successor_took_over(
+    cluster: Cluster,
+) -> None:
+    """SIGSTOP the coordinator of a group past its session; a commit sent to it before the
+    pause is delivered after it resumes and must be refused, the newer commit made on the
+    successor meanwhile must stay."""
+    started(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic("paused", 1, 1)]).values():
+        f.result(10)
+    wait_for(lambda: cluster.settled("paused", 1, 3), 30, 0.1, "settled leaders")
+    group = "fenced-" + uuid.uuid4().hex[:6]
+    old_id = coordinator_of(cluster, group)
+    old = cluster.nodes[old_id]
+
+    def commit(rc: RawClient, offset: int) -> int:
+        r = rc.request(**commit_request(group, offset))
+        return int(r.topics[0].partitions[0].error_code)
+
+    with RawClient(old.port) as rc:
+        assert commit(rc, 5) == 0
+    stale = RawClient(old.port, timeout=60)
+    try:
+        os.kill(old.pid, signal.SIGSTOP)
+        cluster.paused.add(old_id)
+        try:
+            sent = stale.send_request(**commit_request(group, 1))  # read once the node resumes
+            new_id = coordinator_of(cluster, group, other_than=old_id)
+            with RawClient(cluster.nodes[new_id].port) as rc:
+                assert wait_for(lambda: commit(rc, 9) == 0, 30, 0.1, "commit on the successor")
+        finally:
+            os.kill(old.pid, signal.SIGCONT)
+            cluster.paused.discard(old_id)
+        answer = stale.response(ApiKey.OFFSET_COMMIT, 8, sent)
+    finally:
+        stale.close()
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.not_coordinator
+    # The offset stays the successor's, as every node's coordinator answers it.
+    with RawClient(cluster.nodes[coordinator_of(cluster, group)].port) as rc:
+        r = rc.request(ApiKey.OFFSET_FETCH, 7, group_id=group, require_stable=False,
+                       topics=[dict(name="paused", partition_indexes=[0])])
+    assert r.topics[0].partitions[0].committed_offset == 9
