@@ -1,5 +1,5 @@
-"""``kcoord groups``, ``kcoord offsets``, ``kcoord topics`` and ``kcoord transactions``: their
-arguments, and running a parsed command.
+"""``kcoord groups``, ``kcoord offsets``, ``kcoord topics``, ``kcoord transactions`` and
+``kcoord cluster``: their arguments, and running a parsed command.
 
 :func:`add_parsers` is the hook ``kcoord/cli.py`` calls to add the subcommands to the
 ``kcoord`` parser, and :func:`run` runs one once parsed. Output follows kafka-consumer-groups.sh:
@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from .client import Admin, AdminError
+from .cluster import add_cluster_parsers, cluster_describe
 from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
 from .security import read_command_config
@@ -110,6 +111,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,P...]")
     add_topic_parsers(sub, common)
     add_transaction_parsers(sub, common)
+    add_cluster_parsers(sub, common)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             ("transactions", "list"): transactions_list,
             ("transactions", "describe"): transactions_describe,
             ("transactions", "abort"): transactions_abort,
+            ("cluster", "describe"): cluster_describe,
         }[(args.command, args.action)]
         return command(admin, args)
     except AdminError as e:

@@ -204,6 +204,7 @@ class Broker:
                     self.data.producers,
                     config,
                     self.data.producers.open_transactions,
+                    self.member.figures if self.member is not None else None,
                 )
             )
         self.handlers: dict[int, Handler] = {

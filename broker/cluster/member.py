@@ -46,7 +46,7 @@ from kcoord.storage.postgres.cluster import ClusterSnapshot, ClusterStore, NodeI
 from ..data.topic_names import INTERNAL_TOPICS
 from .led_engine import LedEngine
 from .placement import placement
-from .view import ClusterView, Endpoints, NodeInfo
+from .view import ClusterView, Endpoints, MemberFigures, NodeInfo
 
 if TYPE_CHECKING:
     from ..data.flusher import Flusher
@@ -97,9 +97,19 @@ class ClusterMember:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._row_ids: dict[Key, int] = {}  # the database rows of the partitions led here
         self.rounds = 0
+        self.taken = 0
         self.handed_over = 0
         self.fenced = 0
         engine.on_created = self.nudge
+
+    def figures(self) -> MemberFigures:
+        return MemberFigures(
+            live_nodes=len(self.view.nodes),
+            led=len(self.engine.fences),
+            taken=self.taken,
+            handed_over=self.handed_over,
+            fenced=self.fenced,
+        )
 
     async def _db(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -261,6 +271,7 @@ class ClusterMember:
             if not self.topics.replace_log(topic, r.partition, topic.partitions[r.partition], plog):
                 plog.close()  # the topic was deleted meanwhile
                 continue
+            self.taken += 1
             log.info("leading %s-%d in epoch %d", r.topic, r.partition, epoch)
             owner = self.owners.get(r.topic)
             if owner is not None:

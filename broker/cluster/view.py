@@ -33,6 +33,17 @@ class NodeInfo:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class MemberFigures:
+    """This node's part in the cluster, for ``/metrics`` and ``kcoord cluster describe``."""
+
+    live_nodes: int
+    led: int
+    taken: int
+    handed_over: int
+    fenced: int
+
+
 class ClusterView:
     """The nodes and leaders as this node last saw them (module docstring)."""
 

@@ -65,6 +65,7 @@ from .http import Answer, HttpConnections, HttpLimits, Request
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from ..cluster.view import MemberFigures
     from ..config import Config
     from ..data.topics import TopicStore
     from ..groups.runtime import GroupRuntime
@@ -113,6 +114,8 @@ class CoordinatorState:
     """Read at each scrape for ``metrics.max.groups`` (groups with series of their own)."""
     transactions: Callable[[], list[OpenTxns]] | None = None
     """The partitions with open transactions (``AllProducers.open_transactions``)."""
+    cluster: Callable[[], MemberFigures] | None = None
+    """This node's part in the cluster (cluster mode: ``ClusterMember.figures``)."""
 
 
 class BrokerMetrics:
@@ -354,12 +357,30 @@ class _CoordinatorCollector(Collector):
         )
         if source.transactions is not None:
             yield from _transaction_metrics(source.transactions())
+        if source.cluster is not None:
+            yield from _cluster_metrics(source.cluster())
         if runtime.load_seconds is not None:
             yield GaugeMetricFamily(
                 "kcoord_offsets_load_seconds",
                 "Time to load every __consumer_offsets partition at start-up.",
                 value=runtime.load_seconds,
             )
+
+
+def _cluster_metrics(f: MemberFigures) -> Iterator[Metric]:
+    yield GaugeMetricFamily("kcoord_cluster_nodes", "Live nodes of the cluster, as this node sees them.",
+                            value=f.live_nodes)
+    yield GaugeMetricFamily("kcoord_cluster_partitions_led", "Partitions this node leads.",
+                            value=f.led)
+    yield CounterMetricFamily("kcoord_cluster_partitions_taken",
+                              "Partitions this node took (each raising its leader epoch).",
+                              value=f.taken)
+    yield CounterMetricFamily("kcoord_cluster_handovers",
+                              "Partitions this node handed over to another (clean hand-overs).",
+                              value=f.handed_over)
+    yield CounterMetricFamily("kcoord_cluster_fenced",
+                              "Partitions this node lost to a successor while it led them.",
+                              value=f.fenced)
 
 
 def _transaction_metrics(partitions: list[OpenTxns]) -> Iterator[Metric]:

@@ -205,7 +205,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return _show_config(args)
     if args.command == "users":
         return run_users(args)
-    if args.command in ("groups", "offsets", "topics", "transactions"):
+    if args.command in ("groups", "offsets", "topics", "transactions", "cluster"):
         from kcoord.admin.cli import run as run_admin
 
         return run_admin(args)
