@@ -31,6 +31,7 @@ TRANSACTIONAL_FLAG = 0x10
 CONTROL_FLAG = 0x20
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+_LEADER_EPOCH = struct.Struct(">i")
 _BASE_OFFSET = struct.Struct(">q")
 _LENGTH_PREFIX = struct.Struct(">qi")
 
@@ -122,6 +123,12 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
 def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
     """Patch baseOffset in place (it lies outside the CRC)."""
     _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Patch partitionLeaderEpoch in place (outside the CRC too): the epoch of the leader
+    that appended the batch, as Kafka stamps it."""
+    _LEADER_EPOCH.pack_into(buf, pos + 12, epoch)
 
 
 def iter_headers(

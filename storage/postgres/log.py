@@ -53,6 +53,7 @@ from kcoord.protocol.batch import (
     iter_headers,
     parse_header,
     set_base_offset,
+    set_leader_epoch,
 )
 from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
 from kcoord.storage.engine import LeaderFence, LogClosed, OffsetOutOfRange
@@ -225,9 +226,14 @@ class PostgresLog:
         with self._lock:
             first = next_offset = self._end
             added: list[tuple[BatchHeader, bytes]] = []
+            epoch = self.leader.epoch if self.leader is not None else None
             for pos, h in headers:
                 set_base_offset(buf, pos, next_offset)
-                h = replace(h, base_offset=next_offset)
+                if epoch is None:
+                    h = replace(h, base_offset=next_offset)
+                else:  # cluster mode: the batch says which leadership wrote it
+                    set_leader_epoch(buf, pos, epoch)
+                    h = replace(h, base_offset=next_offset, partition_leader_epoch=epoch)
                 added.append((h, bytes(buf[pos : pos + h.size])))
                 next_offset = h.next_offset
             self._pending.extend(added)

@@ -94,7 +94,8 @@ def test_a_flush_of_a_deposed_leader_is_fenced_in_its_own_transaction(postgres_u
     assert isinstance(failed.value.cause, LogFenced)
     new.append(build_batch([(b"k", b"successor", [], 3)]))
     new.flush()
-    assert [h.base_offset for _, h, _ in new.iter_batches()] == [0, 1]
+    stored = [(h.base_offset, h.partition_leader_epoch) for _, h, _ in new.iter_batches()]
+    assert stored == [(0, epoch), (1, new_epoch)]  # each batch stamped by its leader's epoch
     engine.close()
 
 
