@@ -154,7 +154,9 @@ class PostgresServer:
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
+            # Long on a loaded machine: a process killed in the middle of an fsync goes only
+            # once the disk has answered.
+            self.process.wait(120)
             self.process = None
 
     def database(self) -> str:

@@ -96,6 +96,7 @@ class ClusterMember:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._row_ids: dict[Key, int] = {}  # the database rows of the partitions led here
+        self._placed: tuple[tuple[frozenset[Key], tuple[int, ...]], dict[Key, int]] | None = None
         self.rounds = 0
         self.taken = 0
         self.handed_over = 0
@@ -194,10 +195,20 @@ class ClusterMember:
                 await self._drop(key, release=False)
         if snap.alive:
             live = [n.node_id for n in snap.nodes]
-            wanted = placement(rows, live)
+            wanted = self._placement(rows, live)
             for key in list(self.engine.fences):
                 if wanted.get(key) != self.node_id:
                     await self._drop(key, release=True)
+            # Rows naming this node that it does not serve (a release or a take whose answer
+            # was lost): released when they are another's, so that no partition waits on it.
+            orphans = {
+                r.row_id: r.epoch
+                for key, r in rows.items()
+                if r.leader == self.node_id
+                and key not in self.engine.fences
+                and wanted.get(key) != self.node_id
+            }
+            await self._db(self.store.release, orphans)
             free = [
                 r
                 for key, r in rows.items()
@@ -208,6 +219,14 @@ class ClusterMember:
             taken = await self._db(self.store.take, [r.row_id for r in free])
             await self._lead([(r, taken[r.row_id]) for r in free if r.row_id in taken])
         self._update_view(snap)
+
+    def _placement(self, rows: Mapping[Key, PartitionRow], live: list[int]) -> dict[Key, int]:
+        """The placement, computed again only when the partitions or the live nodes changed
+        (it hashes every partition once per node)."""
+        inputs = (frozenset(rows), tuple(live))
+        if self._placed is None or self._placed[0] != inputs:
+            self._placed = (inputs, placement(rows, live))
+        return self._placed[1]
 
     def _update_view(self, snap: ClusterSnapshot) -> None:
         leaders = {
