@@ -50,6 +50,7 @@ def log(msg: str) -> None:
 
 
 def nodes(root: Path, url: str, count: int, session_ms: int) -> list[BrokerProcess]:
+    root.mkdir(parents=True, exist_ok=True)
     out = []
     for n in range(1, count + 1):
         out.append(

@@ -1,4 +1,5 @@
-"""The data directory's lock, and the incarnation it last ran (cluster mode).
+"""The data directory's lock, and the incarnation it last ran (cluster mode); the two errors
+that stop a node from starting as who it says it is.
 
 A node holds an exclusive ``flock`` on ``<data dir>/node.lock`` for as long as it runs; the
 kernel drops it when the process dies, ``kill -9`` included. The file holds the incarnation the
@@ -21,6 +22,10 @@ LOCK_FILE = "node.lock"
 
 class DataDirInUse(RuntimeError):
     """Another process holds the data directory."""
+
+
+class NodeIdInUse(RuntimeError):
+    """Another live node runs with this node id."""
 
 
 class NodeIdentity:

@@ -44,6 +44,7 @@ from kcoord.storage.engine import LeaderFence, Log
 from kcoord.storage.postgres.cluster import ClusterSnapshot, ClusterStore, NodeIdTaken, PartitionRow
 
 from ..data.topic_names import INTERNAL_TOPICS
+from .identity import NodeIdInUse
 from .led_engine import LedEngine
 from .placement import placement
 from .view import ClusterView, Endpoints, MemberFigures, NodeInfo
@@ -56,10 +57,6 @@ log = logging.getLogger("kcoord.cluster")
 
 T = TypeVar("T")
 Key = tuple[str, int]
-
-
-class NodeIdInUse(RuntimeError):
-    """Another live node runs with this node id."""
 
 
 class Owner(Protocol):
