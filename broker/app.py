@@ -14,6 +14,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from kcoord.protocol.apis import ApiKey
@@ -23,6 +24,7 @@ from kcoord.storage.files import FilePool
 
 from .admin_api.cluster import ClusterApi
 from .admin_api.configs import ConfigApi
+from .cluster.documents import SharedDocuments
 from .cluster.identity import NodeIdentity
 from .cluster.led_engine import LedEngine
 from .cluster.view import ClusterView
@@ -33,7 +35,7 @@ from .data.flusher import Flusher
 from .data.producers_api import ProducersApi
 from .data.reopening import LogReopener
 from .data.retention import LogRetention
-from .data.topic_configs import TopicConfigs
+from .data.topic_configs import CONFIGS_FILE, TopicConfigs
 from .data.topic_names import TRANSACTION_STATE_TOPIC
 from .data.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, PartitionLimits, TopicStore
 from .groups.api import GroupApi
@@ -48,8 +50,10 @@ from .net.connection import Connection, ConnectionServices, DirectHandler, Handl
 from .net.limits import ConnectionLimits
 from .net.listeners import parse_listeners, server_ssl_context
 from .security.acl.api import AclApi
+from .security.acl.store import FILE_NAME as ACLS_FILE
 from .security.acl.store import AclStore, build_authorizer
 from .security.sasl.api import SaslApi
+from .security.sasl.credentials import FILE_NAME as SCRAM_FILE
 from .security.sasl.credentials import CredentialStore
 from .security.sasl.password_checks import PasswordChecks
 from .security.sasl.users_api import UsersApi
@@ -172,8 +176,6 @@ class Broker:
             allocate_producer_id=ProducerIdBlocks(self.engine).allocate,
             clustered=self.clustered,
         )
-        if isinstance(engine, LedEngine):
-            self.member = self._cluster_member(engine)
         self.data = DataApi(
             config, self.topics, self.flusher, hooks, self.transactions.verify_partition
         )
@@ -193,9 +195,16 @@ class Broker:
         sasl = SaslApi(config, credentials, self.password_checks, hooks.refused)
         users = UsersApi(credentials)
         self.authorizer = build_authorizer(config, self.engine, hooks.denied)
-        acls = AclApi(
-            AclStore(self.engine, self.authorizer) if self.authorizer is not None else None
-        )
+        acl_store = AclStore(self.engine, self.authorizer) if self.authorizer is not None else None
+        acls = AclApi(acl_store)
+        if isinstance(engine, LedEngine):
+            shared: dict[str, Callable[[bytes | None], None]] = {
+                CONFIGS_FILE: self.topics.configs.stored_elsewhere,
+                SCRAM_FILE: credentials.stored_elsewhere,
+            }
+            if acl_store is not None:
+                shared[ACLS_FILE] = acl_store.stored_elsewhere
+            self.member = self._cluster_member(engine, SharedDocuments(self.engine, shared))
         if self.metrics is not None:
             self.metrics.observe(
                 CoordinatorState(
@@ -289,7 +298,7 @@ class Broker:
         self._reopen_task: asyncio.Task[None] | None = None
         self._member_task: asyncio.Task[None] | None = None
 
-    def _cluster_member(self, led: LedEngine) -> ClusterMember:
+    def _cluster_member(self, led: LedEngine, documents: SharedDocuments) -> ClusterMember:
         """This node's membership (cluster mode), holding the data directory's lock."""
         from .cluster.member import ClusterMember
 
@@ -309,6 +318,7 @@ class Broker:
             self.flusher,
             {OFFSETS_TOPIC: self.groups, TRANSACTION_STATE_TOPIC: self.transactions},
             config["broker.heartbeat.interval.ms"] / 1000.0,
+            documents,
         )
 
     @property

@@ -7,8 +7,9 @@ the session of a former holder that is dead and refusing one that is alive. Then
 
 1. renews the session and reads a snapshot of the live nodes and every partition (one
    transaction), which becomes the view Metadata and FindCoordinator answer from;
-2. registers topics other nodes created, grew or deleted (the topic registry holds every
-   partition: a placeholder where this node does not lead);
+2. takes the topic configs, ACLs and SCRAM users other nodes changed
+   (``broker.cluster.documents``), and registers topics other nodes created, grew or deleted
+   (the topic registry holds every partition: a placeholder where this node does not lead);
 3. **drops** each partition whose row no longer names this node in the epoch it took it in (a
    successor took it while this node was paused or cut off: its flushes are fenced already,
    and now it stops serving at once);
@@ -44,6 +45,7 @@ from kcoord.storage.engine import LeaderFence, Log
 from kcoord.storage.postgres.cluster import ClusterSnapshot, ClusterStore, NodeIdTaken, PartitionRow
 
 from ..data.topic_names import INTERNAL_TOPICS
+from .documents import SharedDocuments
 from .identity import NodeIdInUse
 from .led_engine import LedEngine
 from .placement import placement
@@ -80,6 +82,7 @@ class ClusterMember:
         flusher: Flusher,
         owners: Mapping[str, Owner],
         interval_s: float,
+        documents: SharedDocuments | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -88,6 +91,7 @@ class ClusterMember:
         self.flusher = flusher
         self.owners = owners
         self.interval_s = interval_s
+        self.documents = documents
         self.node_id = store.node_id
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kcoord-cluster")
         self._wake = asyncio.Event()
@@ -178,6 +182,10 @@ class ClusterMember:
             self.view.update([], [])
             return
         snap = await self._db(self.store.snapshot)
+        if self.documents is not None:
+            changed = self.documents.apply(await self._db(self.documents.read))
+            if changed:
+                log.info("changed on another node: %s", ", ".join(changed))
         if self.topics.version == version:  # no topic changed here during the read
             await self._sync_topics(snap)
         rows = {(r.topic, r.partition): r for r in snap.partitions}
@@ -253,7 +261,6 @@ class ClusterMember:
                 await self._forget(name)  # deleted and created again elsewhere
                 topic = None
             if topic is None and topics.pending(name) is None:
-                await asyncio.to_thread(topics.configs.read)
                 topics.adopt(name, topic_id, count)
             elif topic is not None and len(topic.partitions) < count:
                 topics.grow(name, count)

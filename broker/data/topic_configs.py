@@ -210,23 +210,31 @@ class TopicConfigs:
         """Read the document (start-up); one that cannot be read leaves every topic on the
         broker's defaults, and says so."""
         try:
-            raw = self._documents.read_document(CONFIGS_FILE)
-            if raw is None:
-                return
+            self.stored_elsewhere(self._documents.read_document(CONFIGS_FILE))
+        except OSError as e:
+            log.error("%s could not be read (%s): topics use the broker's defaults",
+                      CONFIGS_FILE, describe_error(e))
+
+    def stored_elsewhere(self, raw: bytes | None) -> None:
+        """The overrides become those of a stored document (start-up; another node changed it,
+        in cluster mode); one that cannot be parsed changes nothing, and says so."""
+        if raw is None:
+            return
+        try:
             data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
+            entries = {}
             for topic_id, entry in data.items():
                 uuid.UUID(topic_id)
                 configs = check_overrides(entry["configs"].items())
-                self._entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
-            self._settings = {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            log.error(
-                "%s could not be read (%s): topics use the broker's defaults",
-                CONFIGS_FILE,
-                describe_error(e) if isinstance(e, OSError) else e,
-            )
+                entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
+            with self._lock:
+                self._entries = entries
+                self._settings = {}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("%s could not be read (%s): the topics' overrides stay as they were",
+                      CONFIGS_FILE, e)
 
     def set_internal(self, name: str, overrides: Mapping[str, str]) -> None:
         """The overrides internal topic ``name`` is created with (by its owner, before use)."""

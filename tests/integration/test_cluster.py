@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.errors import ErrorCode
@@ -402,3 +409,25 @@ def _read_into(consumer: Consumer, seen: set[bytes]) -> bool:
         if msg.error() is None:
             seen.add(msg.value())
     return False
+
+
+def test_a_topic_config_changed_on_one_node_holds_on_every_node(cluster: Cluster) -> None:
+    """Topic configs (like ACLs and SCRAM users) are documents every node reads again at each
+    heartbeat: a change through node 1 is what nodes 2 and 3 describe, and use."""
+    started(cluster)
+    first = AdminClient({"bootstrap.servers": cluster.nodes[1].bootstrap})
+    for f in first.create_topics([NewTopic("configured", 1, 1)]).values():
+        f.result(10)
+    resource = ConfigResource(ResourceType.TOPIC, "configured", incremental_configs=[
+        ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)])
+    first.incremental_alter_configs([resource])[resource].result(10)
+
+    def described(b: BrokerProcess) -> str | None:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        asked = ConfigResource(ResourceType.TOPIC, "configured")
+        entries = admin.describe_configs([asked])[asked].result(10)
+        return str(entries["retention.ms"].value)
+
+    for n in (2, 3):
+        wait_for(lambda n=n: described(cluster.nodes[n]) == "3600000", 30, 0.2,
+                 f"the change seen by node {n}")

@@ -23,7 +23,11 @@ FILE_NAME = "acls.json"
 
 
 def load_acls(documents: Documents) -> list[Acl]:
-    raw = documents.read_document(FILE_NAME)
+    return parse_acls(documents.read_document(FILE_NAME))
+
+
+def parse_acls(raw: bytes | None) -> list[Acl]:
+    """The ACLs of a stored ``acls.json`` (none if there is none)."""
     if raw is None:
         return []
     return [Acl.from_json(d) for d in json.loads(raw)["acls"]]
@@ -69,6 +73,13 @@ class AclStore:
             except OSError:
                 self.authorizer.add(acls)
                 raise
+
+    def stored_elsewhere(self, raw: bytes | None) -> None:
+        """Another node changed the document (cluster mode): the ACLs become what it holds."""
+        now = set(parse_acls(raw))
+        held = set(self.authorizer.acls())
+        self.authorizer.remove(held - now)
+        self.authorizer.add(now - held)
 
     def _save(self) -> None:
         data = {"version": 1, "acls": [a.to_json() for a in self.authorizer.acls()]}

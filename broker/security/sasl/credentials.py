@@ -51,19 +51,24 @@ class CredentialStore:
         worker thread may read it while the loop goes on)."""
         self._altering = asyncio.Lock()
         self._writes: set[asyncio.Task[None]] = set()
-        stored = documents.read_document(FILE_NAME)
-        if stored is not None:
-            for user, mechanisms in json.loads(stored).items():
-                self.users[user] = {
-                    mechanism: ScramCredential(
-                        base64.b64decode(c["salt"]),
-                        int(c["iterations"]),
-                        base64.b64decode(c["stored_key"]),
-                        base64.b64decode(c["server_key"]),
-                    )
-                    for mechanism, c in mechanisms.items()
-                    if mechanism in MECHANISMS
-                }
+        self.stored_elsewhere(documents.read_document(FILE_NAME))
+
+    def stored_elsewhere(self, stored: bytes | None) -> None:
+        """The users become those of a stored document (start-up; another node changed it, in
+        cluster mode)."""
+        users: Users = {}
+        for user, mechanisms in json.loads(stored or b"{}").items():
+            users[user] = {
+                mechanism: ScramCredential(
+                    base64.b64decode(c["salt"]),
+                    int(c["iterations"]),
+                    base64.b64decode(c["stored_key"]),
+                    base64.b64decode(c["server_key"]),
+                )
+                for mechanism, c in mechanisms.items()
+                if mechanism in MECHANISMS
+            }
+        self.users = users
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
