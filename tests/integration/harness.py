@@ -129,8 +129,11 @@ class BrokerProcess:
         ]
         for name, value in self.settings.items():
             cmd += ["--set", f"{name}={value}"]
+        # Always said: brokers of parallel tests must never meet on the default console port.
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
+        else:
+            cmd += ["--no-console"]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         logf = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child

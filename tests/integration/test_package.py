@@ -106,7 +106,7 @@ def test_the_kcoord_command_and_python_m_kcoord_run_from_the_wheel(
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(env_dir / "bin" / "python"), "-m", "kcoord", "serve", "--port", str(port),
-             "--data-dir", str(tmp_path / "data")],
+             "--data-dir", str(tmp_path / "data"), "--no-console"],
             stdout=out, stderr=subprocess.STDOUT, env=_env(),
         )
     try:
