@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--verbose", "-v", action="store_true", help="also show allowed values and descriptions"
     )
+    build = sub.add_parser(
+        "build",
+        help="compile the hot modules with mypyc (needs gcc and the Python headers), used from"
+        " the next start",
+    )
+    build.add_argument("--if-stale", action="store_true", help="do nothing if the build is current")
     add_users_parser(sub)
     # The admin commands are Kafka clients of their own package (admin/); only their
     # arguments are added here: confluent-kafka is imported when one of them runs.
@@ -202,6 +208,10 @@ def _run(argv: Sequence[str] | None) -> int:
         return uvloop.run(_serve(config, args.ready_file))
     if args.command == "config":
         return _show_config(args)
+    if args.command == "build":
+        from .compiled.build import main as build_main
+
+        return build_main(["--if-stale"] if args.if_stale else [])
     if args.command == "users":
         return run_users(args)
     if args.command in ("groups", "offsets", "topics", "transactions"):
