@@ -110,9 +110,8 @@ class TestBroker:
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                # The caller's working directory, not a new one each time: where hypothesis is
-                # installed, kio's types import it, and a fresh directory costs it seconds to
-                # rebuild its cache (.hypothesis/) at every start.
+                # In the caller's working directory: the broker writes nothing there, and tools
+                # that keep a cache in the working directory find theirs.
                 env=env,
             )
         deadline = time.monotonic() + self.start_timeout
