@@ -129,7 +129,8 @@ async def _serve(config: Config, ready_file: str | None) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
-    except ListenError as e:
+    except ListenError as e:  # raised before anything was loaded: only the storage is open
+        broker.engine.close()
         return fail(str(e))
     if ready_file is not None:
         listener = broker.listeners[0]
