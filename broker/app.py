@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import logging
 import time
@@ -46,6 +47,7 @@ from .groups.txn_offset_api import TxnOffsetApi
 from .metrics.http import HttpLimits
 from .metrics.prometheus import BrokerMetrics, CoordinatorState, MetricsServer
 from .net.admission import RequestMemory
+from .net.binding import bind_listeners, console_unbound
 from .net.connection import Connection, ConnectionServices, DirectHandler, Handler
 from .net.limits import ConnectionLimits
 from .net.listeners import parse_listeners, server_ssl_context
@@ -327,11 +329,22 @@ class Broker:
         return self._server is not None and self._server.is_serving()
 
     async def start(self) -> None:
+        # Before anything else, the Kafka ports: bound (not yet listening), so that one in use
+        # stops start-up before anything is loaded, and port 0 becomes a real, advertised port.
+        bound = bind_listeners([listener for listener, _, _ in self._servers_to_open])
+        self._servers_to_open = [
+            (resolved, dataclasses.replace(services, listener=resolved), ssl_context)
+            for (_, services, ssl_context), (resolved, _) in zip(
+                self._servers_to_open, bound, strict=True
+            )
+        ]
+        self.listeners = [resolved for resolved, _ in bound]
+        sockets = [sockets for _, sockets in bound]
         if self.metrics is not None and self.config.metrics_port is not None:
             # First, so that /healthz and /readyz answer (503) during start-up.
             self._metrics_server = MetricsServer(
                 self.metrics,
-                self.config.host,
+                self.config.metrics_host,
                 self.config.metrics_port,
                 serving=lambda: self.serving,
                 runtime=self.groups,
@@ -346,7 +359,11 @@ class Broker:
                     response_timeout=self.config["metrics.response.timeout.ms"] / 1000.0,
                 ),
             )
-            await self._metrics_server.start()
+            try:
+                await self._metrics_server.start()
+            except OSError as e:
+                self._metrics_server = None
+                console_unbound(self.config, e, sockets)  # stops start-up, or says why not
         self.topics.load(skip=INTERNAL_TOPICS)
         self.data.start()
         self.retention.start()
@@ -362,18 +379,19 @@ class Broker:
         self._sweeper = asyncio.ensure_future(self._sweep_slow_requests())
         # A TLS handshake gets as long as a request to arrive (a client stopping mid-way).
         handshake_s = self.config["socket.request.receive.timeout.ms"] / 1000.0
-        for listener, services, ssl_context in self._servers_to_open:
-            server = await loop.create_server(
-                functools.partial(Connection, services),
-                listener.host,
-                listener.port,
-                reuse_address=True,
-                backlog=1024,
-                ssl=ssl_context,
-                ssl_handshake_timeout=handshake_s if ssl_context is not None else None,
-                start_serving=self.member is None,
-            )
-            self._servers.append(server)
+        for (_, services, ssl_context), listener_sockets in zip(
+            self._servers_to_open, sockets, strict=True
+        ):
+            for sock in listener_sockets:
+                server = await loop.create_server(
+                    functools.partial(Connection, services),
+                    sock=sock,
+                    backlog=1024,
+                    ssl=ssl_context,
+                    ssl_handshake_timeout=handshake_s if ssl_context is not None else None,
+                    start_serving=self.member is None,
+                )
+                self._servers.append(server)
         self._server = self._servers[0]
         if self.member is not None:
             # Bound first (the addresses are known), served once this node has taken and loaded
@@ -388,15 +406,24 @@ class Broker:
                 await server.start_serving()
             self._member_task = asyncio.ensure_future(self.member.run())
         log.info(
-            "kcoord serving on %s, data in %s, cluster %s",
+            "kcoord serving on %s%s, data in %s, cluster %s",
             ", ".join(
                 f"{lst.name}://{lst.host}:{lst.port} (advertised {lst.advertised_host}:"
                 f"{lst.advertised_port})"
                 for lst in self.listeners
             ),
+            "".join(f", {name} {url}" for name, url in self.http_addresses().items()),
             self.config.data_dir,
             self.cluster_id,
         )
+
+    def http_addresses(self) -> dict[str, str]:
+        """The console's and the metrics' URLs, where they are served."""
+        if self._metrics_server is None:
+            return {}
+        host, port = self._metrics_server.host, self._metrics_server.bound_port
+        base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        return {"console": f"{base}/", "metrics": f"{base}/metrics"}
 
     @property
     def bound_port(self) -> int:

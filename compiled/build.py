@@ -160,10 +160,10 @@ def build() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--if-stale", action="store_true", help="do nothing if the build is current")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.if_stale and is_current():
         return 0
     why = missing_toolchain()

@@ -11,6 +11,7 @@ from typing import Any
 
 from kcoord.compiled import PURE_ENV
 
+from .presets import DEV_PRESET
 from .settings import SETTINGS, ConfigError, parse_value, unknown_setting
 
 
@@ -28,7 +29,13 @@ class Config:
         self.port = port
         self.data_dir = Path(data_dir)
         self.metrics_port = metrics_port
-        """Port of the /metrics, /healthz and /readyz HTTP server (None: not served)."""
+        """Port of the /metrics, /healthz and /readyz HTTP server and the console (None: not
+        served; 0: any free port)."""
+        self.metrics_host = host
+        """Address that server listens on (``kcoord serve``'s default console: 127.0.0.1)."""
+        self.metrics_required = True
+        """False: a metrics port that cannot be bound is logged and the broker serves Kafka
+        without it (``kcoord serve``'s default console); True: start-up stops."""
         self.warnings: list[str] = []
         self._values: dict[str, Any] = {n: s.default for n, s in SETTINGS.items()}
         self._sources: dict[str, str] = {n: "default" for n in SETTINGS}
@@ -100,8 +107,12 @@ class Config:
         environ: Mapping[str, str] | None = None,
         overrides: list[str] | None = None,
         metrics_port: int | None = None,
+        dev: bool = False,
     ) -> Config:
         cfg = cls(host, port, data_dir, metrics_port)
+        if dev:  # the development preset: above the defaults, below everything given
+            for name, raw in DEV_PRESET.items():
+                cfg.set(name, raw, "--dev")
         if config_file is not None:
             try:
                 with open(config_file, "rb") as f:

@@ -2,6 +2,6 @@
 
 import sys
 
-from kcoord.cli import main
+from kcoord.entry import main
 
 sys.exit(main())

@@ -18,10 +18,21 @@ import sys
 from collections.abc import Sequence
 
 from . import compiled
+from .broker.cluster.identity import DataDirInUse, NodeIdInUse
 from .broker.config import Config, ConfigError
-from .broker.net.listeners import parse_listeners, server_ssl_context
+from .broker.net.binding import ListenError
 from .broker.security.sasl.users import add_parser as add_users_parser
 from .broker.security.sasl.users import run as run_users
+from .startup import (
+    StartupError,
+    add_preset_argument,
+    add_serve_arguments,
+    fail,
+    log_start,
+    remove_ready_file,
+    serve_config,
+    write_ready_file,
+)
 
 
 def _settings_parent() -> argparse.ArgumentParser:
@@ -35,6 +46,7 @@ def _settings_parent() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="a setting by its Kafka name, e.g. group.initial.rebalance.delay.ms=0",
     )
+    add_preset_argument(parent)
     return parent
 
 
@@ -45,17 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser(
         "serve", parents=[settings], help="run the broker in the foreground"
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=9092, help="port to listen on")
-    serve.add_argument("--data-dir", default="data", help="directory holding the logs")
-    serve.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        metavar="N",
-        help="serve /metrics (Prometheus), /healthz and /readyz over HTTP on this port",
-    )
-    serve.add_argument("--log-level", default="INFO")
+    add_serve_arguments(serve)
     show = sub.add_parser(
         "config",
         parents=[settings],
@@ -65,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--verbose", "-v", action="store_true", help="also show allowed values and descriptions"
     )
+    build = sub.add_parser(
+        "build",
+        help="compile the hot modules with mypyc (needs gcc and the Python headers), used from"
+        " the next start",
+    )
+    build.add_argument("--if-stale", action="store_true", help="do nothing if the build is current")
     add_users_parser(sub)
     # The admin commands are Kafka clients of their own package (admin/); only their
     # arguments are added here: confluent-kafka is imported when one of them runs.
@@ -108,26 +116,44 @@ def _tune_collector() -> None:
     gc.set_threshold(YOUNG_GENERATION_THRESHOLD, middle, old)
 
 
-async def _serve(config: Config) -> None:
+async def _serve(config: Config, ready_file: str | None) -> int:
     from .broker.app import Broker
 
-    broker = Broker(config)
-    await broker.start()
-    _tune_collector()
+    try:
+        broker = Broker(config)
+    except OSError as e:  # the storage engine could not open what it keeps
+        return fail(f"cannot open the broker's storage: {e}")
+    except DataDirInUse as e:  # cluster mode: another process runs on this data directory
+        return fail(str(e))
+    # Before the ready file says so: a script may stop the broker as soon as it is up.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.start()
+    except ListenError as e:  # raised before anything was loaded: only the storage is open
+        broker.engine.close()
+        return fail(str(e))
+    except NodeIdInUse as e:  # cluster mode: another live node has this node.id
+        await broker.stop()
+        return fail(str(e))
+    if ready_file is not None:
+        listener = broker.listeners[0]
+        write_ready_file(ready_file, f"{listener.advertised_host}:{listener.advertised_port}")
+    _tune_collector()
     await stop.wait()
     logging.getLogger("kcoord").info("shutting down")
+    remove_ready_file(ready_file)
     await broker.stop()
+    return 0
 
 
 def _show_config(args: argparse.Namespace) -> int:
     """``kcoord config``: the settings ``kcoord serve`` would run with, given the same
     ``--config``/``--set`` flags and this environment."""
     try:
-        config = Config.load(config_file=args.config, overrides=args.set)
+        config = Config.load(config_file=args.config, overrides=args.set, dev=args.dev)
     except ConfigError as e:
         print(f"kcoord: {e}", file=sys.stderr)
         return 2
@@ -178,31 +204,21 @@ def _run(argv: Sequence[str] | None) -> int:
     )
     if args.command == "serve":
         try:
-            config = Config.load(
-                host=args.host,
-                port=args.port,
-                data_dir=args.data_dir,
-                config_file=args.config,
-                overrides=args.set,
-                metrics_port=args.metrics_port,
-            )
-            if any(listener.tls for listener in parse_listeners(config)):
-                server_ssl_context(config)  # a bad keystore stops start-up here, by name
-        except ConfigError as e:
-            print(f"kcoord: {e}", file=sys.stderr)
-            return 2
-        for warning in config.warnings:
-            logging.getLogger("kcoord").warning("%s", warning)
-        logging.getLogger("kcoord").info("%s", compiled.describe())
+            config = serve_config(args)
+        except StartupError as e:
+            return fail(str(e))
+        log_start(config, args.dev, compiled.describe())
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency, but optional at run time
-            asyncio.run(_serve(config))
-        else:
-            uvloop.run(_serve(config))
-        return 0
+            return asyncio.run(_serve(config, args.ready_file))
+        return uvloop.run(_serve(config, args.ready_file))
     if args.command == "config":
         return _show_config(args)
+    if args.command == "build":
+        from .compiled.build import main as build_main
+
+        return build_main(["--if-stale"] if args.if_stale else [])
     if args.command == "users":
         return run_users(args)
     if args.command in ("groups", "offsets", "topics", "transactions", "cluster"):

@@ -114,6 +114,12 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        self.launch()
+        wait_for(self._accepting, timeout, what=f"broker on port {self.port}")
+        return self
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Start the process and return at once (:meth:`start` waits until it accepts)."""
         cmd = [
             *self.wrapper,
             sys.executable,
@@ -129,15 +135,17 @@ class BrokerProcess:
         ]
         for name, value in self.settings.items():
             cmd += ["--set", f"{name}={value}"]
+        # Always said: brokers of parallel tests must never meet on the default console port.
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
+        else:
+            cmd += ["--no-console"]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         logf = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
         logf.close()
-        wait_for(self._accepting, timeout, what=f"broker on port {self.port}")
-        return self
+        return self.proc
 
     def _accepting(self) -> bool:
         assert self.proc is not None

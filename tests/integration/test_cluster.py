@@ -431,3 +431,19 @@ def test_a_topic_config_changed_on_one_node_holds_on_every_node(cluster: Cluster
     for n in (2, 3):
         wait_for(lambda n=n: described(cluster.nodes[n]) == "3600000", 30, 0.2,
                  f"the change seen by node {n}")
+
+
+def test_a_second_live_node_with_the_same_id_or_data_directory_refuses_to_start(
+    cluster: Cluster,
+) -> None:
+    """One line and exit status 2: for a node.id a live node holds (after watching its session
+    being renewed), and for a data directory another process runs on."""
+    first = cluster.start(1)
+    twin = BrokerProcess(cluster.root / "twin", dict(first.settings))
+    assert twin.launch().wait(60) == 2
+    assert "node.id 1 is in use by a live node" in twin.log()
+    assert "Traceback" not in twin.log()
+    same_dir = BrokerProcess(first.data_dir, dict(first.settings, **{"node.id": 2}))
+    assert same_dir.launch().wait(60) == 2
+    assert "another kcoord process uses the data directory" in same_dir.log()
+    assert first.alive()

@@ -106,7 +106,7 @@ def test_the_kcoord_command_and_python_m_kcoord_run_from_the_wheel(
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(env_dir / "bin" / "python"), "-m", "kcoord", "serve", "--port", str(port),
-             "--data-dir", str(tmp_path / "data")],
+             "--data-dir", str(tmp_path / "data"), "--no-console"],
             stdout=out, stderr=subprocess.STDOUT, env=_env(),
         )
     try:
@@ -120,3 +120,51 @@ def test_the_kcoord_command_and_python_m_kcoord_run_from_the_wheel(
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+
+
+PROJECT_TEST = '''
+import sys
+
+import kcoord
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+
+def test_a_group_consumes_and_commits(kafka_bootstrap):
+    assert kcoord.__file__.startswith(sys.prefix), kcoord.__file__  # the wheel's kcoord
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(6):
+        producer.produce("jobs", value=b"job %d" % i, partition=i % 3)
+    assert producer.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "workers",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["jobs"])
+    seen = []
+    while len(seen) < 6:
+        message = consumer.poll(10)
+        assert message is not None and message.error() is None
+        seen.append(message.value())
+    consumer.commit(asynchronous=False)
+    committed = consumer.committed([TopicPartition("jobs", p) for p in range(3)], timeout=10)
+    consumer.close()
+    assert sorted(seen) == sorted(b"job %d" % i for i in range(6))
+    assert [tp.offset for tp in committed] == [2, 2, 2]
+'''
+
+
+def test_the_wheels_pytest_plugin_gives_a_project_a_broker(
+    installed: tuple[Path, set[str]], tmp_path: Path
+) -> None:
+    """A project whose only kcoord is the plugin's fixture, run by the clean venv's pytest:
+    the entry point registers the plugin (no -p, no conftest), and a confluent-kafka consumer
+    group consumes and commits against the broker it starts."""
+    env_dir, _ = installed
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_app.py").write_text(PROJECT_TEST)
+    done = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-p", "no:xdist", str(project)],
+        capture_output=True, text=True, env=_env(), cwd=project, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert "1 passed" in done.stdout, done.stdout[-3000:]

@@ -52,7 +52,7 @@ def _namespace_runner() -> list[str]:
 def test_the_quickstart_works_as_written(tmp_path: Path) -> None:
     runner = _namespace_runner()
     serve, commands, sample, console = quickstart()
-    assert serve == ["./kcoord serve --metrics-port 9308"]
+    assert serve == ["./kcoord serve"]  # the console is on by default, at 127.0.0.1:9308
     subprocess.run([str(ROOT / "scripts" / "bootstrap")], cwd=ROOT, check=True, timeout=900)
     out = tmp_path / "out"
     out.mkdir()

@@ -263,3 +263,45 @@ def test_kcoord_config_into_a_pipe_closed_early_ends_quietly() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(60) == 1
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_the_dev_preset_is_a_layer_over_the_defaults_under_everything_given(
+    tmp_path: Path,
+) -> None:
+    from kcoord.broker.config.presets import DEV_PRESET
+
+    cfg = Config.load(dev=True, environ={})
+    for name, value in DEV_PRESET.items():
+        assert (cfg[name], cfg.source(name)) == (value, "--dev"), name
+    assert cfg["group.initial.rebalance.delay.ms"] == 0 and cfg["num.partitions"] == 3
+    assert cfg["group.consumer.heartbeat.interval.ms"] == 500
+    assert cfg["group.consumer.session.timeout.ms"] == 6000
+    # A file, the environment and --set each override it.
+    toml = tmp_path / "k.toml"
+    toml.write_text('"num.partitions" = 5\n')
+    cfg = Config.load(
+        dev=True,
+        config_file=toml,
+        environ={"KCOORD_GROUP_MIN_SESSION_TIMEOUT_MS": "2000"},
+        overrides=["group.initial.rebalance.delay.ms=100"],
+    )
+    assert (cfg["num.partitions"], cfg.source("num.partitions")) == (5, f"file {toml}")
+    assert cfg["group.min.session.timeout.ms"] == 2000
+    assert (cfg["group.initial.rebalance.delay.ms"], cfg.source("group.initial.rebalance.delay.ms")) == (
+        100,
+        "--set",
+    )
+    assert Config.load(environ={})["group.initial.rebalance.delay.ms"] == 3000  # not without it
+
+
+def test_kcoord_config_dev_shows_the_preset_as_the_source(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from kcoord.cli import main
+
+    assert main(["config", "--dev", "--json", "--set", "num.partitions=2"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert (rows["group.consumer.heartbeat.interval.ms"]["value"], rows["group.consumer.heartbeat.interval.ms"]["source"]) == (500, "--dev")
+    assert (rows["num.partitions"]["value"], rows["num.partitions"]["source"]) == (2, "--set")

@@ -12,9 +12,8 @@ import pytest
 
 from kcoord.protocol.record_encoding import build_batch
 from kcoord.storage.engine import LogSpec
-from kcoord.storage.offline import LogOffline
+from kcoord.storage.offline import LogFenced, LogOffline
 from kcoord.storage.postgres.engine import PostgresEngine, redacted
-from kcoord.storage.offline import LogFenced
 from kcoord.storage.postgres.schema import MIGRATIONS, SchemaTooNew, migrate
 from tests.pg_server import PostgresServer, running_server
 
