@@ -334,3 +334,78 @@ def test_a_classic_cooperative_group_upgraded_online_and_back(broker: BrokerProc
         for m in everyone:
             if m.thread.is_alive():
                 m.stop()
+
+
+def test_an_assign_only_consumer_commits_reads_back_and_auto_commits(broker: BrokerProcess) -> None:
+    """librdkafka's tests 0026/0030/0051/0099/0130/0140 (issue 32): with group.protocol=consumer
+    a consumer that only assign()s commits with the member id it made at start-up and epoch -1,
+    to a group that does not exist yet. Kafka takes it (a simple group is created for it), so
+    the synchronous commit, committed() and the auto-commits succeed and a second consumer of
+    the group goes on from the commit with no duplicate."""
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    create_topic(broker.bootstrap, "a", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(200):
+        p.produce("a", value=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    group = f"assign-only-{uuid.uuid4()}"
+    parts = [TopicPartition("a", 0), TopicPartition("a", 1)]
+    commit_errors: list[object] = []
+    auto_committed: dict[int, int] = {}  # partition -> the newest offset an auto-commit stored
+
+    def on_commit(err: KafkaError | None, offsets: list[TopicPartition]) -> None:
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
+            commit_errors.append(err)
+        commit_errors.extend(tp.error for tp in offsets if tp.error is not None)
+        if err is None:  # a partition with nothing new to commit comes back as -1001
+            auto_committed.update({tp.partition: tp.offset for tp in offsets if tp.offset >= 0})
+
+    conf = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "on_commit": on_commit,
+    }
+    seen: list[bytes] = []
+
+    def consume(c: Any, until: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(seen) < until and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                seen.append(msg.value())
+        assert len(seen) >= until, len(seen)
+
+    first = Consumer({**conf, "enable.auto.commit": False})
+    try:
+        first.assign(parts)
+        consume(first, 120)
+        positions = {tp.partition: tp.offset for tp in first.position(parts)}
+        done = first.commit(asynchronous=False)
+        assert done is not None and all(tp.error is None for tp in done), done
+        committed = first.committed(parts, timeout=10)
+        assert {tp.partition: tp.offset for tp in committed} == positions
+        assert all(tp.error is None for tp in committed)
+    finally:
+        first.close()
+    second = Consumer({**conf, "enable.auto.commit": True, "auto.commit.interval.ms": 200})
+    try:
+        second.assign(parts)  # from the committed offsets, then auto-committing
+        consume(second, 200)
+        end = {0: 100, 1: 100}
+
+        def auto_committed_to_the_end() -> bool:
+            second.poll(0.1)
+            # what the first consumer committed, then what the auto-commits moved on
+            return bool(auto_committed) and {**positions, **auto_committed} == end
+
+        wait_for(auto_committed_to_the_end, 30, what="auto-commits up to the end")
+        assert {tp.partition: tp.offset for tp in second.committed(parts, timeout=10)} == end
+    finally:
+        second.close()
+    assert not commit_errors, commit_errors
+    assert len(seen) == 200 and len(set(seen)) == 200  # no duplicate, nothing missed
