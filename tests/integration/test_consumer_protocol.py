@@ -261,10 +261,10 @@ def test_a_broker_restart_resumes_the_group_without_a_rebalance(broker: BrokerPr
             m.stop()
 
 
-def _epochs(broker: BrokerProcess) -> tuple[int, int, str]:
-    """(group epoch, assignment epoch, state) of group "g", from ConsumerGroupDescribe."""
+def _epochs(broker: BrokerProcess, group: str = "g") -> tuple[int, int, str]:
+    """(group epoch, assignment epoch, state) of ``group``, from ConsumerGroupDescribe."""
     with RawClient(broker.port) as c:
-        r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g"], include_authorized_operations=False)
+        r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=[group], include_authorized_operations=False)
     g = r.groups[0]
     return (g.group_epoch, g.assignment_epoch, g.group_state) if g.error_code == 0 else (-1, -1, "")
 
@@ -409,3 +409,37 @@ def test_an_assign_only_consumer_commits_reads_back_and_auto_commits(broker: Bro
         second.close()
     assert not commit_errors, commit_errors
     assert len(seen) == 200 and len(set(seen)) == 200  # no duplicate, nothing missed
+
+
+def test_a_regex_and_a_literal_topic_the_literal_first_then_the_regex_at_a_later_epoch(
+    broker: BrokerProcess,
+) -> None:
+    """librdkafka's test 0045 (issue 32): subscribed to a topic and a regex together, Kafka's
+    first heartbeat answer assigns the topic, and the regex's topics come with a later epoch
+    (Kafka resolves regexes asynchronously); kcoord used to assign everything at once."""
+    from confluent_kafka import Consumer
+
+    create_topic(broker.bootstrap, "lit", 2)
+    create_topic(broker.bootstrap, "rx-a", 2)
+    create_topic(broker.bootstrap, "rx-b", 1)
+    steps: list[set[tuple[str, int]]] = []  # what each assignment callback added
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g45", "group.protocol": "consumer"})
+    c.subscribe(
+        ["lit", "^rx-.*"],  # SubscribedTopicNames ["lit"] and SubscribedTopicRegex "^rx-.*"
+        on_assign=lambda _c, parts: steps.append({(tp.topic, tp.partition) for tp in parts}),
+    )
+    everything = {("lit", 0), ("lit", 1), ("rx-a", 0), ("rx-a", 1), ("rx-b", 0)}
+
+    def assigned() -> set[tuple[str, int]]:
+        c.poll(0.05)
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    try:
+        wait_for(lambda: assigned() == everything, 30, what="lit and the regex's topics")
+        non_empty = [s for s in steps if s]
+        assert non_empty[0] == {("lit", 0), ("lit", 1)}, steps
+        assert set().union(*non_empty[1:]) == everything - non_empty[0], steps
+        group_epoch, assignment_epoch, _ = _epochs(broker, "g45")
+        assert group_epoch == assignment_epoch >= 2  # the join's epoch, then the regex's
+    finally:
+        c.close()
