@@ -46,9 +46,11 @@ def refresh_topics(
         change.touch()
         del group.regexes[regex]
         op.emit(*records.regex_record(group.group_id, regex, None))
-    stale = any(
-        (old := group.regexes.get(regex)) is None or old.version != version for regex in used
-    )
+    stale = False
+    for regex in used:
+        old = group.regexes.get(regex)
+        if old is None or old.version != version:
+            stale = True
     if stale and ask is not None:
         ask(group)
     subscribed = subscribed_topics(topics, group.subscribed_topic_names())

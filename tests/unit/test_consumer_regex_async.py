@@ -139,8 +139,7 @@ def _regex_activity(seed: int) -> Group:
         elif action < 0.35:
             g.advance(rnd.choice([100, 7000]))
         else:
-            group = g.group()
-            owned = [(t, tuple(sorted(ps))) for t, ps in current.assigned.items()]
+            owned = tuple((t, tuple(sorted(ps))) for t, ps in current.assigned.items())
             g.hb(m, current.member_epoch, topic_partitions=owned if rnd.random() < 0.8 else None)
     g.resolve()
     return g
