@@ -443,3 +443,25 @@ def test_a_regex_and_a_literal_topic_the_literal_first_then_the_regex_at_a_later
         assert group_epoch == assignment_epoch >= 2  # the join's epoch, then the regex's
     finally:
         c.close()
+
+
+def test_an_assign_only_consumer_s_offsets_go_into_a_transaction(broker: BrokerProcess) -> None:
+    """TxnOffsetCommit with the group metadata of an assign-only consumer-protocol consumer
+    (its own member id, epoch -1) to a group that does not exist yet: taken, as Kafka takes it
+    (issue 32), and visible once the transaction commits."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topic(broker.bootstrap, "tx-in", 1)
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": "tx-assign-only", "group.protocol": "consumer"}
+    c = Consumer({**conf, "enable.auto.commit": False})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-assign-only"})
+    try:
+        c.assign([TopicPartition("tx-in", 0)])
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition("tx-in", 0, 7)], c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        (committed,) = c.committed([TopicPartition("tx-in", 0)], timeout=10)
+        assert (committed.offset, committed.error) == (7, None)
+    finally:
+        c.close()
