@@ -32,7 +32,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
 
 from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import Log, LogSpec, StorageEngine
@@ -40,6 +39,7 @@ from kcoord.storage.files import describe_error
 from kcoord.storage.offline import LogOffline, moved_away
 
 from .topic_configs import TopicConfigs, TopicSettings, builtin_defaults
+from .topic_model import PartitionLimits, Reservation, Topic, TopicError
 from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
 
 __all__ = [
@@ -67,52 +67,6 @@ def storage_error_code(error: BaseException | None) -> int:
     if isinstance(error, LogOffline) and moved_away(error):
         return ErrorCode.not_leader_or_follower
     return ErrorCode.kafka_storage_error
-
-
-class TopicError(ValueError):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class Topic:
-    name: str
-    topic_id: uuid.UUID
-    partitions: list[Log] = field(default_factory=list)
-
-    @property
-    def internal(self) -> bool:
-        return self.name in INTERNAL_TOPICS
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLimits:
-    """``max.broker.partitions`` and ``max.partitions.per.request``."""
-
-    max_broker_partitions: int = 10000
-    max_partitions_per_request: int = 4000
-
-
-@dataclass(eq=False)
-class Reservation:
-    """A change reserved on the event loop and not yet done: partitions ``first..first+count-1``
-    of ``name`` (a new topic when ``first`` is 0)."""
-
-    name: str
-    topic_id: uuid.UUID
-    first: int
-    count: int
-    segment_bytes: int | None = None
-    done: asyncio.Future[Topic] | None = None  # set by TopicStore.start
-    configs: dict[str, str] = field(default_factory=dict)
-    """A new topic's config overrides (broker/data/topic_configs.py), stored before its partitions."""
-    deleting: bool = False
-    """A deletion (``TopicStore.retire``): the topic is gone, its name taken until it is erased."""
-
-    @property
-    def new_topic(self) -> bool:
-        return self.first == 0
 
 
 class TopicStore:
