@@ -56,6 +56,7 @@ from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from kcoord.coordinator.consumer.regex_refresh import RegexRequest, RegexResult, apply_resolution
 from kcoord.coordinator.consumer.steady import steady_heartbeat
 from kcoord.coordinator.consumer.topics import NO_TOPICS, TopicsView
 from kcoord.coordinator.deletion import delete_groups
@@ -425,6 +426,24 @@ class GroupShard(ShardViews):
             error = self.txn.commit(handle, req, now_ms)
         if error is not None:
             op.reply(handle, commit_error(req, error))
+        return op.end()
+
+    def take_regex_requests(self) -> list[RegexRequest]:
+        """The regex resolutions consumer groups asked for since the last call (the runtime
+        resolves them and hands each back to :meth:`regexes_resolved`)."""
+        requests = self.consumer.regex_requests
+        if not requests:
+            return []
+        self.consumer.regex_requests = []
+        return requests
+
+    def regexes_resolved(self, result: RegexResult, now_ms: int) -> Output:
+        """A resolution asked for by :meth:`take_regex_requests` (Kafka's
+        handleRegularExpressionsResult): its records, no reply. Nothing while not serving."""
+        op = self._op
+        op.begin()
+        if self._mode is _ACTIVE:
+            apply_resolution(self.consumer, result, now_ms)
         return op.end()
 
     def txn_marker(self, handle: Hashable, req: TxnMarkerRequest, now_ms: int) -> Output:

@@ -27,7 +27,8 @@ The contract every engine keeps (its tests run against each engine: ``tests/unit
   :class:`LogClosed`, an offline one ``storage.offline.LogOffline`` (an OSError).
 
 Threading, as the files engine: one writer per log (the event loop); ``flush``, compaction's
-first phase, ``remove_deleted`` and ``write_checkpoints`` may run in worker threads.
+first phase, ``delete_logs``, ``remove_deleted`` and ``write_checkpoints`` may run in worker
+threads.
 """
 
 from __future__ import annotations
@@ -248,8 +249,10 @@ class StorageEngine(Documents, Protocol):
         """A log for a partition that cannot be had; every operation raises ``LogOffline``."""
 
     def delete_logs(self, topic: str, logs: Sequence[Log]) -> None:
-        """Delete a topic's partitions (the event loop: quick and durable; what takes long is
-        left to :meth:`remove_deleted`)."""
+        """Delete a topic's partitions, durably (blocking; any thread: the broker calls it
+        from a worker thread once nothing new can find the logs, and an append still under
+        way on the event loop finishes first or gets :class:`LogClosed`); what takes long is
+        left to :meth:`remove_deleted`."""
 
     def remove_deleted(self) -> None:
         """Finish deletions (blocking; any thread)."""

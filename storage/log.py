@@ -270,6 +270,8 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         headers = iter_headers(buf, verify_crc=True)
         view = memoryview(buf)
         with self._lock:
+            if self._closed:  # detached by a worker thread since the check above
+                raise LogClosed(f"log {self._path} is closed")
             first = next_offset = self.log_end_offset
             assigned: list[tuple[int, BatchHeader]] = []
             for pos, h in headers:
@@ -567,8 +569,9 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
     def detach(self) -> Path:
         """Close the log and rename its directory to ``<name>.<uuid>-delete`` (a name the
         loader removes); returns the new path. The caller fsyncs the parent directory and
-        removes the renamed one (many partitions: one fsync, removal off the event loop)."""
-        with self._flush_lock:
+        removes the renamed one (many partitions: one fsync, removal off the event loop).
+        Any thread: an append running on the event loop finishes first or gets LogClosed."""
+        with self._flush_lock, self._lock:
             self._closed = True
             for seg in self._segments:
                 with contextlib.suppress(OSError):

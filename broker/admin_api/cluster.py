@@ -487,7 +487,11 @@ class ClusterApi:
 
     # DeleteTopics ---------------------------------------------------------------------------------
     async def delete_topics(self, ctx: RequestContext, req: Any) -> Any:
+        """Judged in request order on the event loop, where each topic leaves the registry at
+        once (``TopicStore.retire``); their storage is then deleted together in a worker
+        thread (one checkpoint write for all), and the answer comes once that is durable."""
         out = []
+        retired: list[tuple[dict[str, Any], Topic]] = []
         if ctx.version >= 6:
             items = [(t.name, t.topic_id) for t in req.topics]
         else:
@@ -507,12 +511,19 @@ class ClusterApi:
                     raise TopicError(ErrorCode.invalid_request, "neither name nor id given")
                 if not ctx.allowed(Operation.DELETE, _TOPIC, name):
                     raise _refused("DELETE")
-                await self._settled(name)  # a creation or growth under way finishes first
-                deleted = self.topics.delete(name)
-                entry["topic_id"] = deleted.topic_id
+                await self._settled(name)  # a change under way (or a deletion) finishes first
+                topic = self.topics.retire(name)
+                entry["topic_id"] = topic.topic_id
+                retired.append((entry, topic))
             except TopicError as e:
                 entry.update(error_code=e.code, error_message=str(e))
             out.append(entry)
+        if retired:
+            failed = await self.topics.erase([topic for _, topic in retired])
+            for entry, topic in retired:
+                error = failed.get(topic.name)
+                if error is not None:
+                    entry.update(error_code=error.code, error_message=str(error))
         await asyncio.to_thread(self.topics.remove_deleted)  # the files, off the event loop
         return ctx.respond(throttle_time=0, responses=out)
 

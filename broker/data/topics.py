@@ -13,7 +13,9 @@ topic, for added partitions) is taken, so a concurrent create gets TOPIC_ALREADY
 Produce/Fetch never see a half topic, and its partitions count against
 ``max.broker.partitions`` at once. The storage work then runs in a worker thread
 (:meth:`TopicStore.start`) and the topic is registered when it is done; small auto-creations
-run it synchronously (:meth:`TopicStore.create`).
+run it synchronously (:meth:`TopicStore.create`). Deleting is the mirror image: the topic
+leaves the registry on the event loop (:meth:`TopicStore.retire`), keeping its name taken, and
+its storage goes in a worker thread (:meth:`TopicStore.erase`), after which the name is free.
 
 Limits (Kafka answers POLICY_VIOLATION for a controller operation that is too large):
 ``max.partitions.per.request`` bounds the partitions one request creates over all its topics,
@@ -30,7 +32,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
 
 from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import Log, LogSpec, StorageEngine
@@ -38,6 +39,7 @@ from kcoord.storage.files import describe_error
 from kcoord.storage.offline import LogOffline, moved_away
 
 from .topic_configs import TopicConfigs, TopicSettings, builtin_defaults
+from .topic_model import PartitionLimits, Reservation, Topic, TopicError
 from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
 
 __all__ = [
@@ -65,50 +67,6 @@ def storage_error_code(error: BaseException | None) -> int:
     if isinstance(error, LogOffline) and moved_away(error):
         return ErrorCode.not_leader_or_follower
     return ErrorCode.kafka_storage_error
-
-
-class TopicError(ValueError):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass
-class Topic:
-    name: str
-    topic_id: uuid.UUID
-    partitions: list[Log] = field(default_factory=list)
-
-    @property
-    def internal(self) -> bool:
-        return self.name in INTERNAL_TOPICS
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLimits:
-    """``max.broker.partitions`` and ``max.partitions.per.request``."""
-
-    max_broker_partitions: int = 10000
-    max_partitions_per_request: int = 4000
-
-
-@dataclass(eq=False)
-class Reservation:
-    """A change reserved on the event loop and not yet done: partitions ``first..first+count-1``
-    of ``name`` (a new topic when ``first`` is 0)."""
-
-    name: str
-    topic_id: uuid.UUID
-    first: int
-    count: int
-    segment_bytes: int | None = None
-    done: asyncio.Future[Topic] | None = None  # set by TopicStore.start
-    configs: dict[str, str] = field(default_factory=dict)
-    """A new topic's config overrides (broker/data/topic_configs.py), stored before its partitions."""
-
-    @property
-    def new_topic(self) -> bool:
-        return self.first == 0
 
 
 class TopicStore:
@@ -288,7 +246,8 @@ class TopicStore:
         return True
 
     def pending(self, name: str) -> Reservation | None:
-        """The change of ``name`` under way (a creation or added partitions), if any."""
+        """The change of ``name`` under way (a creation, added partitions or a deletion), if
+        any."""
         return self._pending.get(name)
 
     @property
@@ -332,7 +291,12 @@ class TopicStore:
             raise TopicError(ErrorCode.invalid_topic_exception, problem)
         if name in INTERNAL_TOPICS and not internal:  # module docstring
             raise TopicError(ErrorCode.invalid_request, f"{name} is created by its coordinator")
-        if name in self.topics or name in self._pending:
+        under_way = self._pending.get(name)
+        if under_way is not None and under_way.deleting:  # Kafka's answer while it deletes one
+            raise TopicError(
+                ErrorCode.topic_already_exists, f"topic {quoted(name)} is marked for deletion"
+            )
+        if name in self.topics or under_way is not None:
             raise TopicError(ErrorCode.topic_already_exists, f"topic {quoted(name)} already exists")
         if partitions < 1:
             raise TopicError(ErrorCode.invalid_partitions, "number of partitions must be at least 1")
@@ -485,7 +449,28 @@ class TopicStore:
         self._register(topic)
         return topic
 
+    # deleting -----------------------------------------------------------------------------------
+    def retire(self, name: str) -> Topic:
+        """The first step of deleting ``name`` (event loop, quick): the topic leaves the
+        registry, so Produce, Fetch and Metadata no longer find it, and its name stays taken
+        (a creation gets TOPIC_ALREADY_EXISTS, :meth:`pending` has the deletion) until
+        :meth:`erase` has made the deletion durable. Raises TopicError."""
+        topic = self._unregister(name)
+        res = Reservation(name, topic.topic_id, 0, 0, deleting=True)
+        res.done = asyncio.get_running_loop().create_future()
+        self._pending[name] = res
+        return topic
+
     def delete(self, name: str) -> Topic:
+        """Delete ``name`` at once, storage included (blocking: tools and tests; the broker
+        uses :meth:`retire` and :meth:`erase`). Raises TopicError."""
+        topic = self._unregister(name)
+        failed = self._erase([topic], self.checkpoint_snapshot())
+        if failed:
+            raise failed[name]
+        return topic
+
+    def _unregister(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
             raise TopicError(
@@ -499,13 +484,47 @@ class TopicStore:
         self.by_id.pop(topic.topic_id, None)
         self._held -= len(topic.partitions)
         self.version += 1
-        # The checkpoints drop the topic first, so that its absence is not taken for a loss.
-        self.write_checkpoints(self.checkpoint_snapshot())
-        self.engine.delete_logs(name, topic.partitions)
-        self.configs.forget(topic.topic_id)
         self.notify_appended()  # wake long-polling fetches so they see the topic is gone
-        log.info("deleted topic %s", name)
         return topic
+
+    async def erase(self, topics: list[Topic]) -> dict[str, TopicError]:
+        """The second step of deleting retired ``topics``: their storage, in a worker thread
+        (:meth:`_erase`), so the event loop keeps serving; then their names are free again.
+        Returns the topics whose partitions could not be deleted, with the error. The work
+        goes on to its end even if the caller stops waiting."""
+        snapshot = self.checkpoint_snapshot()  # taken here, without the retired topics
+        work = asyncio.ensure_future(asyncio.to_thread(self._erase, topics, snapshot))
+
+        def release(_: object) -> None:
+            for topic in topics:
+                res = self._pending.get(topic.name)
+                if res is not None and res.deleting:
+                    del self._pending[topic.name]
+                    if res.done is not None and not res.done.done():
+                        res.done.set_result(topic)
+
+        work.add_done_callback(release)
+        return await asyncio.shield(work)
+
+    def _erase(self, topics: list[Topic], snapshot: object) -> dict[str, TopicError]:
+        """Blocking; any thread. The checkpoints drop the topics first (one write for all), so
+        that their absence is not taken for a loss at the next start; then each topic's
+        partitions (durable when ``delete_logs`` returns) and config overrides."""
+        self.write_checkpoints(snapshot)
+        failed: dict[str, TopicError] = {}
+        for topic in topics:
+            try:
+                self.engine.delete_logs(topic.name, topic.partitions)
+            except OSError as e:
+                log.error("deleting topic %s failed: %s", topic.name, describe_error(e))
+                failed[topic.name] = TopicError(
+                    ErrorCode.kafka_storage_error,
+                    f"could not delete the partitions: {describe_error(e)}",
+                )
+                continue
+            self.configs.forget(topic.topic_id)
+            log.info("deleted topic %s", topic.name)
+        return failed
 
     def remove_deleted(self) -> None:
         """Finish deleting removed partitions (blocking; any thread)."""

@@ -6,7 +6,8 @@ the records of the shard's output to that partition's log, waits for the group-c
 and only then completes the replies (which may answer other, earlier parked requests). Outputs
 of one shard are completed in the order they were produced, so a reply never overtakes the
 durability of a record emitted before it. Timers are one ``call_at`` per shard, set to the
-shard's next deadline and delivered back with ``advance``. The per-shard plumbing, the batches an
+shard's next deadline and delivered back with ``advance``. Regex resolutions the shards ask for
+are done by broker/groups/regex_resolver.py and handed back as operations. The per-shard plumbing, the batches an
 output is appended as and the chain that completes outputs in order are in
 broker/groups/write_path.py.
 
@@ -42,6 +43,7 @@ from kcoord.storage.offline import moved_away
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
 from .cleaner import clean_offsets
 from .offsets_load import read_partition
+from .regex_resolver import RegexResolver
 from .topics_view import StoreTopics
 from .write_path import OutputCompletion, ShardRuntime, output_batches
 
@@ -111,6 +113,9 @@ class GroupRuntime:
         self._reloads: set[asyncio.Task[None]] = set()  # shards being loaded by lead()
         self._reloads_started, self._reload_records = 0.0, 0  # since the first of them
         self.load_seconds: float | None = None
+        self._regexes = RegexResolver(
+            topics, lambda sr, shard, result: self._process(sr, shard.regexes_resolved(result, now_ms()))
+        )
 
     def _new_shard(self, partition: int, t: int) -> GroupShard:
         """A shard loading partition ``partition`` (COORDINATOR_LOAD_IN_PROGRESS until
@@ -357,6 +362,7 @@ class GroupRuntime:
         for task in (self._load_task, self._cleaner_task, *self._reloads):
             if task is not None and not task.done():
                 task.cancel()
+        self._regexes.stop()
         for sr in self.shards:
             if sr.timer is not None:
                 sr.timer.cancel()
@@ -568,6 +574,8 @@ class GroupRuntime:
 
     # timers -------------------------------------------------------------------------------------
     def _reschedule(self, sr: ShardRuntime) -> None:
+        # After every shard operation: the regex resolutions it asked for, then the timer.
+        self._regexes.take(sr)
         # The heap's first entry, even a stale one: waking early costs one advance() that finds
         # nothing due (or re-queues a session timer that heartbeats moved on).
         deadline = sr.shard.next_wakeup()

@@ -470,18 +470,21 @@ class ClassicGroup:
         api_version: int = -1,
         transactional: bool = False,
     ) -> int | None:
-        """J6, in Kafka's order: Dead -> COORDINATOR_NOT_AVAILABLE; a commit naming a member
-        (generation >= 0, a member id or an instance id) must come from a current member of
-        the current generation; an anonymous one is only accepted by an Empty group (a
-        standalone consumer), else UNKNOWN_MEMBER_ID; CompletingRebalance ->
-        REBALANCE_IN_PROGRESS (the member has no assignment yet).
+        """J6, in Kafka's order: Dead -> COORDINATOR_NOT_AVAILABLE; generation < 0 on an Empty
+        group is taken from anyone, whatever member or instance id it names (a standalone
+        consumer, an admin client, or a consumer-protocol client that only assign()s: it
+        sends the member id it made at start-up with epoch -1); otherwise a commit naming a
+        member (generation >= 0, a member id or an instance id) must come from a current
+        member of the current generation; an anonymous one to a group with members is
+        UNKNOWN_MEMBER_ID; CompletingRebalance -> REBALANCE_IN_PROGRESS (the member has no
+        assignment yet).
 
-        A TxnOffsetCommit (``transactional``, KIP-447) skips the group-state checks: with
-        generation < 0 an Empty group takes it from anyone and an anonymous one (v0-v2) is
-        taken in any state; a member's is checked as above, in CompletingRebalance too."""
+        A TxnOffsetCommit (``transactional``, KIP-447) skips the group-state checks: an
+        anonymous one (v0-v2) is taken in any state; a member's is checked as above, in
+        CompletingRebalance too."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        if transactional and generation < 0 and self.state is GroupState.EMPTY:
+        if generation < 0 and self.state is GroupState.EMPTY:
             return None
         if generation >= 0 or member_id != "" or instance_id is not None:
             error = self.validate_member(member_id, instance_id)

@@ -77,6 +77,8 @@ class ConsumerGroup:
     """The group as its last rebalance left it (or as loaded)."""
     changes: int = 0
     """Counts the operations that changed the group (a failed write undoes only the last)."""
+    regex_resolving: bool = False
+    """A resolution of its regexes is out (coordinator.consumer.regex_refresh; not stored)."""
 
     # ---- state ---------------------------------------------------------------------------
 

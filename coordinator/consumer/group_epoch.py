@@ -1,13 +1,15 @@
 """A consumer group's epoch and what moves it: a member joining, leaving or changing its
 subscription, or a change in the topics the group subscribes to.
 
-:func:`refresh_topics` re-reads the group's subscribed topics from the topics view, re-resolves
-its regular expressions (a record 16 for each that changed or is no longer used) and tells
-whether the subscription's metadata changed. Regexes are resolved only for a
-ConsumerGroupHeartbeat, keeping the topics its principal may describe (for the whole group, as
-in Kafka: the heartbeat that finds a regex stale resolves it); a refresh without one (a member
-fenced by a timer, a classic member's JoinGroup) keeps their last resolution and leaves the
-group stale for the next heartbeat. :func:`bump_group_epoch` moves the epoch on
+:func:`refresh_topics` re-reads the group's subscribed topics from the topics view (a
+tombstone 16 for each regex no longer used) and tells whether the subscription's metadata
+changed. It never resolves a regular expression itself: a ConsumerGroupHeartbeat that finds
+one unresolved or stale asks for its resolution, which comes back later as an operation of its
+own (:mod:`coordinator.consumer.regex_refresh`, as Kafka resolves them off its coordinator
+thread), keeping the topics that heartbeat's principal may describe (for the whole group, as
+in Kafka); a refresh without a heartbeat (a member fenced by a timer, a classic member's
+JoinGroup) keeps their last resolution and leaves the group stale for the next heartbeat.
+:func:`bump_group_epoch` moves the epoch on
 (record 3) and starts a rebalance if none is under way. The target assignment then catches up
 with the epoch (:mod:`coordinator.consumer.target`). Both write into the operation under way
 and mark the group changed (:class:`coordinator.consumer.change.Change`).
@@ -15,48 +17,46 @@ and mark the group changed (:class:`coordinator.consumer.change.Change`).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
 
 from kcoord.coordinator.consumer import persistence as records
 from kcoord.coordinator.consumer.change import Change
-from kcoord.coordinator.consumer.regex import Describable, resolve_regex
+from kcoord.coordinator.consumer.group import ConsumerGroup
 from kcoord.coordinator.consumer.topics import TopicsView, metadata_hash, subscribed_topics
 from kcoord.coordinator.output import Operation
 from kcoord.coordinator.rebalances import begin
 
 
 def refresh_topics(
-    op: Operation, change: Change, topics: TopicsView, now_ms: int, describable: Describable | None
+    op: Operation,
+    change: Change,
+    topics: TopicsView,
+    now_ms: int,
+    ask: Callable[[ConsumerGroup], None] | None,
 ) -> bool:
-    """Re-read the subscribed topics (and re-resolve regexes, keeping the topics
-    ``describable`` allows; None: not now, see the module docstring); True if they changed."""
+    """Re-read the subscribed topics; True if their metadata changed. Regexes no member uses
+    any more get their tombstone; regexes whose resolution is missing or older than the
+    topics view are not resolved here (module docstring): ``ask`` queues their resolution (a
+    ConsumerGroupHeartbeat's), None leaves them for the next heartbeat, and meanwhile their
+    last resolution stands (none yet: no topics)."""
     group = change.group
     version = topics.version
-    changed = False
-    stale = False
     used = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
     for regex in [r for r in group.regexes if r not in used]:
         change.touch()
         del group.regexes[regex]
         op.emit(*records.regex_record(group.group_id, regex, None))
+    stale = False
     for regex in used:
         old = group.regexes.get(regex)
-        if old is not None and old.version == version:
-            continue
-        if describable is None:
+        if old is None or old.version != version:
             stale = True
-            continue
-        resolved = resolve_regex(regex, topics, now_ms, describable)
-        change.touch()
-        if old is None or old.topics != resolved.topics:
-            group.regexes[regex] = resolved
-            op.emit(*records.regex_record(group.group_id, regex, resolved))
-            changed = True
-        else:
-            group.regexes[regex] = replace(old, version=version)
+    if stale and ask is not None:
+        ask(group)
     subscribed = subscribed_topics(topics, group.subscribed_topic_names())
     digest = metadata_hash(subscribed)
-    read_at = -1 if stale else version  # -1: the next heartbeat refreshes again
+    read_at = -1 if stale else version  # -1: the next heartbeat looks again
+    changed = False
     if subscribed != group.subscribed or group.topics_version != read_at:
         change.touch()
         group.subscribed = subscribed

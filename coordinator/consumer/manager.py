@@ -22,6 +22,7 @@ import logging
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import replace
+from functools import partial
 
 from kcoord.coordinator.config import GroupConfig
 from kcoord.coordinator.consumer import persistence as records
@@ -43,6 +44,7 @@ from kcoord.coordinator.consumer.messages import (
 )
 from kcoord.coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
 from kcoord.coordinator.consumer.regex import Describable, every_topic
+from kcoord.coordinator.consumer.regex_refresh import RegexRequest, ask_resolution
 from kcoord.coordinator.consumer.target import update_target
 from kcoord.coordinator.consumer.topics import TopicId, TopicsView
 from kcoord.coordinator.output import Operation, RebalanceCompleted
@@ -74,6 +76,8 @@ class ConsumerGroupManager:
         self.topics = topics
         self._new_member_id = new_member_id or (lambda: str(uuid.uuid4()))
         self.groups: dict[str, ConsumerGroup] = {}
+        self.regex_requests: list[RegexRequest] = []
+        """Resolutions asked for and not yet taken by the runtime (regex_refresh)."""
         self.loader = ConsumerGroupLoader()
         self.rebalance_observer: Callable[[RebalanceCompleted], None] | None = None
         self.downgrade: Callable[[ConsumerGroup, ConsumerMember, int], bool] | None = None
@@ -185,7 +189,8 @@ class ConsumerGroupManager:
         recompute the target if it is behind, reconcile the member given the partitions it
         reports owning; returns the member as it now stands. ``describable``: the topics the
         request's principal may describe, for the group's regexes (None for a classic member's
-        request: they are then left for the next ConsumerGroupHeartbeat)."""
+        request: they are then left for the next ConsumerGroupHeartbeat); a regex that needs
+        resolving is asked for (coordinator.consumer.regex_refresh), not resolved here."""
         group = change.group
         gid = group.group_id
         member_id = updated.member_id
@@ -202,9 +207,12 @@ class ConsumerGroupManager:
             elif updated.subscription_differs(member):
                 reason = f"member {member_id} changed its subscription"
         topics_moved = group.topics_version != self.topics.version
+        ask = None if describable is None else partial(
+            ask_resolution, self.regex_requests, describable=describable
+        )
         if (
             (reason or topics_moved)
-            and refresh_topics(self.op, change, self.topics, now_ms, describable)
+            and refresh_topics(self.op, change, self.topics, now_ms, ask)
             and not reason
         ):
             reason = "the subscribed topics changed"

@@ -16,6 +16,12 @@ This module owns which patterns are acceptable and what compiled patterns stay i
   own cache (128 entries, no byte bound) is bypassed.
 - RE2 running out of memory, or exceeding its budget, is a refusal like any invalid pattern.
 
+Resolving is in two parts, so that the matching can run off the event loop (Kafka resolves
+regexes asynchronously, off its coordinator thread): :func:`compile_regexes` on the coordinator's
+thread (it uses the cache), then :func:`match_topics`, which touches no shared state and may
+run in any thread over a snapshot of the topic names (RE2's matching is thread-safe).
+:func:`resolve_regex` does both at once.
+
 With an authorizer, a pattern resolves only to topics the principal of the heartbeat that
 resolves it may DESCRIBE (the ``describable`` predicate the broker hands in, as Kafka 4.0 does
 since KAFKA-18813): a member never learns a hidden topic's id or partitions from its assignment.
@@ -24,7 +30,7 @@ since KAFKA-18813): a member never learns a hidden topic's id or partitions from
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import re2
@@ -135,3 +141,27 @@ def resolve_regex(
             )
         )
     return ResolvedRegex(matched, topics.version, now_ms)
+
+
+def compile_regexes(patterns: Iterable[str]) -> dict[str, Any]:
+    """The compiled form of each acceptable pattern (refused ones are left out: they match
+    nothing). Uses the cache: the coordinator's thread only."""
+    compiled = {}
+    for pattern in patterns:
+        regexp = compile_regex(pattern)[0]
+        if regexp is not None:
+            compiled[pattern] = regexp
+    return compiled
+
+
+def match_topics(compiled: dict[str, Any], names: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The names (sorted) each compiled pattern matches whole, internal topics left out. Any
+    thread: it reads only its arguments."""
+    matched: dict[str, list[str]] = {pattern: [] for pattern in compiled}
+    for name in names:
+        if name in INTERNAL_TOPICS:
+            continue
+        for pattern, regexp in compiled.items():
+            if regexp.fullmatch(name) is not None:
+                matched[pattern].append(name)
+    return {pattern: tuple(sorted(found)) for pattern, found in matched.items()}

@@ -261,10 +261,10 @@ def test_a_broker_restart_resumes_the_group_without_a_rebalance(broker: BrokerPr
             m.stop()
 
 
-def _epochs(broker: BrokerProcess) -> tuple[int, int, str]:
-    """(group epoch, assignment epoch, state) of group "g", from ConsumerGroupDescribe."""
+def _epochs(broker: BrokerProcess, group: str = "g") -> tuple[int, int, str]:
+    """(group epoch, assignment epoch, state) of ``group``, from ConsumerGroupDescribe."""
     with RawClient(broker.port) as c:
-        r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=["g"], include_authorized_operations=False)
+        r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, group_ids=[group], include_authorized_operations=False)
     g = r.groups[0]
     return (g.group_epoch, g.assignment_epoch, g.group_state) if g.error_code == 0 else (-1, -1, "")
 
@@ -334,3 +334,134 @@ def test_a_classic_cooperative_group_upgraded_online_and_back(broker: BrokerProc
         for m in everyone:
             if m.thread.is_alive():
                 m.stop()
+
+
+def test_an_assign_only_consumer_commits_reads_back_and_auto_commits(broker: BrokerProcess) -> None:
+    """librdkafka's tests 0026/0030/0051/0099/0130/0140 (issue 32): with group.protocol=consumer
+    a consumer that only assign()s commits with the member id it made at start-up and epoch -1,
+    to a group that does not exist yet. Kafka takes it (a simple group is created for it), so
+    the synchronous commit, committed() and the auto-commits succeed and a second consumer of
+    the group goes on from the commit with no duplicate."""
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    create_topic(broker.bootstrap, "a", 2)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(200):
+        p.produce("a", value=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    group = f"assign-only-{uuid.uuid4()}"
+    parts = [TopicPartition("a", 0), TopicPartition("a", 1)]
+    commit_errors: list[object] = []
+    auto_committed: dict[int, int] = {}  # partition -> the newest offset an auto-commit stored
+
+    def on_commit(err: KafkaError | None, offsets: list[TopicPartition]) -> None:
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
+            commit_errors.append(err)
+        commit_errors.extend(tp.error for tp in offsets if tp.error is not None)
+        if err is None:  # a partition with nothing new to commit comes back as -1001
+            auto_committed.update({tp.partition: tp.offset for tp in offsets if tp.offset >= 0})
+
+    conf = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "on_commit": on_commit,
+    }
+    seen: list[bytes] = []
+
+    def consume(c: Any, until: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(seen) < until and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                seen.append(msg.value())
+        assert len(seen) >= until, len(seen)
+
+    first = Consumer({**conf, "enable.auto.commit": False})
+    try:
+        first.assign(parts)
+        consume(first, 120)
+        positions = {tp.partition: tp.offset for tp in first.position(parts)}
+        done = first.commit(asynchronous=False)
+        assert done is not None and all(tp.error is None for tp in done), done
+        committed = first.committed(parts, timeout=10)
+        assert {tp.partition: tp.offset for tp in committed} == positions
+        assert all(tp.error is None for tp in committed)
+    finally:
+        first.close()
+    second = Consumer({**conf, "enable.auto.commit": True, "auto.commit.interval.ms": 200})
+    try:
+        second.assign(parts)  # from the committed offsets, then auto-committing
+        consume(second, 200)
+        end = {0: 100, 1: 100}
+
+        def auto_committed_to_the_end() -> bool:
+            second.poll(0.1)
+            # what the first consumer committed, then what the auto-commits moved on
+            return bool(auto_committed) and {**positions, **auto_committed} == end
+
+        wait_for(auto_committed_to_the_end, 30, what="auto-commits up to the end")
+        assert {tp.partition: tp.offset for tp in second.committed(parts, timeout=10)} == end
+    finally:
+        second.close()
+    assert not commit_errors, commit_errors
+    assert len(seen) == 200 and len(set(seen)) == 200  # no duplicate, nothing missed
+
+
+def test_a_regex_and_a_literal_topic_the_literal_first_then_the_regex_at_a_later_epoch(
+    broker: BrokerProcess,
+) -> None:
+    """librdkafka's test 0045 (issue 32): subscribed to a topic and a regex together, Kafka's
+    first heartbeat answer assigns the topic, and the regex's topics come with a later epoch
+    (Kafka resolves regexes asynchronously); kcoord used to assign everything at once."""
+    from confluent_kafka import Consumer
+
+    create_topic(broker.bootstrap, "lit", 2)
+    create_topic(broker.bootstrap, "rx-a", 2)
+    create_topic(broker.bootstrap, "rx-b", 1)
+    steps: list[set[tuple[str, int]]] = []  # what each assignment callback added
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g45", "group.protocol": "consumer"})
+    c.subscribe(
+        ["lit", "^rx-.*"],  # SubscribedTopicNames ["lit"] and SubscribedTopicRegex "^rx-.*"
+        on_assign=lambda _c, parts: steps.append({(tp.topic, tp.partition) for tp in parts}),
+    )
+    everything = {("lit", 0), ("lit", 1), ("rx-a", 0), ("rx-a", 1), ("rx-b", 0)}
+
+    def assigned() -> set[tuple[str, int]]:
+        c.poll(0.05)
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    try:
+        wait_for(lambda: assigned() == everything, 30, what="lit and the regex's topics")
+        non_empty = [s for s in steps if s]
+        assert non_empty[0] == {("lit", 0), ("lit", 1)}, steps
+        assert set().union(*non_empty[1:]) == everything - non_empty[0], steps
+        group_epoch, assignment_epoch, _ = _epochs(broker, "g45")
+        assert group_epoch == assignment_epoch >= 2  # the join's epoch, then the regex's
+    finally:
+        c.close()
+
+
+def test_an_assign_only_consumer_s_offsets_go_into_a_transaction(broker: BrokerProcess) -> None:
+    """TxnOffsetCommit with the group metadata of an assign-only consumer-protocol consumer
+    (its own member id, epoch -1) to a group that does not exist yet: taken, as Kafka takes it
+    (issue 32), and visible once the transaction commits."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    create_topic(broker.bootstrap, "tx-in", 1)
+    conf = {"bootstrap.servers": broker.bootstrap, "group.id": "tx-assign-only", "group.protocol": "consumer"}
+    c = Consumer({**conf, "enable.auto.commit": False})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-assign-only"})
+    try:
+        c.assign([TopicPartition("tx-in", 0)])
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition("tx-in", 0, 7)], c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        (committed,) = c.committed([TopicPartition("tx-in", 0)], timeout=10)
+        assert (committed.offset, committed.error) == (7, None)
+    finally:
+        c.close()

@@ -1,14 +1,17 @@
 """Topic changes and storage faults against a real broker: partition limits judged in request
-order, concurrent creations, offline partitions at start-up (data and __consumer_offsets)."""
+order, concurrent creations, a big deletion that leaves the event loop serving, offline
+partitions at start-up (data and __consumer_offsets)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
@@ -72,6 +75,60 @@ def test_partition_limits_in_request_order(broker_factory: BrokerFactory) -> Non
     assert _error_of(admin.create_partitions([NewPartitions("a", 9)])["a"]) == 0
     md = admin.list_topics(timeout=10)
     assert len(md.topics["a"].partitions) == 9 and len(md.topics["c"].partitions) == 10
+
+
+def test_a_big_delete_topics_leaves_the_loop_serving_another_groups_heartbeats(
+    broker: BrokerProcess,
+) -> None:
+    """Issue 32 (librdkafka's test 0045 deleted 100 topics and a ConsumerGroupHeartbeat of
+    another group waited over a second): the storage work of DeleteTopics runs in a worker
+    thread. Shown without timing: while one DeleteTopics of 150 topics is under way, a member
+    of another group heartbeats on its own connection, and some heartbeat is answered while
+    the deletion is half done on disk (some of its partition directories renamed away, some
+    not yet). When the event loop did the deletion, every heartbeat answered during it came
+    after the last rename."""
+    if "storage.url" in broker.settings:
+        pytest.skip("watches the files engine's directories")
+    names = [f"del-{i:03d}" for i in range(150)]
+    with RawClient(broker.port, timeout=120) as admin, RawClient(broker.port, timeout=60) as member:
+        r = admin.request(ApiKey.CREATE_TOPICS, 5, timeout=60000, validate_only=False, topics=[
+            dict(name=n, num_partitions=4, replication_factor=1, assignments=[], configs=[])
+            for n in ["keep", *names]
+        ])
+        assert all(t.error_code == 0 for t in r.topics), r
+        doomed = {f"{n}-{p}" for n in names for p in range(4)}
+
+        def live() -> int:
+            return sum(1 for d in broker.data_dir.iterdir() if d.name in doomed)
+
+        def beat(**fields: Any) -> Any:
+            r = member.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, group_id="other",
+                               member_id="m", **fields)
+            assert r.error_code == 0, r
+            return r
+
+        epoch = beat(member_epoch=0, rebalance_timeout=30000, subscribed_topic_names=["keep"],
+                     topic_partitions=[]).member_epoch
+        assert live() == len(doomed)
+        admin.send(ApiKey.DELETE_TOPICS, 5, _delete_topics_body(names))
+        seen: list[int] = []  # live partition directories after each heartbeat answer
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            epoch = beat(member_epoch=epoch, topic_partitions=None).member_epoch
+            seen.append(live())
+            if seen[-1] == 0:
+                break
+        frame = admin.recv_frame()  # the DeleteTopics answer, once the deletion is durable
+        assert frame and live() == 0
+        assert any(0 < n < len(doomed) for n in seen), seen
+
+
+def _delete_topics_body(names: list[str]) -> bytes:
+    from kcoord.protocol.codec import encode_body, request_type
+    from kcoord.protocol.responses import build
+
+    request = build(request_type(ApiKey.DELETE_TOPICS, 5), topic_names=names, timeout=60000)
+    return encode_body(request)
 
 
 def test_concurrent_creations_of_one_name(broker: BrokerProcess) -> None:

@@ -17,6 +17,7 @@ from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatResponse,
 )
 from kcoord.coordinator.consumer.records import ConsumerRecordKey
+from kcoord.coordinator.consumer.regex_refresh import resolve_now
 from kcoord.coordinator.consumer.topics import StaticTopics
 from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
@@ -70,6 +71,17 @@ class Group:
     def owned(self, reply: ConsumerGroupHeartbeatResponse) -> Any:
         assert reply.assignment is not None
         return reply.assignment
+
+    def resolve(self) -> int:
+        """Resolve the regexes the shard asked for, as the broker's runtime does later (its
+        own operation); how many resolutions there were."""
+        requests = self.shard.take_regex_requests()
+        self.last_records = []
+        for request in requests:
+            out = self.shard.regexes_resolved(resolve_now(request, self.topics, self.now), self.now)
+            self.last_records += out.records
+            self.log += out.records
+        return len(requests)
 
     def advance(self, ms: int) -> None:
         self.now += ms
@@ -374,13 +386,21 @@ def test_a_deleted_topic_bumps_the_epoch_and_its_partitions_are_revoked() -> Non
 
 
 def test_regex_subscription_is_resolved_persisted_and_picks_up_a_new_topic() -> None:
+    # Resolved asynchronously (Kafka's maybeUpdateRegularExpressions): the join gets nothing,
+    # the resolution writes 16 and a new group epoch, the next heartbeat gets the topics.
     g = Group({"orders-1": 2, "other": 2})
     r = g.hb("a", 0, subscribed_topic_names=None, subscribed_topic_regex="orders-.*")
-    assert r.error == E.none and len(partitions(r)) == 2
-    assert (16, False) in g.kinds()
-    g.topics.create("orders-2", 3)
+    assert r.error == E.none and partitions(r) == set()
+    assert (16, False) not in g.kinds()
+    assert g.resolve() == 1 and g.kinds() == [(16, False), (3, False)]
     r = g.hb("a", r.member_epoch, topic_partitions=g.owned(r))
-    assert (16, False) in g.kinds()
+    assert len(partitions(r)) == 2
+    owned = g.owned(r)
+    g.topics.create("orders-2", 3)
+    r = g.hb("a", r.member_epoch, topic_partitions=owned)
+    assert (16, False) not in g.kinds() and r.assignment is None
+    assert g.resolve() == 1 and (16, False) in g.kinds()
+    r = g.hb("a", r.member_epoch, topic_partitions=owned)
     names = {g.topics.topic_by_id(t).name for t, _ in g.owned(r)}  # type: ignore[union-attr]
     assert names == {"orders-1", "orders-2"}
     assert g.shard.offsets.committed_count == 0

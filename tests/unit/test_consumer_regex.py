@@ -2,7 +2,9 @@
 kept in memory. An invalid or over-long pattern is refused with INVALID_REGULAR_EXPRESSION and
 leaves nothing behind; only a few valid compiled patterns are cached; an RE2 failure to
 allocate is a refusal too, never an exception out of the coordinator. With an authorizer, a
-pattern resolves only to topics the resolving heartbeat's principal may describe."""
+pattern resolves only to topics the resolving heartbeat's principal may describe. Resolution
+is asynchronous (tests/unit/test_consumer_regex_async.py): ``Group.resolve`` plays the
+runtime's part."""
 
 from __future__ import annotations
 
@@ -117,6 +119,7 @@ def test_a_long_valid_regex_subscription_works_and_is_persisted() -> None:
     assert len(pattern.encode()) <= MAX_REGEX_BYTES
     r = g.hb("a", 0, subscribed_topic_regex=pattern, subscribed_topic_names=())
     assert r.error == ErrorCode.none
+    assert g.resolve() == 1
     assert g.group().regexes[pattern].topics == ("t",)
 
 
@@ -130,18 +133,22 @@ def test_a_regex_resolves_only_the_topics_the_heartbeat_s_principal_may_describe
         return name.startswith("visible")
 
     r = g.hb("a", 0, subscribed_topic_names=None, subscribed_topic_regex=".*", describable=may)
-    assert r.error == ErrorCode.none
+    assert r.error == ErrorCode.none and g.resolve() == 1
     assert g.group().regexes[".*"].topics == ("visible",)
+    r = g.hb("a", r.member_epoch, describable=may)
     assert {t for t, _ in r.assignment or ()} == {g.id_of("visible")}
-    # A topic created later: resolved at the next heartbeat, under the same rule.
+    # A topic created later: resolved after the next heartbeat, under the same rule.
     g.topics.create("visible-2", 1)
     g.topics.create("hidden-2", 1)
     g.hb("a", r.member_epoch, describable=may)
+    assert g.resolve() == 1
     assert g.group().regexes[".*"].topics == ("visible", "visible-2")
+    g.hb("a", g.group().members["a"].member_epoch, describable=may)
     assigned = {t for m in g.group().target.values() for t in m}
     assert assigned == {g.id_of("visible"), g.id_of("visible-2")}
     # Without an authorizer (no predicate), every topic.
     g.hb("b", 0, group_id="g2", subscribed_topic_names=None, subscribed_topic_regex=".*")
+    assert g.resolve() == 1
     other = g.shard.consumer_group("g2")
     assert other is not None
     assert other.regexes[".*"].topics == ("hidden", "hidden-2", "visible", "visible-2")
@@ -155,10 +162,12 @@ def test_a_refresh_without_a_heartbeat_leaves_regexes_for_the_next_one() -> None
 
     a = g.hb("a", 0, subscribed_topic_names=None, subscribed_topic_regex=".*", describable=may)
     b = g.hb("b", 0, subscribed_topic_names=("visible",), describable=may)
-    assert a.error == b.error == ErrorCode.none
+    assert a.error == b.error == ErrorCode.none and g.resolve() == 1
     g.topics.create("hidden", 1)
     g.topics.create("visible-2", 1)
     g.hb("b", -1)  # b leaves: a refresh with no heartbeat's view
-    assert g.group().regexes[".*"].topics == ("visible",)  # not resolved there (nor unfiltered)
-    g.hb("a", a.member_epoch, describable=may)
+    assert g.resolve() == 0  # no resolution asked for there (nor an unfiltered one)
+    assert g.group().regexes[".*"].topics == ("visible",)
+    g.hb("a", g.group().members["a"].member_epoch, describable=may)
+    assert g.resolve() == 1
     assert g.group().regexes[".*"].topics == ("visible", "visible-2")

@@ -24,6 +24,7 @@ from kcoord.storage.checkpoint import (
     write_checkpoint,
 )
 from kcoord.storage.creation import COMMIT_MARKER, STAGING_DIR, StagedPartitions, create_partitions
+from kcoord.storage.engine import LogClosed
 from kcoord.storage.file_engine import FileEngine
 from kcoord.storage.log import PartitionLog
 from kcoord.storage.partition_metadata import read_partition_metadata
@@ -386,4 +387,50 @@ def test_start_up_registers_an_unopenable_partition_offline(
     assert topic is not None
     assert [p.offline is not None for p in topic.partitions] == [False, True, False]
     assert any("t-1" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    store.close()
+
+
+def test_a_retired_topic_keeps_its_name_until_erased_and_its_checkpoint_goes_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """DeleteTopics in two steps (issue 32): retire on the event loop, erase in a worker
+    thread. Meanwhile the topic is gone from the registry but its name is taken (Kafka's
+    TOPIC_ALREADY_EXISTS "marked for deletion"); afterwards the directories are gone, the
+    name is free, and the next start reports no loss."""
+    import asyncio
+
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
+    store.load()
+    for name in ("a", "b", "kept"):
+        store.create(name, 2)
+    plog = store.partition("a", 0)
+    assert plog is not None
+    plog.append(make_batch())
+    plog.flush()
+    assert store.write_checkpoints(store.checkpoint_snapshot())
+
+    async def delete() -> None:
+        retired = [store.retire("a"), store.retire("b")]
+        assert store.get("a") is None and store.partition_count == 2
+        pending = store.pending("a")
+        assert pending is not None and pending.deleting
+        with pytest.raises(TopicError) as refused:
+            store.reserve_topic("a", 1)
+        assert refused.value.code == ErrorCode.topic_already_exists
+        assert "marked for deletion" in str(refused.value)
+        assert await store.erase(retired) == {}
+        assert store.pending("a") is None and store.pending("b") is None
+        with pytest.raises(LogClosed):  # the worker thread closed it under the event loop
+            plog.append(make_batch())
+
+    asyncio.run(delete())
+    store.remove_deleted()
+    assert _partition_dirs(tmp_path) == ["kept-0", "kept-1"]
+    store.create("a", 1)  # the name is free again
+    store.close()
+    store = TopicStore(started(tmp_path), SEGMENT_BYTES)
+    with caplog.at_level(logging.ERROR):
+        store.load()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert store.get("b") is None and len(store.get("a").partitions) == 1  # type: ignore[union-attr]
     store.close()
