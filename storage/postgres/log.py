@@ -551,11 +551,13 @@ class PostgresLog:
                 self._recent.clear()
 
 
-def flush_logs(pool: ConnectionPool, logs: Sequence[PostgresLog]) -> dict[PostgresLog, OSError]:
+def flush_logs(
+    pool: ConnectionPool, logs: Sequence[PostgresLog]
+) -> dict[PostgresLog, OSError | LogClosed]:
     """Flush ``logs`` in one transaction (``storage.postgres.flush``); those that failed, each
     with its error: offline from then on, what waited in them dropped (module docstring).
     Blocking; the flush locks are taken in row order, so concurrent callers cannot deadlock."""
-    failed: dict[PostgresLog, OSError] = {}
+    failed: dict[PostgresLog, OSError | LogClosed] = {}
     ordered = sorted(set(logs), key=lambda plog: plog.row_id)
     with contextlib.ExitStack() as held:
         for plog in ordered:
@@ -564,7 +566,7 @@ def flush_logs(pool: ConnectionPool, logs: Sequence[PostgresLog]) -> dict[Postgr
         for plog in ordered:
             try:
                 plog._check_open()
-            except OSError as e:
+            except (OSError, LogClosed) as e:  # offline, or closed under a round (a hand-over)
                 failed[plog] = e
                 continue
             waiting = plog._pending_flush()
@@ -594,5 +596,5 @@ class FlushTogether:
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
 
-    def flush_all(self, logs: Sequence[PostgresLog]) -> dict[PostgresLog, OSError]:
+    def flush_all(self, logs: Sequence[PostgresLog]) -> dict[PostgresLog, OSError | LogClosed]:
         return flush_logs(self.pool, logs)
