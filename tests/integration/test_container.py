@@ -104,6 +104,44 @@ def test_compose_file_parses_and_its_environment_is_known_settings() -> None:
     assert any(v.endswith(":" + data_dir) for v in services["kcoord"]["volumes"])
 
 
+def test_the_cluster_compose_file_gives_three_nodes_one_database_and_known_settings() -> None:
+    """docker-compose.cluster.yml (docs/cluster.md): every node's environment is known
+    settings with valid values, the nodes share one storage.url and have their own node.id,
+    and each advertises every listener it has."""
+    with open(ROOT / "docker-compose.cluster.yml") as f:
+        doc = yaml.safe_load(f)
+    nodes = {name: svc for name, svc in doc["services"].items() if name.startswith("kcoord")}
+    assert len(nodes) == 3
+    ids, urls = set(), set()
+    for name, svc in nodes.items():
+        env = {k: str(v) for k, v in svc["environment"].items()}
+        cfg = Config.load(environ=env)
+        assert cfg.warnings == [], (name, cfg.warnings)
+        ids.add(cfg["node.id"])
+        urls.add(cfg.storage_url)
+        listeners = {x.split("://")[0] for x in env["KCOORD_LISTENERS"].split(",")}
+        advertised = {x.split("://")[0] for x in env["KCOORD_ADVERTISED_LISTENERS"].split(",")}
+        assert listeners == advertised == {"INTERNAL", "EXTERNAL"}
+        assert f"INTERNAL://{name}:9092" in env["KCOORD_ADVERTISED_LISTENERS"]
+        assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert ids == {1, 2, 3} and len(urls) == 1
+
+
+def test_the_kubernetes_example_runs_the_image_as_a_cluster_from_a_secret() -> None:
+    with open(ROOT / "deploy" / "kubernetes" / "kcoord-cluster.yaml") as f:
+        service, stateful_set = list(yaml.safe_load_all(f))
+    assert service["spec"]["clusterIP"] == "None"
+    pod = stateful_set["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KCOORD_STORAGE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "kcoord-storage"
+    known = {"KCOORD_" + n.upper().replace(".", "_") for n in SETTINGS}
+    assert set(env) <= known
+    command = container["args"][0]
+    assert "node.id=${HOSTNAME##*-}" in command
+    assert f"advertised.listeners=${{HOSTNAME}}.{stateful_set['spec']['serviceName']}:9092" in command
+
+
 def test_prometheus_scrapes_the_metrics_port_of_the_broker_service() -> None:
     doc = compose()
     prom = doc["services"]["prometheus"]
