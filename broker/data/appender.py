@@ -155,7 +155,7 @@ class Appender:
     ) -> Refused | None:
         code = await gate
         if code:
-            return Refused(code, f"refused by the transaction coordinator: {ErrorCode(code).name}")
+            return Refused(code, f"refused by the transaction coordinator: {ErrorCode(code).name.upper()}")
         if needs_worker(header, self._inline_bytes):
             return await asyncio.get_running_loop().run_in_executor(
                 self._pool(), _check, header, records, self._limit, keyed
