@@ -6,7 +6,8 @@ The partitions a transaction writes to are led by every node, so the transaction
 nodes (WriteTxnMarkers), and most transactional batches are verified by the leader asking the
 coordinator on another node (AddPartitionsToTxn v4, verify only). The consume-transform-produce
 copy also has its group coordinator on a node other than the transaction coordinator, so the
-``__consumer_offsets`` marker crosses nodes too.
+``__consumer_offsets`` marker crosses nodes too; once more with the transaction coordinator's
+node SIGKILLed part-way through the copy.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def spread_topic(cluster: Cluster, name: str, partitions: int) -> dict[int, int]
     return leaders
 
 
-def txn_coordinator(cluster: Cluster, transactional_id: str) -> int:
-    """The node every serving node names as the coordinator of ``transactional_id``."""
+def txn_coordinator(cluster: Cluster, transactional_id: str, other_than: int | None = None) -> int:
+    """The node every serving node names as the coordinator of ``transactional_id`` (once it
+    is not ``other_than``)."""
 
     def agreed() -> int | None:
         answers = set()
@@ -62,7 +64,9 @@ def txn_coordinator(cluster: Cluster, transactional_id: str) -> int:
             if r.error_code:
                 return None
             answers.add(int(r.node_id))
-        return answers.pop() if len(answers) == 1 else None
+        if len(answers) != 1 or other_than in answers:
+            return None
+        return answers.pop()
 
     return int(wait_for(agreed, 30, 0.1, f"one coordinator for {transactional_id}"))  # type: ignore[arg-type]
 
@@ -132,6 +136,19 @@ def test_exactly_once_copy_across_nodes(nodes: Cluster, tmp_path: Path) -> None:
     """The exactly-once worker of ``test_exactly_once`` copies ``in`` to ``out`` (3 partitions
     each, led by the three nodes) with its group coordinated by one node and its transactions
     by another."""
+    copy(nodes, tmp_path, records=3000, kill_coordinator_after=None)
+
+
+def test_exactly_once_copy_survives_a_sigkill_of_the_transaction_coordinator(
+    nodes: Cluster, tmp_path: Path
+) -> None:
+    """The same copy, with the node coordinating its transactions SIGKILLed part-way: another
+    node takes the id's partition over, completes or aborts what its log says, and the copy
+    ends with every record exactly once."""
+    copy(nodes, tmp_path, records=6000, kill_coordinator_after=1500)
+
+
+def copy(nodes: Cluster, tmp_path: Path, records: int, kill_coordinator_after: int | None) -> None:
     in_leaders = spread_topic(nodes, "in", 3)
     spread_topic(nodes, "out", 3)
     txn_id = "eos-worker"  # the worker's
@@ -140,7 +157,6 @@ def test_exactly_once_copy_across_nodes(nodes: Cluster, tmp_path: Path) -> None:
     group = next(
         g for g in (f"eos-{i}" for i in range(64)) if coordinator_of(nodes, g) != coordinator
     )
-    records = 3000
     p = Producer({"bootstrap.servers": nodes.bootstrap, "linger.ms": 20})
     for i in range(records):
         p.produce("in", key=b"%d" % i, value=b"r%d-%d" % (i % 3, i), partition=i % 3)
@@ -149,7 +165,12 @@ def test_exactly_once_copy_across_nodes(nodes: Cluster, tmp_path: Path) -> None:
     assert sum(ends.values()) == records, (ends, in_leaders)
     worker = Worker(nodes.bootstrap, tmp_path / "worker.err", group=group)
     try:
-        wait_for(lambda: _committed(nodes.bootstrap, group, "in") == ends, 180, 0.5,
+        if kill_coordinator_after is not None:
+            wait_for(lambda: worker.committed >= kill_coordinator_after, 120, 0.1,
+                     "a first part copied")
+            nodes.nodes[coordinator].kill()
+            txn_coordinator(nodes, txn_id, other_than=coordinator)  # within the session
+        wait_for(lambda: _committed(nodes.bootstrap, group, "in") == ends, 240, 0.5,
                  "the group's offsets at the input's end")
     finally:
         worker.stop()
