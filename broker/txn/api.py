@@ -5,8 +5,9 @@ AddOffsetsToTxn, EndTxn, and the KIP-664 tools ListTransactions and DescribeTran
 
 Each handler checks what Kafka's KafkaApis checks (ACLs: WRITE on the TRANSACTIONAL_ID, READ on
 the group of AddOffsetsToTxn, WRITE on the topics of AddPartitionsToTxn, DESCRIBE for the
-tools, CLUSTER_ACTION for AddPartitionsToTxn v4), asks the state machine (``coordinator.transactions``) and, when it answers with a
-transition, has the runtime (``broker.txn.runtime``) make it durable before answering.
+tools, CLUSTER_ACTION for AddPartitionsToTxn v4), asks the state machine
+(``coordinator.transactions``) and, when it answers with a transition, has the runtime
+(``broker.txn.runtime``) make it durable before answering.
 PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to the versions that predate it, as Kafka
 does.
 """
