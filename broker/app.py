@@ -28,6 +28,7 @@ from .admin_api.configs import ConfigApi
 from .cluster.documents import SharedDocuments
 from .cluster.identity import NodeIdentity
 from .cluster.led_engine import LedEngine
+from .cluster.peers import Peers
 from .cluster.view import ClusterView
 from .config import Config
 from .console.login import ConsoleLogin
@@ -63,6 +64,7 @@ from .services import MetricsHooks
 from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
 from .txn.producer_ids import ProducerIdBlocks
+from .txn.remote import RemoteTxn, TxnVerification
 from .txn.runtime import TxnRuntime
 
 if TYPE_CHECKING:
@@ -166,8 +168,17 @@ class Broker:
         self.groups = GroupRuntime(config, self.topics, self.flusher, hooks, self.clustered)
         # The transaction coordinator (issue 16): markers go to the data partitions through the
         # data plane's MarkerWriter, to __consumer_offsets through the group runtime.
+        # In a cluster, markers and verifications of what other nodes lead go to them
+        # (broker/txn/remote.py, over broker/cluster/peers.py).
+        self.peers: Peers | None = None
+        remote: RemoteTxn | None = None
+        if self.clustered:
+            first = self.listeners[0]
+            self.peers = Peers(self.view, first.name, first.security_protocol,
+                               config["broker.session.timeout.ms"] / 1000.0)
+            remote = RemoteTxn(self.peers, self.view)
         self.markers = MarkerWriter(
-            self.topics, self.flusher, offsets_marker=self.groups.write_txn_marker
+            self.topics, self.flusher, offsets_marker=self.groups.write_txn_marker, remote=remote
         )
         producers = ProducersApi(self.topics)
         self.transactions = TxnRuntime(
@@ -179,7 +190,8 @@ class Broker:
             clustered=self.clustered,
         )
         self.data = DataApi(
-            config, self.topics, self.flusher, hooks, self.transactions.verify_partition
+            config, self.topics, self.flusher, hooks,
+            TxnVerification(self.transactions, self.view, remote),
         )
         txn = TxnApi(
             self.transactions,
@@ -476,6 +488,8 @@ class Broker:
                 conn.transport.close()
         await self.groups.stop()
         await self.transactions.stop()
+        if self.peers is not None:
+            await self.peers.close()
         self.data.stop()
         self.retention.stop()
         for server in self._servers:

@@ -72,7 +72,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),  # v4+ (broker-to-broker verification) not served
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # v4: between brokers (KIP-890 verification); not v5
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 4),  # v5 is transactions version 2 (an epoch bump per transaction)
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),

@@ -35,8 +35,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.legacy import encode_legacy_produce_response
 from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
 from kcoord.protocol.validate import Refused, check_batch
-from kcoord.storage.engine import LogClosed, OffsetOutOfRange
-from kcoord.storage.engine import Log
+from kcoord.storage.engine import Log, LogClosed, OffsetOutOfRange
 from kcoord.storage.offline import moved_away
 
 from ..net.connection import NO_RESPONSE, RequestContext
@@ -294,11 +293,14 @@ class DataApi:
         except Refused as r:
             log.info("refused produce to %s-%d: %s", name, index, r.message)
             return plog, refused(r)
+        gate = None
         if header.is_transactional:  # a transactional id is there: transactional_refusal
             error = self.verify_txn(
                 txn_id or "", header.producer_id, header.producer_epoch, name, index
             )
-            if error:
+            if not isinstance(error, int):
+                gate = error  # another node's coordinator answers (cluster mode)
+            elif error:
                 log.info(
                     "refused transactional produce to %s-%d (producer %d, epoch %d, id %r): %s",
                     name, index, header.producer_id, header.producer_epoch, txn_id,
@@ -306,7 +308,7 @@ class DataApi:
                 )
                 return plog, Outcome(error)
         keyed = topics.settings_of(topic).compact  # Kafka refuses keyless records there
-        return plog, self.appender.submit(plog, (name, index), header, records, keyed)
+        return plog, self.appender.submit(plog, (name, index), header, records, keyed, gate)
 
     def _append_checked(
         self, plog: Log, where: tuple[str, int], h: BatchHeader, records: bytes

@@ -14,6 +14,12 @@ checked. An idempotent producer's in-flight batches therefore land in request or
 retried batch queued behind its original finds the original's offset (the append function
 de-duplicates). A refused batch appends nothing, so it is answered at once.
 
+A batch may also come with a *gate*, an awaitable error code decided elsewhere (cluster mode:
+the verification of a transactional batch by the coordinator on another node,
+``broker.txn.remote``). The batch takes its place in the chain at once and is checked, then
+appended, only once its gate answered 0; any other code refuses it. So batches keep their arrival
+order while some of them wait for another node.
+
 The append itself (de-duplication, ``Log.append``, producer state) is the caller's
 function; this module only decides when it runs.
 """
@@ -23,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -116,14 +122,18 @@ class Appender:
         header: BatchHeader,
         records: bytes,
         keyed: bool = False,
+        gate: Awaitable[int] | None = None,
     ) -> Outcome | asyncio.Future[Outcome]:
         """Check and append one partition's batch (``header`` from ``check_batch``; ``keyed``:
-        of a compacted topic, every record needs a key): the outcome now, or a future of it
-        when the batch must wait for a check or for batches ahead of it."""
+        of a compacted topic, every record needs a key; ``gate``: module docstring): the
+        outcome now, or a future of it when the batch must wait for its gate, a check or
+        batches ahead of it."""
         chain = self._chains.get(plog)
         check: asyncio.Future[Refused | None] | None = None
         loop = asyncio.get_running_loop()
-        if needs_worker(header, self._inline_bytes):
+        if gate is not None:
+            check = asyncio.ensure_future(self._gated(gate, header, records, keyed))
+        elif needs_worker(header, self._inline_bytes):
             check = loop.run_in_executor(self._pool(), _check, header, records, self._limit, keyed)
         else:
             problem = _check(header, records, self._limit, keyed)
@@ -139,6 +149,18 @@ class Appender:
         if len(chain) == 1:
             self._advance(plog)
         return done
+
+    async def _gated(
+        self, gate: Awaitable[int], header: BatchHeader, records: bytes, keyed: bool
+    ) -> Refused | None:
+        code = await gate
+        if code:
+            return Refused(code, f"refused by the transaction coordinator: {ErrorCode(code).name.upper()}")
+        if needs_worker(header, self._inline_bytes):
+            return await asyncio.get_running_loop().run_in_executor(
+                self._pool(), _check, header, records, self._limit, keyed
+            )
+        return _check(header, records, self._limit, keyed)
 
     def pending(self, plog: Log) -> int:
         """Batches of ``plog`` accepted but not yet appended or refused."""

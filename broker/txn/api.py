@@ -1,17 +1,20 @@
 """The transaction APIs on the wire: InitProducerId (idempotent and transactional),
-AddPartitionsToTxn v0-v3, AddOffsetsToTxn, EndTxn, and the KIP-664 tools ListTransactions and
-DescribeTransactions.
+AddPartitionsToTxn (v0-v3 from producers; v4, the batched form between brokers, whose
+verify-only transactions answer a partition leader's KIP-890 check, ``broker.txn.remote``),
+AddOffsetsToTxn, EndTxn, and the KIP-664 tools ListTransactions and DescribeTransactions.
 
 Each handler checks what Kafka's KafkaApis checks (ACLs: WRITE on the TRANSACTIONAL_ID, READ on
 the group of AddOffsetsToTxn, WRITE on the topics of AddPartitionsToTxn, DESCRIBE for the
-tools), asks the state machine (``coordinator.transactions``) and, when it answers with a
-transition, has the runtime (``broker.txn.runtime``) make it durable before answering.
+tools, CLUSTER_ACTION for AddPartitionsToTxn v4), asks the state machine
+(``coordinator.transactions``) and, when it answers with a transition, has the runtime
+(``broker.txn.runtime``) make it durable before answering.
 PRODUCER_FENCED is answered INVALID_PRODUCER_EPOCH to the versions that predate it, as Kafka
 does.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -129,6 +132,8 @@ class TxnApi:
 
     # AddPartitionsToTxn ---------------------------------------------------------------------------
     def add_partitions_to_txn(self, ctx: RequestContext, req: Any) -> Any:
+        if ctx.version >= 4:
+            return self._from_broker(ctx, req)
         txn_id = req.v3_and_below_transactional_id
         wanted: list[TopicPartition] = [
             (t.name, int(p)) for t in req.v3_and_below_topics for p in t.partitions
@@ -188,6 +193,67 @@ class TxnApi:
     @staticmethod
     async def _written(written: Awaitable[int], answer: Callable[[int], Any]) -> Any:
         return answer(await written)
+
+    def _from_broker(self, ctx: RequestContext, req: Any) -> Any:
+        """AddPartitionsToTxn v4, from another broker: several transactions, each either to
+        verify (are these partitions in the producer's ongoing transaction? Kafka's answers:
+        PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while it completes, INVALID_TXN_STATE for a
+        partition outside it; v5's TRANSACTION_ABORTABLE is not served) or to add to."""
+        if not ctx.allowed(Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            return ctx.respond(throttle_time=0, error_code=_E.cluster_authorization_failed,
+                               results_by_transaction=[])
+        return self._transactions(ctx, req)
+
+    async def _transactions(self, ctx: RequestContext, req: Any) -> Any:
+        results = []
+        for t in req.transactions:
+            wanted: list[TopicPartition] = [(x.name, int(p)) for x in t.topics for p in x.partitions]
+            codes: dict[TopicPartition, int]
+            if t.verify_only:
+                codes = self._verify(t.transactional_id, int(t.producer_id), int(t.producer_epoch),
+                                     wanted)
+            else:
+                codes = await self._add_for_broker(t.transactional_id, int(t.producer_id),
+                                                   int(t.producer_epoch), wanted)
+            by_topic: dict[str, list[dict[str, int]]] = {}
+            for (topic, p), code in codes.items():
+                by_topic.setdefault(topic, []).append(
+                    dict(partition_index=p, partition_error_code=code)
+                )
+            results.append(dict(
+                transactional_id=t.transactional_id,
+                topic_results=[dict(name=n, results_by_partition=rs) for n, rs in by_topic.items()],
+            ))
+        return ctx.respond(throttle_time=0, error_code=0, results_by_transaction=results)
+
+    def _verify(
+        self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        if not txn_id:
+            return dict.fromkeys(wanted, _E.invalid_request)
+        code = self.runtime.coordinator_error(txn_id)
+        if code:
+            return dict.fromkeys(wanted, code)
+        coordinator = self.runtime.coordinator
+        out = {}
+        for tp in wanted:
+            code = coordinator.verify_partition(txn_id, pid, epoch, tp)
+            # The coordinator's own answer for a fenced epoch (Produce maps it back).
+            out[tp] = _E.producer_fenced if code == _E.invalid_producer_epoch else code
+        return out
+
+    async def _add_for_broker(
+        self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        missing = {tp: _E.unknown_topic_or_partition for tp in wanted
+                   if not self.partition_exists(*tp)}
+        if missing:
+            return {tp: missing.get(tp, _E.operation_not_attempted) for tp in wanted}
+        if not txn_id:
+            return dict.fromkeys(wanted, _E.invalid_request)
+        answer: Any = self._add(txn_id, pid, epoch, wanted, int)
+        code = int(await answer) if inspect.isawaitable(answer) else int(answer)
+        return dict.fromkeys(wanted, code)
 
     # AddOffsetsToTxn ------------------------------------------------------------------------------
     def add_offsets_to_txn(self, ctx: RequestContext, req: Any) -> Any:

@@ -7,7 +7,7 @@ The state itself lives with each partition log (``storage.txn_log``, ``storage.p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 
 _ATTRIBUTES_AT = 22  # low byte of a v2 batch's attributes
 
-TxnVerifier = Callable[[str, int, int, str, int], int]
+TxnVerifier = Callable[[str, int, int, str, int], "int | Awaitable[int]"]
 """``(transactional id, producer id, producer epoch, topic, partition)``: 0 if a transactional
 batch of that producer may be appended there, else Produce's error for it (the transaction
-coordinator's ``TxnRuntime.verify_partition``)."""
+coordinator's ``TxnRuntime.verify_partition``); an awaitable of it when the coordinator is
+another node (``broker.txn.remote.TxnVerification``)."""
 
 
 def transactional_refusal(ctx: RequestContext, req: Any) -> int:

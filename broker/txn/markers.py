@@ -10,7 +10,10 @@ partition's epoch, which fences the older producer's later batches. The markers 
 ``__consumer_offsets`` partitions are not written here: they go to the injected
 ``offsets_marker`` (the group runtime's, which also makes the pending transactional offsets
 visible or drops them). The call returns once every marker written is durable (the same group
-fsync as Produce), with an error code per partition (0: written).
+fsync as Produce), with an error code per partition (0: written). In a cluster, the markers of
+partitions (``__consumer_offsets`` ones included) whose log here is a placeholder because another
+node leads them go to that node as WriteTxnMarkers (``broker.txn.remote``), unless the call is
+itself a WriteTxnMarkers from a peer: a node writes only what it leads, never forwards.
 
 :meth:`MarkerWriter.write_txn_markers` is the WriteTxnMarkers handler (API 27, v1; CLUSTER_ACTION
 on the cluster under an authorizer, as in Kafka, else CLUSTER_AUTHORIZATION_FAILED for every
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kcoord.protocol.control import encode_marker
 from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import Log, LogClosed
+from kcoord.storage.offline import moved_away
 
 from ..data.topic_names import OFFSETS_TOPIC
 from ..data.topics import storage_error_code
@@ -37,6 +41,7 @@ from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 if TYPE_CHECKING:
     from ..data.flusher import Flusher
     from ..data.topics import TopicStore
+    from .remote import RemoteTxn
 
 log = logging.getLogger("kcoord.txn")
 
@@ -53,11 +58,13 @@ class MarkerWriter:
         flusher: Flusher,
         offsets_marker: OffsetsMarker | None = None,
         clock: Callable[[], float] = time.time,
+        remote: RemoteTxn | None = None,
     ) -> None:
         self.topics = topics
         self.flusher = flusher
         self.offsets_marker = offsets_marker
         self._clock = clock
+        self.remote = remote
 
     async def write_markers(
         self,
@@ -66,13 +73,20 @@ class MarkerWriter:
         commit: bool,
         coordinator_epoch: int,
         partitions: Sequence[Where],
+        forward: bool = True,
     ) -> dict[Where, int]:
-        """Write one marker per partition (module docstring); an error code per partition."""
+        """Write one marker per partition (module docstring); an error code per partition.
+        ``forward``: send those of partitions led by other nodes to them (not when answering
+        a peer's WriteTxnMarkers)."""
         results: dict[Where, int] = {}
         written: dict[Where, Log] = {}
         delegated: list[Where] = []
+        elsewhere: list[Where] = []
         now_ms = int(self._clock() * 1000)
         for where in dict.fromkeys(partitions):
+            if forward and self.remote is not None and self._led_elsewhere(where):
+                elsewhere.append(where)
+                continue
             if where[0] == OFFSETS_TOPIC:
                 delegated.append(where)
                 continue
@@ -95,6 +109,11 @@ class MarkerWriter:
                 results.update((w, ErrorCode.none) for w in wheres)
             else:
                 waits.append((wheres, synced))
+        if elsewhere:
+            assert self.remote is not None
+            waits.append((elsewhere, self.remote.write_markers(
+                producer_id, producer_epoch, commit, coordinator_epoch, elsewhere
+            )))
         outcomes = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
         for (wheres, _), outcome in zip(waits, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -103,10 +122,18 @@ class MarkerWriter:
                 code = ErrorCode.kafka_storage_error
             elif isinstance(outcome, int):
                 code = outcome  # the offsets marker's answer
+            elif isinstance(outcome, dict):
+                results.update(outcome)  # the leaders' answers for partitions led elsewhere
+                continue
             else:
                 code = ErrorCode.none
             results.update((w, code) for w in wheres)
         return results
+
+    def _led_elsewhere(self, where: Where) -> bool:
+        """Whether another node leads the partition: its log here is a placeholder."""
+        plog = self.topics.partition(*where)
+        return plog is not None and moved_away(plog.offline)
 
     def _append(
         self,
@@ -167,6 +194,7 @@ class MarkerWriter:
                     bool(m.transaction_result),
                     int(m.coordinator_epoch),
                     wanted,
+                    forward=False,
                 )
             else:
                 codes = dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed)

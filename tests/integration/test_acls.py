@@ -537,6 +537,15 @@ def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, i
                 v3_and_below_topics=[dict(name="t", partitions=[0])])
     assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
     assert produce("alice", "tx-a") == ErrorCode.none
+    # AddPartitionsToTxn v4 is between brokers: CLUSTER_ACTION on the cluster, as in Kafka.
+    for user, top, codes in (("alice", ErrorCode.cluster_authorization_failed, []),
+                             ("admin", ErrorCode.none, [ErrorCode.none])):
+        verified = raw(sasl, user, ApiKey.ADD_PARTITIONS_TO_TXN, 4, transactions=[dict(
+            transactional_id="tx-a", producer_id=pid, producer_epoch=0, verify_only=True,
+            topics=[dict(name="t", partitions=[0])])])
+        assert verified.error_code == top
+        assert [p.partition_error_code for r in verified.results_by_transaction
+                for t in r.topic_results for p in t.results_by_partition] == codes
     assert markers("alice") == ErrorCode.cluster_authorization_failed
     assert producers("alice")[0] == ErrorCode.topic_authorization_failed
     assert producers("admin") == (ErrorCode.none, [pid])

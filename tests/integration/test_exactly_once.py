@@ -32,12 +32,12 @@ FAST = {"group.initial.rebalance.delay.ms": 0, "transaction.abort.timed.out.tran
 
 
 class Worker:
-    def __init__(self, broker: BrokerProcess, log: Path) -> None:
+    def __init__(self, bootstrap: str, log: Path, group: str = "eos") -> None:
         self.committed = 0
         self.started = False
         err = open(log, "ab")  # noqa: SIM115 - kept for post-mortems
         self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), "--bootstrap", broker.bootstrap, "--group", "eos",
+            [sys.executable, str(WORKER), "--bootstrap", bootstrap, "--group", group,
              "--input", "in", "--output", "out", "--transactional-id", "eos-worker", "--pause", "0.05"],
             stdout=subprocess.PIPE, stderr=err, cwd=ROOT,
         )
@@ -134,14 +134,14 @@ def test_consume_transform_produce_survives_broker_and_worker_kills(broker_facto
     _produce_input(broker.bootstrap)
     ends = _end_offsets(broker.bootstrap, "in")
     assert sum(ends.values()) == RECORDS
-    worker = Worker(broker, tmp_path / "worker-1.err")
+    worker = Worker(broker.bootstrap, tmp_path / "worker-1.err")
     try:
         wait_for(lambda: worker.committed >= 2000, 120, what="a first part copied")
         broker.kill()
         broker.restart()
         wait_for(lambda: worker.committed >= 6000, 120, what="copying after the first broker kill")
         worker.kill()  # mid-transaction, most likely
-        worker = Worker(broker, tmp_path / "worker-2.err")  # same transactional id: fences the old
+        worker = Worker(broker.bootstrap, tmp_path / "worker-2.err")  # same transactional id: fences the old
         wait_for(lambda: worker.committed >= 3000, 120, what="the replacement copying")
         broker.kill()
         broker.restart()

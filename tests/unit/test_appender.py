@@ -150,3 +150,34 @@ async def test_a_failing_check_fails_its_batch_only(monkeypatch: pytest.MonkeyPa
         assert appender.pending(plog) == 0  # type: ignore[arg-type]
     finally:
         appender.close()
+
+
+async def test_a_gated_batch_keeps_its_place_and_its_gate_decides() -> None:
+    """A batch waiting for its gate (another node's verification) holds back the later batches
+    of its partition, not other partitions; a non-zero gate refuses it, 0 appends it."""
+    rec = Recorder()
+    appender = Appender(rec, limit=1 << 20)
+    a, b = FakeLog("a-0"), FakeLog("b-0")
+    loop = asyncio.get_running_loop()
+    try:
+        open_gate: asyncio.Future[int] = loop.create_future()
+        closed_gate: asyncio.Future[int] = loop.create_future()
+        b1, b2, b3, b4 = (_batch(i, compressed=i == 3) for i in (1, 2, 3, 4))
+        first = appender.submit(a, ("a", 0), *b1, gate=open_gate)  # type: ignore[arg-type]
+        second = appender.submit(a, ("a", 0), *b2)  # type: ignore[arg-type]
+        third = appender.submit(a, ("a", 0), *b3, gate=closed_gate)  # type: ignore[arg-type]
+        other = appender.submit(b, ("b", 0), *b4)  # type: ignore[arg-type]
+        assert isinstance(other, Outcome) and other.error_code == 0  # not held back
+        assert isinstance(first, asyncio.Future) and isinstance(second, asyncio.Future)
+        await asyncio.sleep(0.01)
+        assert not first.done() and not second.done() and appender.pending(a) == 3  # type: ignore[arg-type]
+        closed_gate.set_result(ErrorCode.invalid_txn_state)  # decided first, answered in order
+        await asyncio.sleep(0.01)
+        assert not second.done()
+        open_gate.set_result(0)
+        one, two, three = await asyncio.gather(first, second, third)  # type: ignore[arg-type]
+        assert (one.error_code, two.error_code) == (0, 0)
+        assert three.error_code == ErrorCode.invalid_txn_state and "INVALID_TXN_STATE" in three.message
+        assert rec.appended == [("b", b4[1]), ("a", b1[1]), ("a", b2[1])]
+    finally:
+        appender.close()
