@@ -132,6 +132,21 @@ def started(cluster: Cluster) -> Cluster:
     return cluster
 
 
+def with_topic(cluster: Cluster, topic: str, partitions: int) -> dict[int, int]:
+    """Start the three nodes, create ``topic``; its leaders once every node agrees on them."""
+    return create_topic(started(cluster), topic, partitions)
+
+
+def create_topic(cluster: Cluster, topic: str, partitions: int) -> dict[int, int]:
+    """Create ``topic``; its leaders once every serving node agrees on them."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(10)
+    leaders = wait_for(lambda: cluster.settled(topic, partitions, 3), 30, 0.1, "settled leaders")
+    assert isinstance(leaders, dict)
+    return leaders
+
+
 def coordinator_of(cluster: Cluster, group: str, other_than: int | None = None) -> int:
     """The node id the serving nodes agree on as the group's coordinator (once it is not
     ``other_than``)."""
@@ -154,12 +169,7 @@ def coordinator_of(cluster: Cluster, group: str, other_than: int | None = None) 
 def test_three_nodes_agree_on_leaders_and_spread_partitions_and_coordinators(
     cluster: Cluster,
 ) -> None:
-    started(cluster)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic("spread", 6, 1)]).values():
-        f.result(10)
-    leaders = wait_for(lambda: cluster.settled("spread", 6, 3), 30, 0.1, "settled leaders")
-    assert isinstance(leaders, dict)
+    leaders = with_topic(cluster, "spread", 6)
     assert sorted(leaders.values()) == [1, 1, 2, 2, 3, 3], leaders
     # The group coordinators are spread too: 6 shards, two per node.
     offsets = wait_for(lambda: cluster.settled("__consumer_offsets", 6, 3), 30, 0.1, "shards")
@@ -242,11 +252,7 @@ def test_sigkill_of_a_group_coordinator_moves_the_group_and_loses_no_commit(
     """For a classic and a KIP-848 group: the coordinator's node is SIGKILLed; the group
     commits again through another node within the session timeout + 5 s, and the committed
     offsets are at least every acknowledged one."""
-    started(cluster)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic("work", 3, 1)]).values():
-        f.result(10)
-    wait_for(lambda: cluster.settled("work", 3, 3), 30, 0.1, "settled leaders")
+    with_topic(cluster, "work", 3)
     group = "failover-" + uuid.uuid4().hex[:6]
     victim_id = coordinator_of(cluster, group)
     victim = cluster.nodes[victim_id]
@@ -296,11 +302,7 @@ def test_a_paused_coordinator_never_writes_after_its_successor_took_over(
     """SIGSTOP the coordinator of a group past its session; a commit sent to it before the
     pause is delivered after it resumes and must be refused, the newer commit made on the
     successor meanwhile must stay."""
-    started(cluster)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic("paused", 1, 1)]).values():
-        f.result(10)
-    wait_for(lambda: cluster.settled("paused", 1, 3), 30, 0.1, "settled leaders")
+    with_topic(cluster, "paused", 1)
     group = "fenced-" + uuid.uuid4().hex[:6]
     old_id = coordinator_of(cluster, group)
     old = cluster.nodes[old_id]
@@ -345,11 +347,7 @@ def test_a_rolling_restart_of_every_node_loses_no_acknowledged_record_or_commit(
     """Each node in turn is stopped (SIGTERM: it hands its partitions over first) and started
     again while a producer writes and a group consumes and commits; every acknowledged record
     is there at the end, and no committed offset moved backwards."""
-    started(cluster)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic("rolling", 3, 1)]).values():
-        f.result(10)
-    wait_for(lambda: cluster.settled("rolling", 3, 3), 30, 0.1, "settled leaders")
+    with_topic(cluster, "rolling", 3)
     acked: set[bytes] = set()
 
     def delivered(err: Any, msg: Any) -> None:

@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kcoord.protocol.apis import ApiKey
 
 from .harness import wait_for
 from .rawclient import RawClient
-from .test_cluster import Cluster, coordinator_of, started
+from .test_cluster import Cluster, coordinator_of, create_topic, started
 from .test_exactly_once import Worker, _committed, _end_offsets, _read_committed
 
 PARTITIONS = 6
@@ -43,11 +42,7 @@ def nodes(tmp_path: Path, postgres_url: str) -> Iterator[Cluster]:
 def spread_topic(cluster: Cluster, name: str, partitions: int) -> dict[int, int]:
     """Create ``name`` and wait until every node agrees on its leaders, which are all three
     nodes; the leader of each partition."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        f.result(10)
-    leaders = wait_for(lambda: cluster.settled(name, partitions, 3), 30, 0.1, f"{name} settled")
-    assert isinstance(leaders, dict)
+    leaders = create_topic(cluster, name, partitions)
     assert set(leaders.values()) == {1, 2, 3}, leaders
     return leaders
 
