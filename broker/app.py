@@ -192,6 +192,7 @@ class Broker:
         self.data = DataApi(
             config, self.topics, self.flusher, hooks,
             TxnVerification(self.transactions, self.view, remote),
+            self.view,
         )
         txn = TxnApi(
             self.transactions,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import LeaderFence
 
 Endpoints = tuple[tuple[str, str, int], ...]
@@ -74,6 +75,19 @@ class ClusterView:
         if found is None or found.node_id not in self.nodes:
             return None
         return found
+
+    def epoch_error(self, topic: str, partition: int, requested: int) -> tuple[int, int]:
+        """(error, epoch) for a client's ``current_leader_epoch`` on a partition led here
+        (KIP-320, Fetch v9+ and ListOffsets v4+): FENCED_LEADER_EPOCH when the client's is older
+        than the leader's (it refreshes its metadata), UNKNOWN_LEADER_EPOCH when newer (this
+        node has not seen that epoch yet); -1 asks for no check."""
+        leader = self.leader(topic, partition)
+        epoch = leader.epoch if leader is not None else -1
+        if requested < 0 or leader is None or requested == epoch:
+            return 0, epoch
+        if requested < epoch:
+            return ErrorCode.fenced_leader_epoch, epoch
+        return ErrorCode.unknown_leader_epoch, epoch
 
     def live_nodes(self) -> list[NodeInfo]:
         return sorted(self.nodes.values(), key=lambda n: n.node_id)

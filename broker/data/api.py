@@ -46,6 +46,7 @@ from .appender import INLINE_BYTES, Appender, Outcome, refused
 from .topics import storage_error_code
 
 if TYPE_CHECKING:
+    from ..cluster.view import ClusterView
     from ..config import Config
     from ..services import MetricsHooks
     from .flusher import Flusher
@@ -119,8 +120,10 @@ class DataApi:
         flusher: Flusher,
         metrics: MetricsHooks,
         verify_txn: TxnVerifier,
+        view: ClusterView,
     ) -> None:
         self.config = config
+        self.view = view  # the leader epochs clients' current_leader_epoch is checked against
         self.topics = topics
         self.flusher = flusher
         self.verify_txn = verify_txn
@@ -419,8 +422,12 @@ class DataApi:
                     errors = True
                     parts.append(entry)
                     continue
-                if plog.offline is not None:
-                    entry["error_code"] = storage_error_code(plog.offline)
+                epoch_error = self.view.epoch_error(
+                    t.topic, p.partition, getattr(p, "current_leader_epoch", -1)
+                )[0]
+                if plog.offline is not None or epoch_error:
+                    offline = plog.offline
+                    entry["error_code"] = storage_error_code(offline) if offline else epoch_error
                     errors = True
                     parts.append(entry)
                     continue
@@ -488,12 +495,15 @@ class DataApi:
                 if work % SLICE == 0:
                     yield
                 plog = self.topics.partition(t.name, p.partition_index)
+                epoch_error, epoch = self.view.epoch_error(
+                    t.name, p.partition_index, getattr(p, "current_leader_epoch", -1)
+                )
                 entry = dict(
                     partition_index=p.partition_index,
                     error_code=0,
                     timestamp=-1,
                     offset=-1,
-                    leader_epoch=0,
+                    leader_epoch=max(epoch, 0),
                 )
                 try:
                     if t.name in refused:
@@ -502,6 +512,8 @@ class DataApi:
                         entry["error_code"] = ErrorCode.unknown_topic_or_partition
                     elif plog.offline is not None:
                         entry["error_code"] = storage_error_code(plog.offline)
+                    elif epoch_error:
+                        entry["error_code"] = epoch_error
                     elif p.timestamp == LATEST:
                         hw = high_watermark(plog)
                         entry["offset"] = plog.last_stable_offset(hw) if committed else hw

@@ -204,8 +204,34 @@ def test_three_nodes_agree_on_leaders_and_spread_partitions_and_coordinators(
             led_here = leaders[part.partition_index] == int(b.settings["node.id"])
             if led_here:
                 assert part.error_code == 0 and part.offset == 10, part
+                assert part.leader_epoch >= 1
+                check_epochs(b, part.partition_index, part.leader_epoch)
             else:
                 assert part.error_code == ErrorCode.not_leader_or_follower, part
+
+
+def check_epochs(b: BrokerProcess, partition: int, epoch: int) -> None:
+    """KIP-320 at the leader: the current epoch passes, an older one is fenced, a newer one
+    unknown; for ListOffsets and Fetch alike."""
+    expected = {epoch: 0, epoch - 1: ErrorCode.fenced_leader_epoch,
+                epoch + 1: ErrorCode.unknown_leader_epoch}
+    with RawClient(b.port) as rc:
+        for sent, code in expected.items():
+            r = rc.request(
+                ApiKey.LIST_OFFSETS, 5, replica_id=-1, isolation_level=0,
+                topics=[dict(name="spread", partitions=[dict(
+                    partition_index=partition, current_leader_epoch=sent, timestamp=-1)])],
+            )
+            assert r.topics[0].partitions[0].error_code == code, (sent, r)
+            f = rc.request(
+                ApiKey.FETCH, 12, replica_id=-1, max_wait=0, min_bytes=0, max_bytes=1 << 20,
+                isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                forgotten_topics_data=[],
+                topics=[dict(topic="spread", partitions=[dict(
+                    partition=partition, current_leader_epoch=sent, fetch_offset=0,
+                    last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 16)])],
+            )
+            assert f.responses[0].partitions[0].error_code == code, (sent, f)
 
 
 def _committer(cluster: Cluster, group: str, topic: str, protocol: str = "classic") -> Consumer:
