@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.apis import SUPPORTED, ApiKey
@@ -496,11 +497,14 @@ class ClusterApi:
             items = [(t.name, t.topic_id) for t in req.topics]
         else:
             items = [(name, None) for name in req.topic_names]
+        named = Counter(name for name, _ in items if name is not None)
         for name, topic_id in items:
             entry: dict[str, Any] = dict(
                 name=name, topic_id=topic_id or ZERO_UUID, error_code=0, error_message=None
             )
             try:
+                if name is not None and named[name] > 1:  # as Kafka: none of them is deleted
+                    raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
                 if name is None and topic_id is not None:
                     topic = self.topics.by_id.get(topic_id)
                     if topic is None:
@@ -509,6 +513,8 @@ class ClusterApi:
                     entry["name"] = name
                 if name is None:
                     raise TopicError(ErrorCode.invalid_request, "neither name nor id given")
+                if any(t.name == name for _, t in retired):  # named once and by id once
+                    raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
                 if not ctx.allowed(Operation.DELETE, _TOPIC, name):
                     raise _refused("DELETE")
                 await self._settled(name)  # a change under way (or a deletion) finishes first

@@ -60,7 +60,7 @@ class LogRetention:
         self.config = config
         self.topics = topics
         self._tasks: list[asyncio.Task[None]] = []
-        self._cleaned_size: dict[tuple[str, int], int] = {}
+        self._cleaned: dict[tuple[str, int], tuple[int, int]] = {}
 
     def start(self) -> None:
         self._tasks.append(asyncio.ensure_future(self._retention_loop()))
@@ -212,7 +212,7 @@ class LogRetention:
                 try:
                     await compact_if_grown(
                         plog,
-                        self._cleaned_size,
+                        self._cleaned,
                         (topic.name, p),
                         delete_retention_ms=settings.delete_retention_ms,
                         current=functools.partial(self._is_current, topic.name, p, plog),
@@ -226,7 +226,7 @@ class LogRetention:
 
 async def compact_if_grown(
     plog: Log,
-    cleaned_size: dict[Any, int],
+    cleaned: dict[Any, tuple[int, int]],
     key: Any,
     *,
     delete_retention_ms: int,
@@ -234,14 +234,16 @@ async def compact_if_grown(
     force: bool = False,
     clock: Callable[[], int] = now_ms,
 ) -> None:
-    """Compact ``plog`` if it is online, has something to clean and grew since its last
-    compaction (``cleaned_size[key]``; ``force``: even if not): the first phase in a worker
-    thread, the second (:func:`commit_compaction`) only if ``current()`` still says ``plog`` is
-    the partition's log. OSError if a read or the database failed (the next pass tries again)."""
+    """Compact ``plog`` if it is online, has something to clean and grew or sealed a segment
+    since its last compaction (``cleaned[key]``; ``force``: even if not): the first phase in a
+    worker thread, the second (:func:`commit_compaction`) only if ``current()`` still says
+    ``plog`` is the partition's log. OSError if a read or the database failed (the next pass
+    tries again)."""
     if plog.offline is not None or not plog.compactable:
         return
-    if not force and plog.size_bytes <= cleaned_size.get(key, 0):
-        return  # nothing new since the last compaction
+    size, sealed = cleaned.get(key, (0, 0))
+    if not force and plog.size_bytes <= size and len(plog.segment_base_offsets) == sealed:
+        return  # nothing new since the last compaction (a roll seals more to clean)
     plan = await asyncio.to_thread(
         plog.prepare_compaction, now_ms=clock(), delete_retention_ms=delete_retention_ms
     )
@@ -249,7 +251,7 @@ async def compact_if_grown(
         plog.abort_compaction(plan)
         return
     stats = await commit_compaction(plog, plan)
-    cleaned_size[key] = plog.size_bytes
+    cleaned[key] = (plog.size_bytes, len(plog.segment_base_offsets))
     if not stats.stale and stats.bytes_before != stats.bytes_after:
         log.info(
             "compacted %s: %d -> %d bytes, %d -> %d records in %.3f s",

@@ -28,7 +28,7 @@ async def clean_offsets(
     """Compact the shards' partitions now and then, forever (cancel to stop)."""
     backoff = config["log.cleaner.backoff.ms"] / 1000.0
     retention = config["log.cleaner.delete.retention.ms"]
-    cleaned_size: dict[int, int] = {}
+    cleaned: dict[int, tuple[int, int]] = {}
     while True:
         await asyncio.sleep(backoff)
         if not loaded():
@@ -40,7 +40,7 @@ async def clean_offsets(
             try:
                 await compact_if_grown(
                     plog,
-                    cleaned_size,
+                    cleaned,
                     sr.partition,
                     delete_retention_ms=retention,
                     current=functools.partial(_still, sr, plog),

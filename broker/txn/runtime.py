@@ -110,7 +110,7 @@ class TxnRuntime:
         self._completions: dict[str, asyncio.Task[None]] = {}
         """The task writing each completing transaction's markers and Complete record (the
         task removes itself when it ends)."""
-        self._cleaned_size: dict[int, int] = {}
+        self._cleaned: dict[int, tuple[int, int]] = {}
 
     # start-up and the topic ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -429,7 +429,7 @@ class TxnRuntime:
             try:
                 await compact_if_grown(
                     plog,
-                    self._cleaned_size,
+                    self._cleaned,
                     p,
                     delete_retention_ms=self.config["log.cleaner.delete.retention.ms"],
                     current=functools.partial(_still, logs, p, plog),

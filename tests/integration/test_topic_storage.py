@@ -131,6 +131,25 @@ def _delete_topics_body(names: list[str]) -> bytes:
     return encode_body(request)
 
 
+def test_a_topic_named_twice_in_one_delete_topics_is_refused_not_waited_on(
+    broker: BrokerProcess,
+) -> None:
+    """As Kafka: every entry of a name given twice gets INVALID_REQUEST and the topic stays
+    (the second entry used to wait on the first one's deletion, which waited on the answer);
+    the same topic given by id and then by name (v6) likewise answers at once."""
+    create_topic(broker.bootstrap, "twice", 1)
+    with RawClient(broker.port, timeout=30) as c:
+        r = c.request(ApiKey.DELETE_TOPICS, 5, topic_names=["twice", "twice"], timeout=30000)
+        assert [x.error_code for x in r.responses] == [ErrorCode.invalid_request] * 2, r
+        md = c.request(ApiKey.METADATA, 12, topics=[dict(name="twice", topic_id=None)],
+                       allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+        topic_id = md.topics[0].topic_id
+        assert md.topics[0].error_code == 0
+        r = c.request(ApiKey.DELETE_TOPICS, 6, timeout=30000, topics=[
+            dict(name=None, topic_id=topic_id), dict(name="twice", topic_id=None)])
+        assert [x.error_code for x in r.responses] == [0, ErrorCode.invalid_request], r
+
+
 def test_concurrent_creations_of_one_name(broker: BrokerProcess) -> None:
     results: list[int] = []
 
