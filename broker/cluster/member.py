@@ -98,7 +98,6 @@ class ClusterMember:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._row_ids: dict[Key, int] = {}  # the database rows of the partitions led here
         self._placed: tuple[tuple[frozenset[Key], tuple[int, ...]], dict[Key, int]] | None = None
-        self.rounds = 0
         self.taken = 0
         self.handed_over = 0
         self.fenced = 0
@@ -170,7 +169,6 @@ class ClusterMember:
     # one round ------------------------------------------------------------------------------------
     async def round(self) -> None:
         """The steps of the module docstring."""
-        self.rounds += 1
         version = self.topics.version
         if not await self._db(self.store.renew):
             log.error(

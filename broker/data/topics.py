@@ -221,16 +221,7 @@ class TopicStore:
 
     def forget(self, name: str) -> None:
         """Another node deleted ``name``: drop it here (its storage is that node's to delete)."""
-        topic = self.topics.pop(name)
-        self.by_id.pop(topic.topic_id, None)
-        self._held -= len(topic.partitions)
-        self.version += 1
-        for plog in topic.partitions:
-            try:
-                plog.close()
-            except OSError as e:
-                log.warning("closing %s: %s", plog.name, describe_error(e))
-        self.notify_appended()
+        _close_logs(self._unregister(name).partitions)
         log.info("topic %s was deleted in the cluster", name)
 
     def spec_of(self, topic: Topic) -> LogSpec:
@@ -534,11 +525,7 @@ class TopicStore:
         """Close every log (the engine stays open: its owner closes it)."""
         self.remove_deleted()
         for topic in self.topics.values():
-            for plog in topic.partitions:
-                try:
-                    plog.close()
-                except OSError as e:
-                    log.warning("closing %s: %s", plog.name, describe_error(e))
+            _close_logs(topic.partitions)
 
     # checkpoints --------------------------------------------------------------------------------
     def checkpoint_snapshot(self) -> object:
@@ -563,6 +550,15 @@ class TopicStore:
         if fut is not None and not fut.done():
             fut.set_result(None)
         self._appended = None
+
+
+def _close_logs(logs: list[Log]) -> None:
+    """Close each log; one that fails to is logged and the others still closed."""
+    for plog in logs:
+        try:
+            plog.close()
+        except OSError as e:
+            log.warning("closing %s: %s", plog.name, describe_error(e))
 
 
 def _log_unawaited_failure(done: asyncio.Future[Topic]) -> None:
