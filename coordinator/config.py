@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 
@@ -90,3 +91,16 @@ class GroupConfig:
             raise ValueError("consumer_max_size must be >= 1")
         if not self.consumer_assignors:
             raise ValueError("consumer_assignors must name at least one assignor")
+
+
+GroupOverrides = Callable[[str], Mapping[str, str]]
+"""The dynamic configs set on one group (Kafka's GROUP config resource, by IncrementalAlterConfigs):
+``share.session.timeout.ms``, ``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms``,
+``share.auto.offset.reset``, ``share.isolation.level``, ``consumer.session.timeout.ms``,
+``consumer.heartbeat.interval.ms``, as validated strings by Kafka name; a name not set is absent.
+Kept by broker/groups/group_configs.py; the coordinator and the share partitions read them."""
+
+
+def no_overrides(group_id: str) -> Mapping[str, str]:
+    """The :data:`GroupOverrides` of a broker (or a test) where no group has a config set."""
+    return {}

@@ -138,6 +138,7 @@ class Config:
             cfg.set(name.strip(), raw, "--set")
         cfg.advertised  # noqa: B018 - validates advertised.listeners early
         cfg._check_consumer_group_settings()
+        cfg._check_share_group_settings()
         cfg.storage_url  # noqa: B018 - validates storage.url early
         return cfg
 
@@ -187,6 +188,28 @@ class Config:
             raise ConfigError(
                 "setting 'group.consumer.migration.policy': allowed values: " + ", ".join(policies)
             )
+
+    def _check_share_group_settings(self) -> None:
+        """Kafka's start-up checks of the share-group (KIP-932) settings: each value within its
+        bounds, the heartbeat interval below the session timeout, at most 10 deliveries."""
+        v = self._values
+        for what in ("heartbeat.interval", "session.timeout", "record.lock.duration"):
+            value = v[f"group.share.{what}.ms"]
+            low, high = v[f"group.share.min.{what}.ms"], v[f"group.share.max.{what}.ms"]
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"setting 'group.share.{what}.ms': {value} is outside"
+                    f" group.share.min.{what}.ms ({low}) .. group.share.max.{what}.ms ({high})"
+                )
+        if v["group.share.heartbeat.interval.ms"] >= v["group.share.session.timeout.ms"]:
+            raise ConfigError(
+                "setting 'group.share.heartbeat.interval.ms' must be smaller than"
+                " group.share.session.timeout.ms"
+            )
+        if not 2 <= v["group.share.delivery.count.limit"] <= 10:
+            raise ConfigError("setting 'group.share.delivery.count.limit': allowed values: 2 .. 10")
+        if v["group.share.max.size"] > 1000:
+            raise ConfigError("setting 'group.share.max.size': allowed values: 1 .. 1000")
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -20,6 +20,12 @@ DEV_PRESET: dict[str, object] = {
     "group.consumer.heartbeat.interval.ms": 500,
     "group.consumer.min.session.timeout.ms": 6000,
     "group.consumer.session.timeout.ms": 6000,
+    # Share-group members the same; records may be locked for as little as 1 s (Kafka: 15 s).
+    "group.share.min.heartbeat.interval.ms": 500,
+    "group.share.heartbeat.interval.ms": 500,
+    "group.share.min.session.timeout.ms": 6000,
+    "group.share.session.timeout.ms": 6000,
+    "group.share.min.record.lock.duration.ms": 1000,
     # A topic a client names is there, with partitions enough for a group to share.
     "auto.create.topics.enable": True,
     "num.partitions": 3,

@@ -394,6 +394,81 @@ SETTINGS: dict[str, Setting] = {
             "Online conversion between classic and consumer groups: bidirectional, upgrade,"
             " downgrade or disabled.",
         ),
+        # Share groups (KIP-932): Kafka 4.2's names and defaults.
+        Setting(
+            "group.share.heartbeat.interval.ms",
+            int,
+            5000,
+            "Heartbeat interval told to share-group members.",
+            1,
+        ),
+        Setting(
+            "group.share.session.timeout.ms",
+            int,
+            45000,
+            "A share-group member silent this long is fenced.",
+            1,
+        ),
+        Setting("group.share.min.heartbeat.interval.ms", int, 5000, "Lower bound of the above.", 1),
+        Setting("group.share.max.heartbeat.interval.ms", int, 15000, "Upper bound of the above.", 1),
+        Setting("group.share.min.session.timeout.ms", int, 45000, "Lower bound of the above.", 1),
+        Setting("group.share.max.session.timeout.ms", int, 60000, "Upper bound of the above.", 1),
+        Setting("group.share.max.size", int, 200, "Most members a share group may have.", 1),
+        Setting(
+            "group.share.record.lock.duration.ms",
+            int,
+            30000,
+            "How long a share consumer holds a record it acquired before it is released.",
+            1000,
+        ),
+        Setting(
+            "group.share.min.record.lock.duration.ms", int, 15000, "Lower bound of the above.", 1000
+        ),
+        Setting(
+            "group.share.max.record.lock.duration.ms", int, 60000, "Upper bound of the above.", 1000
+        ),
+        Setting(
+            "group.share.partition.max.record.locks",
+            int,
+            2000,
+            "Most records of one share partition acquired (in flight) at once.",
+            100,
+        ),
+        Setting(
+            "group.share.delivery.count.limit",
+            int,
+            5,
+            "Deliveries of a record after which it is archived instead of made available again.",
+            2,
+        ),
+        Setting(
+            "group.share.max.share.sessions",
+            int,
+            2000,
+            "Most share sessions (ShareFetch) the broker keeps.",
+            1,
+        ),
+        Setting(
+            "share.coordinator.state.topic.num.partitions",
+            int,
+            50,
+            "Partitions of __share_group_state.",
+            1,
+        ),
+        Setting(
+            "share.coordinator.state.topic.segment.bytes",
+            int,
+            104857600,
+            "Segment size of __share_group_state.",
+            1024,
+        ),
+        Setting(
+            "share.coordinator.snapshot.update.records.per.snapshot",
+            int,
+            500,
+            "Share-state updates of one share partition written between two snapshots of it.",
+            0,
+        ),
         Setting("offsets.retention.minutes", int, 10080, "How long committed offsets are kept.", 1),
         Setting(
             "offsets.retention.check.interval.ms",
