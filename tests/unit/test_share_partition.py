@@ -526,11 +526,11 @@ def test_r8_property_state_is_the_replay_of_its_writes(
             if offset is not None:
                 read = [b for b in log if b.last_offset >= offset][:3]
                 got = sp.acquire(step[1], read, step[2], LOCK, now, read_offset=offset)
-                for r in got:
+                for taken in got:  # R2: only deliverable batches' records are handed out
                     assert all(
                         b.deliverable
                         for b in read
-                        if b.base_offset <= r.first_offset <= b.last_offset
+                        if b.base_offset <= taken.first_offset <= b.last_offset
                     )
         elif kind == "ack":
             sp.expire(now)  # so that a refusal must leave everything as it is
@@ -539,6 +539,7 @@ def test_r8_property_state_is_the_replay_of_its_writes(
             for r in held:
                 first = data.draw(st.integers(r.first_offset, r.last_offset))
                 last = data.draw(st.integers(first, r.last_offset))
+                types: tuple[int, ...]
                 if data.draw(st.booleans()):
                     types = (data.draw(st.sampled_from(list(AckType))),)
                 else:

@@ -192,8 +192,10 @@ class SharePartition:
                 continue
             if previous is not None:
                 gap_first = previous + 1
-            else:
-                gap_first = max(runs.end if read_offset is None else read_offset, runs.start)
+            elif read_offset is None:
+                gap_first = runs.end
+            else:  # in flight: nothing past the end offset was read before
+                gap_first = max(min(read_offset, runs.end), runs.start)
             previous = batch.last_offset
             if gap_first < first and not self._archive_gap(gap_first, first - 1):
                 break
