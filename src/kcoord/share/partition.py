@@ -33,7 +33,7 @@ Rules (each unit test names the one it checks):
 - R9 offsets below the log start (DeleteRecords, retention): :meth:`advance_start` archives
   and forgets them.
 
-Choices, following Kafka 4.2's SharePartition where the rules leave room:
+Choices where the rules leave room (Kafka 4.2's SharePartition unless said otherwise):
 
 - Persistence (R8). As in Kafka, acquiring writes nothing: only acknowledgement, release, lock
   expiry, archiving and the SPSO moving do. So what is persisted of an ACQUIRED record is what
@@ -44,14 +44,16 @@ Choices, following Kafka 4.2's SharePartition where the rules leave room:
 - Loading: AVAILABLE runs keep their delivery count (the next acquisition raises it);
   ACKNOWLEDGED and ARCHIVED runs stay done; offsets between the loaded runs are AVAILABLE with
   no delivery; the end offset is just past the last loaded run. A record loaded AVAILABLE with a
-  delivery count already at the limit is archived when next read instead of delivered.
+  delivery count already at the limit (the limit lowered) is archived when next read instead of
+  delivered (our choice).
 - In-flight limit (R3): counted as Kafka does, from the SPSO to the end offset, done records
   included (a record stuck at the SPSO holds the window); checked before each log batch past the
   end offset, so one acquisition may pass the limit by less than a batch.
 - Time: :meth:`acquire` and :meth:`acknowledge` first expire the locks passed at ``now_ms``, so
   an acknowledgement arriving after its lock is refused even if the broker's timer has not run.
 - Acknowledgements name in-flight offsets only: one below the SPSO or at or past the end offset
-  is INVALID_RECORD_STATE, like one not ACQUIRED by this member.
+  is INVALID_RECORD_STATE, like one not ACQUIRED by this member (Kafka skips offsets below the
+  SPSO and answers INVALID_REQUEST past its cache).
 - Gaps (R2): the offsets between two batches passed to :meth:`acquire`, and those before the
   first batch from the offset the broker read at (``read_offset``; the end offset if not
   given), are archived: the log holds no record there (compacted away). AVAILABLE offsets left
