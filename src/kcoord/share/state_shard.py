@@ -46,7 +46,7 @@ a new one (the log, not memory, says what is durable): there is no undo here.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from kcoord.coordinator.schema_errors import SchemaError
@@ -127,9 +127,6 @@ class ShareStateShard:
 
     def __len__(self) -> int:
         return len(self._held)
-
-    def keys(self) -> Iterator[SharePartitionKey]:
-        return iter(self._held)
 
     # reading -----------------------------------------------------------------------------------
     def read(self, key: SharePartitionKey) -> PersistedState:
