@@ -1,9 +1,9 @@
 """The broker process: builds every part of the broker, wires them together and runs them.
 
-It owns the config, the topic registry, the flusher, the group and transaction runtimes, the
-metrics and the listening socket, and maps each API key to its handler. Each part is handed the
-few services it uses (``broker/services.py``), never the broker: nothing but the command line
-imports this module.
+It owns the config, the topic registry, the flusher, the group, transaction and share-state
+runtimes, the metrics and the listening socket, and maps each API key to its handler. Each part
+is handed the few services it uses (``broker/services.py``), never the broker: nothing but the
+command line imports this module.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .data.producers_api import ProducersApi
 from .data.reopening import LogReopener
 from .data.retention import LogRetention
 from .data.topic_configs import CONFIGS_FILE, TopicConfigs
-from .data.topic_names import TRANSACTION_STATE_TOPIC
+from .data.topic_names import SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from .data.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, PartitionLimits, TopicStore
 from .groups.api import GroupApi
 from .groups.consumer_api import ConsumerGroupApi
@@ -61,6 +61,7 @@ from .security.sasl.credentials import CredentialStore
 from .security.sasl.password_checks import PasswordChecks
 from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
+from .share.state_runtime import ShareStateRuntime
 from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
 from .txn.producer_ids import ProducerIdBlocks
@@ -188,6 +189,11 @@ class Broker:
             write_markers=self.markers.write_markers,
             allocate_producer_id=ProducerIdBlocks(self.engine).allocate,
             clustered=self.clustered,
+        )
+        # The share coordinator's durable state (issue 29): __share_group_state, the
+        # persister of the share partitions.
+        self.share_state = ShareStateRuntime(
+            config, self.topics, self.flusher, clustered=self.clustered
         )
         self.data = DataApi(
             config, self.topics, self.flusher, hooks,
@@ -331,7 +337,11 @@ class Broker:
             self.topics,
             self.view,
             self.flusher,
-            {OFFSETS_TOPIC: self.groups, TRANSACTION_STATE_TOPIC: self.transactions},
+            {
+                OFFSETS_TOPIC: self.groups,
+                TRANSACTION_STATE_TOPIC: self.transactions,
+                SHARE_GROUP_STATE_TOPIC: self.share_state,
+            },
             config["broker.heartbeat.interval.ms"] / 1000.0,
             documents,
         )
@@ -382,10 +392,15 @@ class Broker:
         self.retention.start()
         await self.groups.start()
         await self.transactions.start()
+        await self.share_state.start()
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         reopener = LogReopener(
             self.topics,
-            {OFFSETS_TOPIC: self.groups.lead, TRANSACTION_STATE_TOPIC: self.transactions.lead},
+            {
+                OFFSETS_TOPIC: self.groups.lead,
+                TRANSACTION_STATE_TOPIC: self.transactions.lead,
+                SHARE_GROUP_STATE_TOPIC: self.share_state.lead,
+            },
         )
         self._reopen_task = asyncio.ensure_future(reopener.run())
         loop = asyncio.get_running_loop()
@@ -489,6 +504,7 @@ class Broker:
                 conn.transport.close()
         await self.groups.stop()
         await self.transactions.stop()
+        await self.share_state.stop()
         if self.peers is not None:
             await self.peers.close()
         self.data.stop()

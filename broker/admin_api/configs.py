@@ -34,7 +34,7 @@ from ..data.topic_configs import (
     ConfigProblem,
     check_overrides,
 )
-from ..data.topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
+from ..data.topic_names import INTERNAL_CLEANUP_POLICY, quoted, topic_name_problem
 from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -185,12 +185,12 @@ class ConfigApi:
                     wanted = self._incremental(topic, current, r.configs)
                 else:
                     wanted = _checked((c.name, c.value) for c in r.configs)
-                internal = topic.name in INTERNAL_TOPICS
-                if internal and wanted.setdefault("cleanup.policy", "compact") != "compact":
+                policy = INTERNAL_CLEANUP_POLICY.get(topic.name)
+                if policy is not None and wanted.setdefault("cleanup.policy", policy) != policy:
                     raise _Refused(
                         ErrorCode.invalid_config,
-                        f"cleanup.policy of {OFFSETS_TOPIC} must stay compact (the coordinator"
-                        " reads it back by key)",
+                        f"cleanup.policy of {topic.name} must stay {policy} (its coordinator"
+                        " reads it back)",
                     )
                 if not req.validate_only and wanted != current:
                     await self._apply(topic, wanted)

@@ -469,6 +469,14 @@ SETTINGS: dict[str, Setting] = {
             "Share-state updates of one share partition written between two snapshots of it.",
             0,
         ),
+        Setting(
+            "share.coordinator.state.topic.prune.interval.ms",
+            int,
+            300000,
+            "How often records of __share_group_state older than every snapshot still needed"
+            " are deleted.",
+            1,
+        ),
         Setting("offsets.retention.minutes", int, 10080, "How long committed offsets are kept.", 1),
         Setting(
             "offsets.retention.check.interval.ms",

@@ -1,6 +1,6 @@
 """Topic names: Kafka's rules for a legal name, how a name from a request is shown in messages,
-and the internal topics (``__consumer_offsets``, ``__transaction_state``), which the registry holds
-but only the coordinators write to."""
+and the internal topics (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``),
+which the registry holds but only the coordinators write to, with the cleanup policy each keeps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ import re
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+SHARE_GROUP_STATE_TOPIC = "__share_group_state"
+INTERNAL_CLEANUP_POLICY = {
+    OFFSETS_TOPIC: "compact",
+    TRANSACTION_STATE_TOPIC: "compact",
+    # Its updates are deltas: compaction would keep one per key and lose state. Its coordinator
+    # prunes it below the oldest snapshot still needed instead (broker/share/state_runtime.py).
+    SHARE_GROUP_STATE_TOPIC: "delete",
+}
+"""The cleanup.policy of each internal topic, which an alteration may not change."""
+INTERNAL_TOPICS = frozenset(INTERNAL_CLEANUP_POLICY)
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 _QUOTED_NAME_LENGTH = 64

@@ -40,7 +40,13 @@ from kcoord.storage.offline import LogOffline, moved_away
 
 from .topic_configs import TopicConfigs, TopicSettings, builtin_defaults
 from .topic_model import PartitionLimits, Reservation, Topic, TopicError
-from .topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC, quoted, topic_name_problem
+from .topic_names import (
+    INTERNAL_CLEANUP_POLICY,
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    quoted,
+    topic_name_problem,
+)
 
 __all__ = [
     # re-exported from .topic_names for the modules that import them from here
@@ -424,7 +430,10 @@ class TopicStore:
         created all-or-nothing (TopicError(KAFKA_STORAGE_ERROR) if that fails, nothing left
         behind); missing ones of an existing topic are created (offline if that fails).
         """
-        self.configs.set_internal(name, {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})
+        self.configs.set_internal(
+            name,
+            {"cleanup.policy": INTERNAL_CLEANUP_POLICY[name], "segment.bytes": str(segment_bytes)},
+        )
         stored = self.engine.stored_topics().get(name)
         if stored is None:
             res = self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)

@@ -38,7 +38,7 @@ import re2
 from kcoord.coordinator.consumer.group import ResolvedRegex
 from kcoord.coordinator.consumer.topics import TopicsView
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 MAX_REGEX_BYTES = 32767
 """Longest pattern accepted, in UTF-8 bytes: the most an int16-length record key holds."""
