@@ -78,8 +78,7 @@ class GroupRuntime:
     ) -> None:
         self.config = config
         self.clustered = clustered
-        self.overrides = overrides
-        """The configs set on each group (broker/groups/group_configs.py), handed to every shard."""
+        self.overrides = overrides  # the configs set on each group (groups/group_configs.py)
         self.topics = topics
         self.flusher = flusher
         self._observe_append = metrics.log_append
@@ -125,12 +124,8 @@ class GroupRuntime:
         """A shard loading partition ``partition`` (COORDINATOR_LOAD_IN_PROGRESS until
         :meth:`_finish`)."""
         shard = GroupShard(
-            partition,
-            self.group_config,
-            now_ms=t,
-            partition_for=self.partition_of,
-            topics=self.topics_view,
-            overrides=self.overrides,
+            partition, self.group_config, now_ms=t, partition_for=self.partition_of,
+            topics=self.topics_view, overrides=self.overrides,
         )
         shard.rebalance_observer = self._rebalanced
         return shard
