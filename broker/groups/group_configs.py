@@ -420,4 +420,8 @@ class GroupConfigs:
                 stored.pop(group_id, None)
             data = json.dumps(stored, indent=1, sort_keys=True).encode("utf-8")
             self._documents.write_document(CONFIGS_FILE, data)
-            self._install(stored)
+            applied = dict(self._applied)
+            applied.pop(group_id, None)
+            if configs:
+                applied[group_id] = _within_bounds(group_id, dict(configs), self._broker)
+            self._stored, self._applied = stored, applied
