@@ -17,6 +17,7 @@ from typing import Any
 
 from .client import Admin, AdminError
 from .cluster import add_cluster_parsers, cluster_describe
+from .group_configs import add_group_config_parsers, groups_alter_config, groups_describe_config
 from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
 from .security import read_command_config
@@ -81,6 +82,7 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(view="offsets")
     p = gsub.add_parser("delete", parents=[common], help="delete empty consumer groups")
     p.add_argument("group", nargs="+", metavar="GROUP")
+    add_group_config_parsers(gsub, common)
 
     offsets = sub.add_parser("offsets", help="reset or delete a group's committed offsets")
     osub = offsets.add_subparsers(dest="action", required=True)
@@ -124,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
             ("groups", "list"): groups_list,
             ("groups", "describe"): groups_describe,
             ("groups", "delete"): groups_delete,
+            ("groups", "describe-config"): groups_describe_config,
+            ("groups", "alter-config"): groups_alter_config,
             ("offsets", "reset"): offsets_reset,
             ("offsets", "delete"): offsets_delete,
             ("topics", "describe"): topics_describe,

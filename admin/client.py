@@ -218,16 +218,34 @@ class Admin:
 
     def topic_configs(self, topic: str) -> list[tuple[str, str, str]]:
         """(name, value, source name) of each config of ``topic`` (DescribeConfigs)."""
+        return self._configs("TOPIC", topic, f"topic {topic!r}")
+
+    def group_configs(self, group_id: str) -> list[tuple[str, str, str]]:
+        """(name, value, source name) of each config of group ``group_id`` (DescribeConfigs of
+        Kafka's GROUP config resource)."""
+        return self._configs("GROUP", group_id, f"group {group_id!r}")
+
+    def _configs(self, kind: str, name: str, what: str) -> list[tuple[str, str, str]]:
         from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
-        resource = ConfigResource(ResourceType.TOPIC, topic)
+        resource = ConfigResource(ResourceType[kind], name)
         futures = self.client.describe_configs([resource], request_timeout=self.timeout)
-        entries = self._wait(futures[resource], f"describing the configs of topic {topic!r}")
+        entries = self._wait(futures[resource], f"describing the configs of {what}")
         return sorted((e.name, e.value, ConfigSource(e.source).name) for e in entries.values())
 
     def alter_topic_configs(self, topic: str, changes: list[tuple[str, str, str | None]]) -> None:
         """IncrementalAlterConfigs of ``topic``: (operation, name, value) each, operation one
         of set, delete, append, subtract."""
+        self._alter_configs("TOPIC", topic, changes, f"topic {topic!r}")
+
+    def alter_group_configs(self, group_id: str, changes: list[tuple[str, str, str | None]]) -> None:
+        """IncrementalAlterConfigs of group ``group_id``: (operation, name, value) each,
+        operation set or delete."""
+        self._alter_configs("GROUP", group_id, changes, f"group {group_id!r}")
+
+    def _alter_configs(
+        self, kind: str, name: str, changes: list[tuple[str, str, str | None]], what: str
+    ) -> None:
         from confluent_kafka.admin import (
             AlterConfigOpType,
             ConfigEntry,
@@ -235,18 +253,13 @@ class Admin:
             ResourceType,
         )
 
-        ops = {
-            "set": AlterConfigOpType.SET,
-            "delete": AlterConfigOpType.DELETE,
-            "append": AlterConfigOpType.APPEND,
-            "subtract": AlterConfigOpType.SUBTRACT,
-        }
         entries = [
-            ConfigEntry(name, value, incremental_operation=ops[op]) for op, name, value in changes
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType[op.upper()])
+            for op, key, value in changes
         ]
-        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+        resource = ConfigResource(ResourceType[kind], name, incremental_configs=entries)
         futures = self.client.incremental_alter_configs([resource], request_timeout=self.timeout)
-        self._wait(futures[resource], f"changing the configs of topic {topic!r}")
+        self._wait(futures[resource], f"changing the configs of {what}")
 
     def topic_partitions(self, topic: str) -> list[int]:
         from confluent_kafka import TopicCollection

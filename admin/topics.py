@@ -67,9 +67,13 @@ def topics_describe(admin: Admin, args: argparse.Namespace) -> int:
     return 0
 
 
-def topics_alter_config(admin: Admin, args: argparse.Namespace) -> int:
+def config_changes(
+    args: argparse.Namespace, ops: tuple[str, ...] = ("set", "append", "subtract")
+) -> list[tuple[str, str, str | None]]:
+    """(operation, name, value) of each ``--OP NAME=VALUE`` and ``--delete NAME`` given;
+    ValueError if one is malformed or none is given."""
     changes: list[tuple[str, str, str | None]] = []
-    for op in ("set", "append", "subtract"):
+    for op in ops:
         for item in getattr(args, op):
             name, sep, value = item.partition("=")
             if not sep or not name:
@@ -77,7 +81,13 @@ def topics_alter_config(admin: Admin, args: argparse.Namespace) -> int:
             changes.append((op, name.strip(), value))
     changes += [("delete", name.strip(), None) for name in args.delete]
     if not changes:
-        raise ValueError("nothing to change: give --set, --delete, --append or --subtract")
+        flags = ", ".join(f"--{op}" for op in (*ops, "delete"))
+        raise ValueError(f"nothing to change: give {flags}")
+    return changes
+
+
+def topics_alter_config(admin: Admin, args: argparse.Namespace) -> int:
+    changes = config_changes(args)
     admin.alter_topic_configs(args.topic, changes)
     if args.json:
         print_json({"topic": args.topic, "changed": [c[1] for c in changes]})
@@ -86,4 +96,6 @@ def topics_alter_config(admin: Admin, args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["AdminError", "add_topic_parsers", "topics_alter_config", "topics_describe"]
+__all__ = [
+    "AdminError", "add_topic_parsers", "config_changes", "topics_alter_config", "topics_describe"
+]

@@ -42,6 +42,8 @@ from .data.topic_names import SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from .data.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, PartitionLimits, TopicStore
 from .groups.api import GroupApi
 from .groups.consumer_api import ConsumerGroupApi
+from .groups.group_configs import CONFIGS_FILE as GROUP_CONFIGS_FILE
+from .groups.group_configs import GroupConfigs
 from .groups.offset_api import OffsetApi
 from .groups.runtime import GroupRuntime
 from .groups.txn_offset_api import TxnOffsetApi
@@ -164,9 +166,16 @@ class Broker:
             observe=hooks.log_flush,
         )
         self.cluster = ClusterApi(config, self.topics, self.cluster_id, self.view)
-        self.config_api = ConfigApi(config, self.topics)
+        # Kafka's group configs (GROUP config resource): read by the coordinator and the share
+        # partitions at each use, changed by IncrementalAlterConfigs.
+        self.group_configs = GroupConfigs(self.engine, config.__getitem__)
+        self.group_configs.read()
+        self.config_api = ConfigApi(config, self.topics, self.group_configs)
         self.retention = LogRetention(config, self.topics)
-        self.groups = GroupRuntime(config, self.topics, self.flusher, hooks, self.clustered)
+        self.groups = GroupRuntime(
+            config, self.topics, self.flusher, hooks, self.clustered,
+            overrides=self.group_configs.of,
+        )
         # The transaction coordinator (issue 16): markers go to the data partitions through the
         # data plane's MarkerWriter, to __consumer_offsets through the group runtime.
         # In a cluster, markers and verifications of what other nodes lead go to them
@@ -221,6 +230,7 @@ class Broker:
         if isinstance(engine, LedEngine):
             shared: dict[str, Callable[[bytes | None], None]] = {
                 CONFIGS_FILE: self.topics.configs.stored_elsewhere,
+                GROUP_CONFIGS_FILE: self.group_configs.stored_elsewhere,
                 SCRAM_FILE: credentials.stored_elsewhere,
             }
             if acl_store is not None:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Hashable, Iterable
 from kcoord.coordinator.append_failures import handle_failed_append
 from kcoord.coordinator.classic.groups import default_member_id, join_error, sync_error
 from kcoord.coordinator.classic.manager import ClassicGroupManager
-from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.consumer.classic_members import ClassicMembers
 from kcoord.coordinator.consumer.describe import (
     describe_group,
@@ -123,9 +123,12 @@ class GroupShard(ShardViews):
         partition_for: Callable[[str], int] | None = None,
         topics: TopicsView | None = None,
         new_consumer_member_id: Callable[[], str] | None = None,
+        overrides: GroupOverrides = no_overrides,
     ) -> None:
         self.partition = partition
         self.config = config if config is not None else GroupConfig()
+        self.overrides = overrides
+        """The configs set on each group (Kafka's group configs), read at each heartbeat."""
         self._partition_for = partition_for
         self._mode = ShardMode.LOADING
         self._op = op = Operation()
@@ -134,7 +137,7 @@ class GroupShard(ShardViews):
             self.config, op, self.timers, new_member_id or default_member_id
         )
         self.consumer = ConsumerGroupManager(
-            self.config, op, self.timers, topics or NO_TOPICS, new_consumer_member_id
+            self.config, op, self.timers, topics or NO_TOPICS, new_consumer_member_id, overrides
         )
         self.classic_members = ClassicMembers(self.consumer, new_member_id or default_member_id)
         self.migration = GroupMigration(self.config, op, self.classic, self.consumer)

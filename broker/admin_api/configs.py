@@ -9,6 +9,15 @@ overrides; AlterConfigs replaces them all. A change is written to ``topic-config
 it is answered and applies at once (``segment.bytes`` to the next roll, the retention configs
 at the next retention pass, ``broker/data/retention.py``).
 
+Groups (resource type 32, Kafka's GROUP config resource, ``broker/groups/group_configs.py``): every
+group config with the group's value (GROUP_CONFIG) or the broker's (DEFAULT_CONFIG), for any
+group id but the empty one, whether or not the group exists, as in Kafka. IncrementalAlterConfigs
+SETs and DELETEs them (APPEND and SUBTRACT are refused with INVALID_CONFIG: none is a list);
+AlterConfigs replaces a group's whole set. The group's configs as they would be after the change
+are checked together (INVALID_CONFIG), written to ``group-configs.json`` before the answer, and
+apply at the members' next heartbeat. DESCRIBE_CONFIGS / ALTER_CONFIGS on the group are needed
+(GROUP_AUTHORIZATION_FAILED).
+
 The broker (resource type 4, named by its node id) describes its settings, all read-only: they
 are set at start (``kcoord serve --set``), so altering them is refused with INVALID_REQUEST, as
 Kafka refuses a setting that cannot change dynamically. A secret setting (``Setting.sensitive``,
@@ -35,6 +44,7 @@ from ..data.topic_configs import (
     check_overrides,
 )
 from ..data.topic_names import INTERNAL_CLEANUP_POLICY, quoted, topic_name_problem
+from ..groups.group_configs import GroupConfigProblem, GroupConfigs
 from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -46,6 +56,7 @@ log = logging.getLogger("kcoord.topics")
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _BOOLEAN, _STRING, _INT, _PASSWORD = 1, 2, 3, 9
@@ -64,12 +75,17 @@ def _authorize(ctx: RequestContext, r: Any, op: Operation) -> None:
         raise _Refused(ErrorCode.topic_authorization_failed, f"{op.name} on the topic is needed")
     if r.resource_type == BROKER and not ctx.allowed(op, ResourceType.CLUSTER, CLUSTER_NAME):
         raise _Refused(ErrorCode.cluster_authorization_failed, f"{op.name} on the cluster is needed")
+    if r.resource_type == GROUP and not ctx.allowed(op, ResourceType.GROUP, r.resource_name):
+        raise _Refused(ErrorCode.group_authorization_failed, f"{op.name} on the group is needed")
 
 
 class ConfigApi:
-    def __init__(self, config: Config, topics: TopicStore) -> None:
+    def __init__(self, config: Config, topics: TopicStore, groups: GroupConfigs) -> None:
         self.config = config
         self.topics = topics
+        self.groups = groups
+        self._group_writes = asyncio.Lock()
+        """One change of a group's configs at a time: each is computed from the stored ones."""
 
     # DescribeConfigs ------------------------------------------------------------------------------
     def describe_configs(self, ctx: RequestContext, req: Any) -> Any:
@@ -106,6 +122,12 @@ class ConfigApi:
             return [
                 (v.name, v.value, False, v.source, v.type, v.doc, v.synonyms, False)
                 for v in self.topics.configs.describe(topic.topic_id, topic.name)
+            ]
+        if resource_type == GROUP:
+            _check_group_name(name)
+            return [
+                (v.name, v.value, False, v.source, v.type, v.doc, v.synonyms, False)
+                for v in self.groups.describe(name)
             ]
         if resource_type == BROKER:
             if name == "":
@@ -165,7 +187,13 @@ class ConfigApi:
             )
             try:
                 _once(seen, r)
+                if r.resource_type == GROUP:
+                    _group_request_checks(r.configs, incremental)
                 _authorize(ctx, r, Operation.ALTER_CONFIGS)
+                if r.resource_type == GROUP:
+                    await self._alter_group(r, incremental, req.validate_only)
+                    responses.append(entry)
+                    continue
                 if r.resource_type == BROKER:
                     if r.resource_name != "":
                         self._check_broker(r.resource_name)
@@ -235,6 +263,39 @@ class ConfigApi:
                 raise _Refused(ErrorCode.invalid_request, f"unknown config operation {op}")
         return wanted
 
+    async def _alter_group(self, r: Any, incremental: bool, validate_only: bool) -> None:
+        """IncrementalAlterConfigs or AlterConfigs of one group (module docstring)."""
+        group_id = r.resource_name
+        _check_group_name(group_id)
+        async with self._group_writes:
+            current = self.groups.stored(group_id)
+            wanted: dict[str, str | None] = dict(current) if incremental else {}
+            for c in r.configs:
+                op = c.config_operation if incremental else SET
+                if op == SET:
+                    wanted[c.name] = c.value
+                elif op == DELETE:
+                    wanted.pop(c.name, None)
+                else:  # APPEND, SUBTRACT (others were refused by _group_request_checks)
+                    verb = "append to" if op == APPEND else "subtract from"
+                    raise _Refused(
+                        ErrorCode.invalid_config,
+                        f"cannot {verb} group config {c.name[:80]!r}: it is not a list",
+                    )
+            try:
+                checked = self.groups.check(wanted)
+            except GroupConfigProblem as e:
+                raise _Refused(ErrorCode.invalid_config, str(e)) from None
+            if validate_only or checked == current:
+                return
+            try:
+                await asyncio.to_thread(self.groups.set, group_id, checked)
+            except OSError as e:
+                raise _Refused(
+                    ErrorCode.kafka_storage_error, f"the change could not be stored: {e}"
+                ) from e
+        log.info("group %r configs now %s", group_id, checked or "the broker's settings")
+
     async def _apply(self, topic: Topic, wanted: dict[str, str]) -> None:
         configs = self.topics.configs
         try:
@@ -255,6 +316,26 @@ def _once(seen: set[tuple[int, str]], resource: Any) -> None:
     if key in seen:
         raise _Refused(ErrorCode.invalid_request, "the resource appears more than once")
     seen.add(key)
+
+
+def _check_group_name(name: str) -> None:
+    if name == "":
+        raise _Refused(ErrorCode.invalid_request, "a group's configs need its id: none was given")
+
+
+def _group_request_checks(configs: Iterable[Any], incremental: bool) -> None:
+    """What Kafka refuses in a change of a group's configs before looking at the values:
+    a name given twice, a null value to set, an unknown operation (INVALID_REQUEST)."""
+    names: set[str] = set()
+    for c in configs:
+        if c.name in names:
+            raise _Refused(ErrorCode.invalid_request, f"config {c.name[:80]!r} appears twice")
+        names.add(c.name)
+        op = c.config_operation if incremental else SET
+        if op not in (SET, DELETE, APPEND, SUBTRACT):
+            raise _Refused(ErrorCode.invalid_request, f"unknown config operation {op}")
+        if op != DELETE and c.value is None:
+            raise _Refused(ErrorCode.invalid_request, f"config {c.name[:80]!r}: a null value")
 
 
 def _checked(configs: Iterable[tuple[str, str | None]]) -> dict[str, str]:

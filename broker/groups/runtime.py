@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.loading import LatestRecords
 from kcoord.coordinator.messages import OffsetFetchResponse, TxnMarkerRequest, TxnMarkerResponse
 from kcoord.coordinator.output import RebalanceCompleted
@@ -73,9 +73,12 @@ class GroupRuntime:
         flusher: Flusher,
         metrics: MetricsHooks,
         clustered: bool = False,
+        *,
+        overrides: GroupOverrides = no_overrides,
     ) -> None:
         self.config = config
         self.clustered = clustered
+        self.overrides = overrides  # the configs set on each group (groups/group_configs.py)
         self.topics = topics
         self.flusher = flusher
         self._observe_append = metrics.log_append
@@ -121,11 +124,8 @@ class GroupRuntime:
         """A shard loading partition ``partition`` (COORDINATOR_LOAD_IN_PROGRESS until
         :meth:`_finish`)."""
         shard = GroupShard(
-            partition,
-            self.group_config,
-            now_ms=t,
-            partition_for=self.partition_of,
-            topics=self.topics_view,
+            partition, self.group_config, now_ms=t, partition_for=self.partition_of,
+            topics=self.topics_view, overrides=self.overrides,
         )
         shard.rebalance_observer = self._rebalanced
         return shard

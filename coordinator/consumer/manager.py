@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import replace
 from functools import partial
 
-from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.consumer import persistence as records
 from kcoord.coordinator.consumer.assignors import ASSIGNORS
 from kcoord.coordinator.consumer.change import Change, ConsumerWriteFailed
@@ -68,8 +68,12 @@ class ConsumerGroupManager:
         timers: Timers,
         topics: TopicsView,
         new_member_id: Callable[[], str] | None = None,
+        overrides: GroupOverrides = no_overrides,
     ) -> None:
         self.config = config
+        self.overrides = overrides
+        """The configs set on each group: ``consumer.heartbeat.interval.ms`` and
+        ``consumer.session.timeout.ms`` over the broker's, read at each heartbeat."""
         self.op = op
         """The shard's operation under way (the classic-member handlers reply through it)."""
         self._timers = timers
@@ -166,7 +170,7 @@ class ConsumerGroupManager:
                 None,
                 member_id,
                 current.member_epoch,
-                self.config.consumer_heartbeat_interval_ms,
+                self.heartbeat_interval_ms(gid),
                 to_topic_partitions(current.assigned)
                 if full or current.assigned != member.assigned
                 else None,
@@ -423,6 +427,17 @@ class ConsumerGroupManager:
 
     # ---- timers --------------------------------------------------------------------------
 
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        """The heartbeat interval told to the group's members: its own, else the broker's."""
+        own = self.overrides(group_id).get("consumer.heartbeat.interval.ms")
+        return self.config.consumer_heartbeat_interval_ms if own is None else int(own)
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        """The session timeout of the group's consumer-protocol members: its own, else the
+        broker's."""
+        own = self.overrides(group_id).get("consumer.session.timeout.ms")
+        return self.config.consumer_session_timeout_ms if own is None else int(own)
+
     @staticmethod
     def timers_of(group: ConsumerGroup, member_id: str) -> MemberTimers:
         timers = group.timers.get(member_id)
@@ -436,7 +451,9 @@ class ConsumerGroupManager:
         member_id = member.member_id
         timers = self.timers_of(group, member_id)
         classic = member.classic
-        timeout = classic.session_timeout_ms if classic is not None else self.config.consumer_session_timeout_ms
+        timeout = (
+            classic.session_timeout_ms if classic is not None else self.session_timeout_ms(group.group_id)
+        )
         deadline = now_ms + timeout
         timers.session_deadline = deadline
         if timers.session_token == 0:

@@ -47,4 +47,4 @@ def steady_heartbeat(
     ):
         return None
     consumer.arm_session(group, member, now_ms)
-    return consumer.config.consumer_heartbeat_interval_ms
+    return consumer.heartbeat_interval_ms(group_id)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.consumer.member import MemberState
 from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeRequest,
@@ -38,12 +38,17 @@ REBALANCE = 5000
 class Group:
     """A shard with one consumer group under test and a log of what it wrote."""
 
-    def __init__(self, topics: dict[str, int] | None = None, **config: Any) -> None:
+    def __init__(
+        self,
+        topics: dict[str, int] | None = None,
+        overrides: GroupOverrides = no_overrides,
+        **config: Any,
+    ) -> None:
         self.topics = StaticTopics(topics if topics is not None else {"t": 6})
         self.config = GroupConfig(
             consumer_session_timeout_ms=SESSION, consumer_heartbeat_interval_ms=500, **config
         )
-        self.shard = GroupShard(0, self.config, topics=self.topics)
+        self.shard = GroupShard(0, self.config, topics=self.topics, overrides=overrides)
         self.shard.finish_loading(0)
         self.now = 0
         self.log: list[tuple[bytes, bytes | None]] = []
