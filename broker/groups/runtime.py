@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kcoord.coordinator.config import GroupConfig
+from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.loading import LatestRecords
 from kcoord.coordinator.messages import OffsetFetchResponse, TxnMarkerRequest, TxnMarkerResponse
 from kcoord.coordinator.output import RebalanceCompleted
@@ -73,8 +73,14 @@ class GroupRuntime:
         flusher: Flusher,
         metrics: MetricsHooks,
         clustered: bool = False,
+        overrides: GroupOverrides = no_overrides,
     ) -> None:
         self.config = config
+        self.overrides = overrides
+        """The groups' own configs (Kafka's GROUP config resource), read by the shards."""
+        self.share_member_left: Callable[[str, str], None] | None = None
+        """Called with (group id, member id) once a share-group member left or was fenced: the
+        broker's share layer releases the records that member held."""
         self.clustered = clustered
         self.topics = topics
         self.flusher = flusher
@@ -96,6 +102,9 @@ class GroupRuntime:
             consumer_max_size=config["group.consumer.max.size"],
             consumer_assignors=config.consumer_assignors,
             consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
+            share_heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
+            share_session_timeout_ms=config["group.share.session.timeout.ms"],
+            share_max_size=config["group.share.max.size"],
         )
         self.topics_view = StoreTopics(topics)
         self._partition_cache: dict[str, int] = {}
@@ -126,6 +135,7 @@ class GroupRuntime:
             now_ms=t,
             partition_for=self.partition_of,
             topics=self.topics_view,
+            overrides=self.overrides,
         )
         shard.rebalance_observer = self._rebalanced
         return shard
@@ -574,8 +584,16 @@ class GroupRuntime:
 
     # timers -------------------------------------------------------------------------------------
     def _reschedule(self, sr: ShardRuntime) -> None:
-        # After every shard operation: the regex resolutions it asked for, then the timer.
+        # After every shard operation: the regex resolutions it asked for, the share members
+        # that left, then the timer.
         self._regexes.take(sr)
+        left = sr.shard.take_share_members_left()
+        if left and self.share_member_left is not None:
+            for group_id, member_id in left:
+                try:
+                    self.share_member_left(group_id, member_id)
+                except Exception:  # the share layer's failure must not stop the coordinator
+                    log.exception("share group %s: releasing member %s failed", group_id, member_id)
         # The heap's first entry, even a stale one: waking early costs one advance() that finds
         # nothing due (or re-queues a session timer that heartbeats moved on).
         deadline = sr.shard.next_wakeup()
