@@ -10,7 +10,10 @@ from collections import Counter
 from typing import Any
 
 from kcoord.coordinator.config import GroupConfig
-from kcoord.coordinator.consumer.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from kcoord.coordinator.consumer.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from kcoord.coordinator.consumer.topics import StaticTopics
 from kcoord.coordinator.messages import (
     DeleteGroupsRequest,
