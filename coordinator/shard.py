@@ -11,8 +11,9 @@ F3). Every handle passed in receives exactly one reply, possibly later.
 
 - The managers: :class:`coordinator.classic.manager.ClassicGroupManager` (classic groups,
   B-H, K, L, M), :class:`coordinator.consumer.manager.ConsumerGroupManager` (KIP-848 consumer
-  groups), :class:`coordinator.share.manager.ShareGroupManager` (KIP-932 share groups) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which
-  sees groups of both types only through a narrow interface
+  groups), :class:`coordinator.share.manager.ShareGroupManager` (KIP-932 share groups) and
+  :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which sees groups of
+  every type only through a narrow interface
   (:class:`coordinator.offset_groups.ShardOffsetGroups`), and
   :class:`coordinator.txn_offsets.TxnOffsets` (TxnOffsetCommit and transaction markers; the
   pending offsets live in the offsets manager). DeleteGroups spans them
