@@ -46,6 +46,7 @@ from .groups.group_configs import CONFIGS_FILE as GROUP_CONFIGS_FILE
 from .groups.group_configs import GroupConfigs
 from .groups.offset_api import OffsetApi
 from .groups.runtime import GroupRuntime
+from .groups.share_api import ShareGroupApi
 from .groups.txn_offset_api import TxnOffsetApi
 from .metrics.http import HttpLimits
 from .metrics.prometheus import BrokerMetrics, CoordinatorState, MetricsServer
@@ -218,6 +219,7 @@ class Broker:
         g = self.group_api
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
+        sg = ShareGroupApi(self.groups)
         self.credentials = credentials = CredentialStore(self.engine)
         # PBKDF2 work of unauthenticated clients: threads of its own, never the default
         # executor's, where the fsyncs of durable writes run.
@@ -284,6 +286,8 @@ class Broker:
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS: users.alter,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: cg.heartbeat,
             ApiKey.CONSUMER_GROUP_DESCRIBE: cg.describe,
+            ApiKey.SHARE_GROUP_HEARTBEAT: sg.heartbeat,
+            ApiKey.SHARE_GROUP_DESCRIBE: sg.describe,
             ApiKey.DESCRIBE_ACLS: acls.describe_acls,
             ApiKey.CREATE_ACLS: acls.create_acls,
             ApiKey.DELETE_ACLS: acls.delete_acls,

@@ -6,7 +6,8 @@ Every part that applies a write before it is durable attaches a failure action t
 :func:`handle_failed_append` passes the Output's other replies through unchanged and gives
 each action, with the storage error mapped for the client, to its owner, which undoes what it
 applied and answers its requests: the offsets manager (OffsetCommit), the classic group
-manager (SyncGroup's group record, a static member's replacement), the consumer group manager,
+manager (SyncGroup's group record, a static member's replacement), the consumer and share
+group managers,
 the transactional offsets (TxnOffsetCommit, markers) and DeleteGroups' undo
 (:func:`coordinator.deletion.undo_delete`).
 """
@@ -22,6 +23,7 @@ from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.deletion import DeleteWriteFailed, undo_delete
 from kcoord.coordinator.offsets import CommitWriteFailed, OffsetManager
 from kcoord.coordinator.output import Operation, Output, map_store_error
+from kcoord.coordinator.share.manager import ShareGroupManager, ShareWriteFailed
 from kcoord.coordinator.txn_offsets import MarkerWriteFailed, TxnOffsets
 from kcoord.coordinator.txn_pending import TxnCommitWriteFailed
 
@@ -33,6 +35,7 @@ def handle_failed_append(
     now_ms: int,
     classic: ClassicGroupManager,
     consumer: ConsumerGroupManager,
+    share: ShareGroupManager,
     offsets: OffsetManager,
     txn: TxnOffsets,
 ) -> None:
@@ -54,10 +57,12 @@ def handle_failed_append(
             classic.static_replace_write_failed(action, mapped, now_ms)
         elif isinstance(action, ConsumerWriteFailed):
             consumer.write_failed(action, mapped)
+        elif isinstance(action, ShareWriteFailed):
+            share.write_failed(action, mapped)
         elif isinstance(action, (TxnCommitWriteFailed, MarkerWriteFailed)):
             txn.write_failed(action, mapped)
         elif isinstance(action, DeleteWriteFailed):
-            response = undo_delete(action, mapped, classic, consumer, offsets)
+            response = undo_delete(action, mapped, classic, consumer, share, offsets)
             op.reply(action.handle, response)
         else:
             raise TypeError(f"unknown failure action {action!r}")

@@ -1,4 +1,4 @@
-"""Configuration of the classic group coordinator (Kafka's names in each field's docstring)."""
+"""Configuration of the group coordinator (Kafka's names in each field's docstring)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,17 @@ class GroupConfig:
     """group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled: which
     online conversions between classic and consumer groups with members are allowed."""
 
+    share_heartbeat_interval_ms: int = 5000
+    """group.share.heartbeat.interval.ms: the interval a share-group member is told to
+    heartbeat at (a group's ``share.heartbeat.interval.ms`` overrides it)."""
+
+    share_session_timeout_ms: int = 45000
+    """group.share.session.timeout.ms: a share-group member without a heartbeat for this long
+    is fenced (a group's ``share.session.timeout.ms`` overrides it)."""
+
+    share_max_size: int = 200
+    """group.share.max.size: most members a share group may hold."""
+
     def __post_init__(self) -> None:
         if self.initial_rebalance_delay_ms < 0:
             raise ValueError("initial_rebalance_delay_ms must be >= 0")
@@ -89,6 +100,10 @@ class GroupConfig:
             raise ValueError("consumer heartbeat interval and session timeout must be >= 1")
         if self.consumer_max_size < 1:
             raise ValueError("consumer_max_size must be >= 1")
+        if self.share_heartbeat_interval_ms < 1 or self.share_session_timeout_ms < 1:
+            raise ValueError("share heartbeat interval and session timeout must be >= 1")
+        if self.share_max_size < 1:
+            raise ValueError("share_max_size must be >= 1")
         if not self.consumer_assignors:
             raise ValueError("consumer_assignors must name at least one assignor")
 

@@ -22,12 +22,14 @@ from kcoord.coordinator.classic.group import ClassicGroup
 from kcoord.coordinator.messages import DeleteGroupResult, DeleteGroupsRequest, DeleteGroupsResponse
 from kcoord.coordinator.offsets import OffsetManager, Offsets
 from kcoord.coordinator.output import Operation
+from kcoord.coordinator.share.group import ShareGroup
 from kcoord.coordinator.write_size import tombstones_batch_size
 from kcoord.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from kcoord.coordinator.classic.manager import ClassicGroupManager
     from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+    from kcoord.coordinator.share.manager import ShareGroupManager
 
 __all__ = ["DeleteWriteFailed", "delete_groups", "deleted_state", "undo_delete"]
 
@@ -51,10 +53,16 @@ class DeleteWriteFailed:
 
 
 def deleted_state(
-    classic: ClassicGroupManager, consumer: ConsumerGroupManager, offsets: OffsetManager, group_id: str
+    classic: ClassicGroupManager,
+    consumer: ConsumerGroupManager,
+    share: ShareGroupManager,
+    offsets: OffsetManager,
+    group_id: str,
 ) -> tuple[Any, int | None, Offsets, Any]:
     """What :func:`undo_delete` needs of a group about to be deleted (taken before)."""
-    group: Any = consumer.groups.get(group_id) or classic.groups[group_id]
+    group: Any = (
+        consumer.groups.get(group_id) or share.groups.get(group_id) or classic.groups[group_id]
+    )
     since = group.state_timestamp_ms if isinstance(group, ClassicGroup) else None
     return group, since, offsets.of(group_id), offsets.pending.group_snapshot(group_id)
 
@@ -64,15 +72,19 @@ def undo_delete(
     error: int,
     classic: ClassicGroupManager,
     consumer: ConsumerGroupManager,
+    share: ShareGroupManager,
     offsets: OffsetManager,
 ) -> DeleteGroupsResponse:
     """Put the deleted groups back; the DeleteGroups answer with ``error`` for them."""
     for group, since, held, pending in action.restore:
         gid = group.group_id
-        if gid in classic.groups or gid in consumer.groups:
+        if gid in classic.groups or gid in consumer.groups or gid in share.groups:
             continue  # created again since: the newer state wins
         if isinstance(group, ClassicGroup):
             classic.restore_deleted(group, since)
+        elif isinstance(group, ShareGroup):  # ShareGroupManager.delete's undo
+            group.dead = False
+            share.groups[gid] = group
         else:  # an Empty consumer group: ConsumerGroupManager.delete's undo
             group.dead = False
             consumer.groups[gid] = group
@@ -91,6 +103,7 @@ def delete_groups(
     gate: Callable[[str], int | None],
     classic: ClassicGroupManager,
     consumer: ConsumerGroupManager,
+    share: ShareGroupManager,
     offsets: OffsetManager,
     handle: Hashable,
     req: DeleteGroupsRequest,
@@ -106,6 +119,8 @@ def delete_groups(
         if error is None:
             if group_id in consumer.groups:
                 error = consumer.delete_check(group_id)
+            elif group_id in share.groups:
+                error = share.delete_check(group_id)
             else:
                 error = classic.delete_check(group_id)
             if error == ErrorCode.none:
@@ -128,11 +143,13 @@ def delete_groups(
         )
         results = dict.fromkeys(results, ErrorCode.unknown_server_error)
         deleted = []
-    restore = tuple(deleted_state(classic, consumer, offsets, g) for g in deleted)
+    restore = tuple(deleted_state(classic, consumer, share, offsets, g) for g in deleted)
     for group_id in deleted:
         offsets.delete_all(group_id)
         if group_id in consumer.groups:
             consumer.delete(group_id)
+        elif group_id in share.groups:
+            share.delete(group_id)
         else:
             classic.delete(group_id, now_ms)
     if deleted:  # one line per request: a request may delete thousands

@@ -16,6 +16,10 @@ from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatResponse,
 )
+from kcoord.coordinator.share.messages import (
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatResponse,
+)
 
 __all__ = [
     "DeleteGroupResult",
@@ -390,5 +394,7 @@ Response = (
     | OffsetDeleteResponse
     | ConsumerGroupHeartbeatResponse
     | ConsumerGroupDescribeResponse
+    | ShareGroupHeartbeatResponse
+    | ShareGroupDescribeResponse
     | TxnMarkerResponse
 )

@@ -1,23 +1,30 @@
-"""The groups of a shard, of both types, as its offsets see them."""
+"""The groups of a shard, of every type, as its offsets see them."""
 
 from __future__ import annotations
 
 from kcoord.coordinator.classic.manager import ClassicGroupManager
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.offset_interface import OffsetGroup
+from kcoord.coordinator.share.manager import ShareGroupManager
 
 
 class ShardOffsetGroups:
-    """The shard's groups of both types as its offsets see them
+    """The shard's groups of every type as its offsets see them
     (:class:`coordinator.offset_interface.OffsetGroups`); a standalone committer's group is
-    classic."""
+    classic. A share group takes no commits (its offsets are the share coordinator's) and has
+    no committed offsets to expire."""
 
-    def __init__(self, classic: ClassicGroupManager, consumer: ConsumerGroupManager) -> None:
+    def __init__(
+        self, classic: ClassicGroupManager, consumer: ConsumerGroupManager, share: ShareGroupManager
+    ) -> None:
         self._classic = classic
         self._consumer = consumer
+        self._share = share
 
     def offset_group(self, group_id: str) -> OffsetGroup | None:
-        group = self._consumer.groups.get(group_id)
+        group: OffsetGroup | None = self._consumer.groups.get(group_id)
+        if group is None:
+            group = self._share.groups.get(group_id)
         return group if group is not None else self._classic.groups.get(group_id)
 
     def create_standalone(self, group_id: str, now_ms: int) -> OffsetGroup:

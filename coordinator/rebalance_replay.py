@@ -38,6 +38,7 @@ from kcoord.coordinator.consumer.records import (
 from kcoord.coordinator.output import RebalanceCompleted
 from kcoord.coordinator.rebalances import MEMBER_JOINED, RESTORED, Owners, classic_owners, moved
 from kcoord.coordinator.schemas import GroupMetadataKey, decode_group_metadata_value, decode_key
+from kcoord.coordinator.share.records import SHARE_KEY_TYPES
 
 
 @dataclass(slots=True)
@@ -93,8 +94,8 @@ class HistoryReplay:
             self._classic_record(k.group, value, ts)
             return
         group_id = getattr(k, "group", None)
-        if not isinstance(group_id, str):
-            return
+        if not isinstance(group_id, str) or isinstance(k, SHARE_KEY_TYPES):
+            return  # share groups have no rebalances to show
         if value is None and isinstance(k, ConsumerGroupMetadataKey):
             self._consumer.pop(group_id, None)  # the group was deleted
             return

@@ -13,8 +13,9 @@ Every key and value starts with an int16 schema version:
 - key v2: ``GroupMetadataKey`` (group).
 - key v3-v8 and v16: KIP-848 consumer-group records, whose keys and values are
   ``coordinator.consumer.records``'s (:func:`decode_key` returns its key types for them,
-  :func:`encode_key` encodes them). Any other version >= 3 comes back as :class:`UnknownKey`
-  so a loader can skip it.
+  :func:`encode_key` encodes them).
+- key v9-v15: KIP-932 share-group records, ``coordinator.share.records``'s likewise.
+  Any other version >= 3 comes back as :class:`UnknownKey` so a loader can skip it.
 
 Values: ``OffsetCommitValue`` v0-v3 (we write v3), ``GroupMetadataValue`` v0-v3 (we write v3).
 A ``None`` value is a tombstone; it never reaches these codecs.
@@ -37,6 +38,13 @@ from kcoord.coordinator.consumer.records import (
     encode_consumer_key,
 )
 from kcoord.coordinator.schema_errors import SchemaError, UnsupportedVersionError
+from kcoord.coordinator.share.records import (
+    SHARE_KEY_TYPES,
+    SHARE_KEY_VERSIONS,
+    ShareRecordKey,
+    decode_share_key,
+    encode_share_key,
+)
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION",
@@ -102,7 +110,7 @@ class UnknownKey:
     data: bytes
 
 
-RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey | UnknownKey
+RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey | ShareRecordKey | UnknownKey
 
 
 class OffsetCommitValue(NamedTuple):
@@ -305,9 +313,11 @@ def offset_commit_key_prefix(group: str, topic: str) -> bytes:
     return b"".join((_KEY_HEAD.pack(OFFSET_COMMIT_KEY_VERSION, len(g)), g, _I16.pack(len(t)), t))
 
 
-def encode_key(key: OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey) -> bytes:
+def encode_key(
+    key: OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey | ShareRecordKey,
+) -> bytes:
     """Encode a key: OffsetCommitKey as version 1, GroupMetadataKey as version 2, a
-    consumer-group key as its record type (3-8, 16)."""
+    consumer-group key as its record type (3-8, 16), a share-group key as its (9-15)."""
     if type(key) is OffsetCommitKey:  # the hot path: one per committed partition
         group = _short_string(key.group)
         topic = _short_string(key.topic)
@@ -329,6 +339,8 @@ def encode_key(key: OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey) -> b
     elif isinstance(key, GroupMetadataKey):
         w.int16(GROUP_METADATA_KEY_VERSION)
         w.string(key.group)
+    elif isinstance(key, SHARE_KEY_TYPES):
+        return encode_share_key(key)
     else:
         return encode_consumer_key(key)  # TypeError for anything else
     return w.getvalue()
@@ -357,13 +369,16 @@ _KEY_DECODERS: dict[int, Callable[[_Reader], RecordKey]] = {
 
 def decode_key(buf: bytes) -> RecordKey:
     """Decode a ``__consumer_offsets`` key: versions 3-8 and 16 as the consumer-group key
-    types of ``coordinator.consumer.records``, other versions >= 3 as :class:`UnknownKey`."""
+    types of ``coordinator.consumer.records``, 9-15 as the share-group ones of
+    ``coordinator.share.records``, other versions >= 3 as :class:`UnknownKey`."""
     version, r = _version(buf, "key")
     decoder = _KEY_DECODERS.get(version)
     if decoder is not None:
         return decoder(r)
     if version in CONSUMER_KEY_VERSIONS:
         return decode_consumer_key(buf)
+    if version in SHARE_KEY_VERSIONS:
+        return decode_share_key(buf)
     if version < 0:
         raise UnsupportedVersionError(f"key: negative version {version}")
     return UnknownKey(version, bytes(buf[2:]))

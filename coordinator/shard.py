@@ -11,13 +11,14 @@ F3). Every handle passed in receives exactly one reply, possibly later.
 
 - The managers: :class:`coordinator.classic.manager.ClassicGroupManager` (classic groups,
   B-H, K, L, M), :class:`coordinator.consumer.manager.ConsumerGroupManager` (KIP-848 consumer
-  groups) and :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which
-  sees groups of both types only through a narrow interface
+  groups), :class:`coordinator.share.manager.ShareGroupManager` (KIP-932 share groups) and
+  :class:`coordinator.offsets.OffsetManager` (committed offsets, J, I6), which sees groups of
+  every type only through a narrow interface
   (:class:`coordinator.offset_groups.ShardOffsetGroups`), and
   :class:`coordinator.txn_offsets.TxnOffsets` (TxnOffsetCommit and transaction markers; the
   pending offsets live in the offsets manager). DeleteGroups spans them
   (:func:`coordinator.deletion.delete_groups`), as does the group-type check (one id space
-  for both types).
+  for all types).
 - Timers (:class:`coordinator.timers.Timers`) are shared: the runtime asks
   :meth:`GroupShard.next_wakeup` and calls :meth:`GroupShard.advance` when it passes.
 - State is applied eagerly. If the runtime cannot append an Output's records it calls
@@ -94,6 +95,20 @@ from kcoord.coordinator.schemas import (
     decode_key,
 )
 from kcoord.coordinator.shard_views import ShardMode, ShardViews
+from kcoord.coordinator.share.checks import heartbeat_request_error as share_heartbeat_request_error
+from kcoord.coordinator.share.describe import (
+    describe_share_group,
+    listed_share_groups,
+    not_a_share_group,
+)
+from kcoord.coordinator.share.manager import ShareGroupManager
+from kcoord.coordinator.share.messages import (
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
+from kcoord.coordinator.share.records import SHARE_KEY_TYPES
 from kcoord.coordinator.timers import Timers
 from kcoord.coordinator.txn_offsets import TxnOffsets
 from kcoord.protocol.errors import ErrorCode
@@ -139,9 +154,12 @@ class GroupShard(ShardViews):
         self.consumer = ConsumerGroupManager(
             self.config, op, self.timers, topics or NO_TOPICS, new_consumer_member_id, overrides
         )
+        self.share = ShareGroupManager(self.config, op, self.timers, topics or NO_TOPICS, overrides)
+        """Share groups (KIP-932); ``overrides``: the groups' own configs (session timeout,
+        heartbeat interval)."""
         self.classic_members = ClassicMembers(self.consumer, new_member_id or default_member_id)
         self.migration = GroupMigration(self.config, op, self.classic, self.consumer)
-        offset_groups = ShardOffsetGroups(self.classic, self.consumer)
+        offset_groups = ShardOffsetGroups(self.classic, self.consumer, self.share)
         self.offsets = OffsetManager(partition, self.config, op, self.timers, offset_groups)
         self.txn = TxnOffsets(self.offsets, op, offset_groups)
         """TxnOffsetCommit and transaction markers (pending offsets live in ``offsets``)."""
@@ -191,6 +209,10 @@ class GroupShard(ShardViews):
         op = self._op
         op.begin()
         error = self._gate(req.group_id, empty_id_ok=False)
+        if error is None and req.group_id in self.share.groups:
+            # Kafka: a group of another type (share) refuses a JoinGroup this way.
+            op.reply(handle, join_error("", ErrorCode.inconsistent_group_protocol))
+            return op.end()
         consumer_group = self.consumer.get(req.group_id) if error is None else None
         if consumer_group is not None:
             if consumer_group.members:  # a classic member of a consumer group
@@ -301,6 +323,10 @@ class GroupShard(ShardViews):
             if error is not None
             else heartbeat_request_error(req, self.config.consumer_assignors)
         )
+        if response is None and req.group_id in self.share.groups:
+            response = ConsumerGroupHeartbeatResponse(
+                ErrorCode.group_id_not_found, f"Group {req.group_id} is not a consumer group."
+            )
         classic = self.classic.groups.get(req.group_id) if response is None else None
         if classic is not None:
             if req.member_epoch == 0 and classic.is_empty:
@@ -331,9 +357,61 @@ class GroupShard(ShardViews):
                     describe_group(group, self.consumer.topics, self.config.consumer_assignors[0])
                 )
                 continue
-            described.append(not_a_consumer_group(group_id, error, group_id in self.classic.groups))
+            other = group_id in self.classic.groups or group_id in self.share.groups
+            described.append(not_a_consumer_group(group_id, error, other))
         op.reply(handle, ConsumerGroupDescribeResponse(tuple(described)))
         return op.end()
+
+    # ---- share group requests (KIP-932) -------------------------------------------------
+
+    def share_group_heartbeat(
+        self, handle: Hashable, req: ShareGroupHeartbeatRequest, now_ms: int
+    ) -> Output:
+        """ShareGroupHeartbeat: the routing checks, Kafka's request checks, the group-type
+        check (a classic or consumer group of that id is GROUP_ID_NOT_FOUND: no conversion
+        between share groups and others), then the share group manager."""
+        op = self._op
+        op.begin()
+        gid = req.group_id
+        if gid == "":
+            op.reply(handle, ShareGroupHeartbeatResponse(ErrorCode.invalid_request, "GroupId can't be empty."))
+            return op.end()
+        error = self._gate(gid, empty_id_ok=False)
+        response = (
+            ShareGroupHeartbeatResponse(error) if error is not None else share_heartbeat_request_error(req)
+        )
+        if response is None and (gid in self.classic.groups or gid in self.consumer.groups):
+            response = ShareGroupHeartbeatResponse(
+                ErrorCode.group_id_not_found, f"Group {gid} is not a share group."
+            )
+        if response is not None:
+            op.reply(handle, response)
+        else:
+            self.share.heartbeat(handle, req, now_ms)
+        return op.end()
+
+    def share_group_describe(
+        self, handle: Hashable, req: ShareGroupDescribeRequest, now_ms: int
+    ) -> Output:
+        """ShareGroupDescribe: an unknown group, or one of another type, is GROUP_ID_NOT_FOUND."""
+        op = self._op
+        op.begin()
+        described = []
+        for group_id in req.group_ids:
+            error = self._gate(group_id, empty_id_ok=False)
+            group = self.share.get(group_id) if error is None else None
+            if group is not None:
+                described.append(describe_share_group(group, self.share.topics))
+                continue
+            other = group_id in self.classic.groups or group_id in self.consumer.groups
+            described.append(not_a_share_group(group_id, error, other))
+        op.reply(handle, ShareGroupDescribeResponse(tuple(described)))
+        return op.end()
+
+    def take_share_members_left(self) -> list[tuple[str, str]]:
+        """(group id, member id) of the share members that left or were fenced since the last
+        call: the runtime hands them to the broker's share layer."""
+        return self.share.take_left()
 
     def list_groups(self, handle: Hashable, req: ListGroupsRequest, now_ms: int) -> Output:
         """ListGroups: this shard's groups, filtered by state and type (case-insensitive)."""
@@ -344,7 +422,9 @@ class GroupShard(ShardViews):
         else:
             response = ListGroupsResponse(
                 ErrorCode.none,
-                self.classic.listed(req) + listed_consumer_groups(self.consumer, req),
+                self.classic.listed(req)
+                + listed_consumer_groups(self.consumer, req)
+                + listed_share_groups(self.share, req),
             )
         op.reply(handle, response)
         return op.end()
@@ -358,7 +438,7 @@ class GroupShard(ShardViews):
             error = self._gate(group_id, empty_id_ok=True)
             if error is not None:
                 described.append(DescribedGroup(error, group_id, "", "", "", ()))
-            elif group_id in self.consumer.groups:
+            elif group_id in self.consumer.groups or group_id in self.share.groups:
                 described.append(not_a_classic_group(group_id))
             else:
                 described.append(self.classic.describe(group_id))
@@ -370,7 +450,9 @@ class GroupShard(ShardViews):
         all of one shard's deletions in one atomic write (:func:`coordinator.deletion.delete_groups`)."""
         self._op.begin()
         gate = functools.partial(self._gate, empty_id_ok=True)
-        delete_groups(self._op, gate, self.classic, self.consumer, self.offsets, handle, req, now_ms)
+        delete_groups(
+            self._op, gate, self.classic, self.consumer, self.share, self.offsets, handle, req, now_ms
+        )
         return self._op.end()
 
     # ---- offset requests (J, I6) -------------------------------------------------------------
@@ -508,7 +590,7 @@ class GroupShard(ShardViews):
         op = self._op
         op.begin()
         handle_failed_append(
-            op, output, error, now_ms, self.classic, self.consumer, self.offsets, self.txn
+            op, output, error, now_ms, self.classic, self.consumer, self.share, self.offsets, self.txn
         )
         if output.records and not output.on_failure:
             log.warning("append of %d records failed with %s", len(output.records), error)
@@ -518,8 +600,9 @@ class GroupShard(ShardViews):
 
     def replay(self, key: bytes, value: bytes | None, now_ms: int) -> None:
         """Apply one record of this shard's partition, oldest first (loading only): routed by
-        its key's record type: offsets, classic group metadata, and the KIP-848 consumer-group
-        records (to the consumer manager's loader). Unknown key versions are skipped, counted in
+        its key's record type: offsets, classic group metadata, the KIP-848 consumer-group
+        records (to the consumer manager's loader) and the KIP-932 share-group records (to the
+        share manager's). Unknown key versions are skipped, counted in
         ``skipped_records``."""
         if self._mode is not ShardMode.LOADING:
             raise RuntimeError("replay() is only allowed while the shard is loading")
@@ -530,6 +613,8 @@ class GroupShard(ShardViews):
             self.classic.replay(decoded.group, value)
         elif isinstance(decoded, UnknownKey):
             self.skipped_records += 1
+        elif isinstance(decoded, SHARE_KEY_TYPES):
+            self.share.loader.replay(decoded, value)
         else:
             self.consumer.loader.replay(decoded, value)
 
@@ -543,6 +628,7 @@ class GroupShard(ShardViews):
         op.begin()
         self._mode = ShardMode.ACTIVE
         self.consumer.finish_loading(now_ms)
+        self.share.finish_loading(now_ms)
         consumer_groups = self.consumer.groups
         with_offsets = dict.fromkeys(self.offsets.group_ids())
         pending = self.offsets.pending
@@ -560,6 +646,7 @@ class GroupShard(ShardViews):
         op.begin()
         self.classic.unload(now_ms)
         self.consumer.unload()
+        self.share.unload()
         self.offsets.clear()
         self.timers.clear()
         self._mode = ShardMode.UNLOADED

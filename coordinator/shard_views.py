@@ -22,6 +22,8 @@ from kcoord.coordinator.offsets import OffsetManager
 from kcoord.coordinator.output import RebalanceCompleted
 from kcoord.coordinator.rebalances import RebalanceStart
 from kcoord.coordinator.schemas import OffsetCommitValue
+from kcoord.coordinator.share.group import ShareGroup
+from kcoord.coordinator.share.manager import ShareGroupManager
 from kcoord.coordinator.timers import Timers
 
 
@@ -37,6 +39,7 @@ class ShardViews:
 
     classic: ClassicGroupManager
     consumer: ConsumerGroupManager
+    share: ShareGroupManager
     offsets: OffsetManager
     timers: Timers
     _mode: ShardMode
@@ -78,6 +81,13 @@ class ShardViews:
 
     def consumer_groups(self) -> Iterator[ConsumerGroup]:
         return iter(self.consumer)
+
+    def share_group(self, group_id: str) -> ShareGroup | None:
+        """The live share (KIP-932) group (read-only by convention), None if unknown."""
+        return self.share.get(group_id)
+
+    def share_groups(self) -> Iterator[ShareGroup]:
+        return iter(self.share)
 
     def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
         """The start of the group's rebalance under way, if one is (either type)."""

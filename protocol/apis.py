@@ -46,6 +46,8 @@ class ApiKey(IntEnum):
     ALTER_USER_SCRAM_CREDENTIALS = 51
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    SHARE_GROUP_HEARTBEAT = 76
+    SHARE_GROUP_DESCRIBE = 77
     DELETE_RECORDS = 21
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
@@ -91,6 +93,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1),  # v0 was Kafka 4.0's early access, gone since
+    ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),

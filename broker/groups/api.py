@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kcoord.coordinator import messages as m
 from kcoord.coordinator.classic.manager import listed_groups
 from kcoord.coordinator.consumer.describe import listed_consumer_groups
+from kcoord.coordinator.share.describe import listed_share_groups
 from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.codec import RawBody, encode_body, encode_response, response_type
 from kcoord.protocol.errors import ErrorCode
@@ -348,6 +349,7 @@ class GroupApi:
             if pending is not None:
                 before.append(pending)
             runs.append(sorted(listed_consumer_groups(shard.consumer_groups(), request)))
+            runs.append(sorted(listed_share_groups(shard.share_groups(), request)))
             groups = list(shard.groups())
             for i in range(0, len(groups), SLICE):
                 runs.append(sorted(listed_groups(groups[i : i + SLICE], request)))

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
+from kcoord.coordinator.config import GroupOverrides, no_overrides
 from kcoord.coordinator.loading import LatestRecords
 from kcoord.coordinator.messages import OffsetFetchResponse, TxnMarkerRequest, TxnMarkerResponse
 from kcoord.coordinator.output import RebalanceCompleted
@@ -42,6 +42,7 @@ from kcoord.storage.offline import moved_away
 
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
 from .cleaner import clean_offsets
+from .coordinator_config import coordinator_config
 from .offsets_load import read_partition
 from .regex_resolver import RegexResolver
 from .topics_view import StoreTopics
@@ -77,6 +78,9 @@ class GroupRuntime:
         overrides: GroupOverrides = no_overrides,
     ) -> None:
         self.config = config
+        self.share_member_left: Callable[[str, str], None] | None = None
+        """Called with (group id, member id) once a share-group member left or was fenced: the
+        broker's share layer releases the records that member held."""
         self.clustered = clustered
         self.overrides = overrides  # the configs set on each group (groups/group_configs.py)
         self.topics = topics
@@ -84,22 +88,7 @@ class GroupRuntime:
         self._observe_append = metrics.log_append
         self._observe_partition_load = metrics.partition_load
         self.num_partitions = int(config["offsets.topic.num.partitions"])
-        self.group_config = GroupConfig(
-            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
-            min_session_timeout_ms=config["group.min.session.timeout.ms"],
-            max_session_timeout_ms=config["group.max.session.timeout.ms"],
-            max_size=config["group.max.size"],
-            offsets_topic_num_partitions=self.num_partitions,
-            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
-            offsets_retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
-            offset_metadata_max_bytes=config["offset.metadata.max.bytes"],
-            max_batch_bytes=config["message.max.bytes"],
-            consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
-            consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
-            consumer_max_size=config["group.consumer.max.size"],
-            consumer_assignors=config.consumer_assignors,
-            consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
-        )
+        self.group_config = coordinator_config(config)
         self.topics_view = StoreTopics(topics)
         self._partition_cache: dict[str, int] = {}
         start = now_ms()
@@ -574,8 +563,16 @@ class GroupRuntime:
 
     # timers -------------------------------------------------------------------------------------
     def _reschedule(self, sr: ShardRuntime) -> None:
-        # After every shard operation: the regex resolutions it asked for, then the timer.
+        # After every shard operation: the regex resolutions it asked for, the share members
+        # that left, then the timer.
         self._regexes.take(sr)
+        left = sr.shard.take_share_members_left()
+        if left and self.share_member_left is not None:
+            for group_id, member_id in left:
+                try:
+                    self.share_member_left(group_id, member_id)
+                except Exception:  # the share layer's failure must not stop the coordinator
+                    log.exception("share group %s: releasing member %s failed", group_id, member_id)
         # The heap's first entry, even a stale one: waking early costs one advance() that finds
         # nothing due (or re-queues a session timer that heartbeats moved on).
         deadline = sr.shard.next_wakeup()

@@ -71,7 +71,7 @@ def test_I2_group_metadata_key_v2_bytes() -> None:
     assert decode_key(expected) == GroupMetadataKey("my-group")
 
 
-@pytest.mark.parametrize("version", [9, 10, 15, 17, 42])
+@pytest.mark.parametrize("version", [17, 42])  # 9-15 are share-group keys (test_share_records.py)
 def test_unmodelled_key_versions_are_unknown_keys(version: int) -> None:
     raw = i16(version) + s("g") + s("member")
     assert decode_key(raw) == UnknownKey(version, raw[2:])
