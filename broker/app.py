@@ -61,6 +61,9 @@ from .security.sasl.credentials import CredentialStore
 from .security.sasl.password_checks import PasswordChecks
 from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
+from .share.api import ShareApi
+from .share.memory_persister import MemoryPersister
+from .share.partitions import SharePartitionManager
 from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
 from .txn.producer_ids import ProducerIdBlocks
@@ -201,6 +204,13 @@ class Broker:
         )
         self.group_api = GroupApi(config, self.groups, self.view, transactions=txn)
         g = self.group_api
+        # Share groups (KIP-932): the share partitions fetched here and the share sessions.
+        # TEMPORARY: state kept in memory until the share coordinator (ShareStateRuntime) is
+        # wired as the persister.
+        self.share = SharePartitionManager(
+            config, self.topics, MemoryPersister(), leader_epoch=self._leader_epoch
+        )
+        share_api = ShareApi(self.share, self.topics, self.view)
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
         self.credentials = credentials = CredentialStore(self.engine)
@@ -273,6 +283,8 @@ class Broker:
             ApiKey.DELETE_ACLS: acls.delete_acls,
             ApiKey.WRITE_TXN_MARKERS: self.markers.write_txn_markers,
             ApiKey.DESCRIBE_PRODUCERS: producers.describe_producers,
+            ApiKey.SHARE_FETCH: share_api.share_fetch,
+            ApiKey.SHARE_ACKNOWLEDGE: share_api.share_acknowledge,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         # Not the heartbeats and OffsetFetch under an authorizer: its checks are on the generic path.
@@ -312,6 +324,11 @@ class Broker:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._reopen_task: asyncio.Task[None] | None = None
         self._member_task: asyncio.Task[None] | None = None
+
+    def _leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch this node leads ``topic``-``partition`` in (0 on one node)."""
+        leader = self.view.leader(topic, partition)
+        return leader.epoch if leader is not None else 0
 
     def _cluster_member(self, led: LedEngine, documents: SharedDocuments) -> ClusterMember:
         """This node's membership (cluster mode), holding the data directory's lock."""
@@ -382,6 +399,7 @@ class Broker:
         self.retention.start()
         await self.groups.start()
         await self.transactions.start()
+        self.share.start()
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         reopener = LogReopener(
             self.topics,
@@ -487,6 +505,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        await self.share.stop()
         await self.groups.stop()
         await self.transactions.stop()
         if self.peers is not None:
