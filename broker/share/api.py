@@ -203,6 +203,7 @@ class ShareApi:
             acquired = 0
             budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
             valid = 0
+            failed = False
             for tid, index in partitions:
                 where = self._where(ctx, tid, index)
                 if where.error or where.plog is None:
@@ -218,9 +219,10 @@ class ShareApi:
                 )
                 acquired += got.count
                 budget -= len(got.records)
+                failed = failed or bool(got.error)
                 out[(tid, index)] = (where, got)
             remaining = deadline - time.monotonic()
-            if acquired or not valid or remaining <= 0 or ctx.connection.closed:
+            if acquired or failed or not valid or remaining <= 0 or ctx.connection.closed:
                 return out
             await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
 

@@ -260,7 +260,21 @@ class SharePartitionManager:
         max_bytes: int,
     ) -> Acquired:
         """Acquire up to about ``max_records`` records (reading about ``max_bytes``) for
-        ``member_id``."""
+        ``member_id``. Carried to its end if the caller is cancelled (its client gone): a
+        change half made would leave memory and the persisted state apart."""
+        return await asyncio.shield(
+            self._acquire(key, topic, plog, member_id, max_records, max_bytes)
+        )
+
+    async def _acquire(
+        self,
+        key: SharePartitionKey,
+        topic: str,
+        plog: Log,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+    ) -> Acquired:
         try:
             async with self._locked(key, plog, topic) as held:
                 sp = held.partition
@@ -295,8 +309,14 @@ class SharePartitionManager:
     async def acknowledge(
         self, key: SharePartitionKey, member_id: str, acks: Sequence[Acknowledgement]
     ) -> int:
-        """Apply one partition's acknowledgements; answered once durable. A share partition not
-        loaded here is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers."""
+        """Apply one partition's acknowledgements; answered once durable (and carried to its
+        end if the caller is cancelled). A share partition not loaded here is
+        UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers."""
+        return await asyncio.shield(self._acknowledge(key, member_id, acks))
+
+    async def _acknowledge(
+        self, key: SharePartitionKey, member_id: str, acks: Sequence[Acknowledgement]
+    ) -> int:
         held = self._held.get(key)
         if held is None:
             return ErrorCode.unknown_topic_or_partition

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +20,11 @@ from kcoord.protocol.batch import iter_headers
 from kcoord.protocol.errors import ErrorCode
 
 from .clients import create_topic, produce_confluent
-from .harness import BrokerProcess
+from .harness import BrokerProcess, free_port, wait_for
 from .rawclient import RawClient
+from .test_acls import PASSWORDS, _accepting, admin_of, allow, raw
+from .test_acls import create_topic as create_as_admin
+from .test_sasl import kcoord_users
 
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 SETTINGS = {
@@ -158,8 +162,18 @@ def members(broker: BrokerProcess) -> Iterator[tuple[Member, Member]]:
 
 def test_records_are_acquired_once_across_two_members(broker: BrokerProcess, members: Any) -> None:
     a, b = members
+    # A long poll is answered when records arrive, not at its end.
+    started = time.monotonic()
+    waiting = a.client.send_request(
+        ApiKey.SHARE_FETCH, 2, group_id="g", member_id=a.member_id, share_session_epoch=a.epoch,
+        max_wait=20000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
+        topics=[], forgotten_topics_data=[],
+    )
     produce(broker, "t", 10)
-    got = fetch_until(a, 10)
+    got = offsets(a.client.response(ApiKey.SHARE_FETCH, 2, waiting))
+    a.epoch += 1
+    assert time.monotonic() - started < 15
+    got += fetch_until(a, 10 - len(got))
     assert got == list(range(10))
     assert offsets(b.fetch(max_wait_ms=300)) == []
     # Accepted records never come back; new ones go to whoever asks.
@@ -324,3 +338,58 @@ def test_a_closed_connection_releases_its_records_and_a_final_request_closes(
         assert offsets(c.fetch(max_wait_ms=1500)) == []
     finally:
         c.close()
+
+
+@pytest.fixture
+def acl_broker(tmp_path: Path) -> Iterator[tuple[BrokerProcess, int]]:
+    """A broker with an authorizer: ``admin`` is a super user, ``alice`` has what a test
+    allows her (SASL listener)."""
+    data = tmp_path / "data"
+    for user, password in PASSWORDS.items():
+        assert kcoord_users("add", user, "--password", password, "--data-dir", str(data)).returncode == 0
+    plain, sasl = free_port(), free_port()
+    b = BrokerProcess(data, {
+        **SETTINGS,
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+    })
+    b.port = plain
+    b.start()
+    wait_for(lambda: _accepting(sasl), 30, what="the SASL listener")
+    try:
+        yield b, sasl
+    finally:
+        b.stop()
+
+
+def test_share_requests_need_read_on_the_group_and_the_topic(acl_broker: Any) -> None:
+    _, sasl = acl_broker
+    admin = admin_of(sasl, "admin")
+    create_as_admin(sasl, "t")
+    md = raw(sasl, "admin", ApiKey.METADATA, 12, topics=[dict(name="t", topic_id=None)],
+             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    tid = md.topics[0].topic_id
+
+    def fetch() -> Any:
+        return raw(sasl, "alice", ApiKey.SHARE_FETCH, 2, group_id="g", member_id="m",
+                   share_session_epoch=0, max_wait=0, min_bytes=1, max_bytes=1000,
+                   max_records=10, batch_size=10, forgotten_topics_data=[],
+                   topics=[dict(topic_id=tid, partitions=[
+                       dict(partition_index=0, acknowledgement_batches=[])])])
+
+    def acknowledge() -> Any:
+        return raw(sasl, "alice", ApiKey.SHARE_ACKNOWLEDGE, 2, group_id="g", member_id="m",
+                   share_session_epoch=1, topics=[])
+
+    assert fetch().error_code == ErrorCode.group_authorization_failed
+    assert acknowledge().error_code == ErrorCode.group_authorization_failed
+    allow(admin, ("GROUP", "g", "LITERAL", "READ", "ALLOW"))
+    resp = fetch()
+    assert resp.error_code == 0
+    assert ack_codes(resp, "error_code") == {0: ErrorCode.topic_authorization_failed}
+    allow(admin, ("TOPIC", "t", "LITERAL", "READ", "ALLOW"))
+    resp = fetch()
+    assert ack_codes(resp, "error_code") == {0: 0}
+    # Its connection closed, the session is gone.
+    assert acknowledge().error_code == ErrorCode.share_session_not_found
