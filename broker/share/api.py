@@ -16,7 +16,8 @@ As Kafka answers them:
 - ShareFetch then acquires from every partition of the session, in an order rotating with the
   session epoch, until about ``max_records`` records are acquired over all partitions (whole
   batches: a batch may take it past), reading about ``max_bytes``. Nothing acquired: it waits up
-  to ``max_wait_ms`` for new records or records released. A final request (epoch -1), or one
+  to ``max_wait_ms`` for new records or records released (a share partition that fails to
+  load or persist ends the wait, answered with its error). A final request (epoch -1), or one
   renewing locks (``is_renew_ack``), fetches nothing; after a final one the session is closed and
   what its member still holds is released. ``min_bytes`` is not waited for: records are answered
   once acquired (their lock runs from then).
