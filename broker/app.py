@@ -64,6 +64,8 @@ from .security.sasl.credentials import CredentialStore
 from .security.sasl.password_checks import PasswordChecks
 from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
+from .share.api import ShareApi
+from .share.partitions import SharePartitionManager
 from .share.state_runtime import ShareStateRuntime
 from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
@@ -217,6 +219,15 @@ class Broker:
         )
         self.group_api = GroupApi(config, self.groups, self.view, transactions=txn)
         g = self.group_api
+        # Share groups (KIP-932): the share partitions fetched here and the share sessions,
+        # their state kept by the share coordinator; a member leaving its group (or fenced)
+        # gives back the records it held.
+        self.share = SharePartitionManager(
+            config, self.topics, self.share_state, self.group_configs.of,
+            leader_epoch=self._leader_epoch,
+        )
+        self.groups.share_member_left = self.share.member_left
+        share_api = ShareApi(self.share, self.topics, self.view)
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
         sg = ShareGroupApi(self.groups)
@@ -293,6 +304,8 @@ class Broker:
             ApiKey.DELETE_ACLS: acls.delete_acls,
             ApiKey.WRITE_TXN_MARKERS: self.markers.write_txn_markers,
             ApiKey.DESCRIBE_PRODUCERS: producers.describe_producers,
+            ApiKey.SHARE_FETCH: share_api.share_fetch,
+            ApiKey.SHARE_ACKNOWLEDGE: share_api.share_acknowledge,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         # Not the heartbeats and OffsetFetch under an authorizer: its checks are on the generic path.
@@ -332,6 +345,11 @@ class Broker:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._reopen_task: asyncio.Task[None] | None = None
         self._member_task: asyncio.Task[None] | None = None
+
+    def _leader_epoch(self, topic: str, partition: int) -> int:
+        """The leader epoch this node leads ``topic``-``partition`` in (0 on one node)."""
+        leader = self.view.leader(topic, partition)
+        return leader.epoch if leader is not None else 0
 
     def _cluster_member(self, led: LedEngine, documents: SharedDocuments) -> ClusterMember:
         """This node's membership (cluster mode), holding the data directory's lock."""
@@ -407,6 +425,7 @@ class Broker:
         await self.groups.start()
         await self.transactions.start()
         await self.share_state.start()
+        self.share.start()
         self._checkpoint_task = asyncio.ensure_future(self._checkpoint_loop())
         reopener = LogReopener(
             self.topics,
@@ -516,6 +535,7 @@ class Broker:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.close()
+        await self.share.stop()
         await self.groups.stop()
         await self.transactions.stop()
         await self.share_state.stop()

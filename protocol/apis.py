@@ -57,6 +57,8 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     WRITE_TXN_MARKERS = 27
     DESCRIBE_PRODUCERS = 61
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
 
 
 # api key -> (min version, max version) advertised in ApiVersions.
@@ -104,6 +106,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_ACLS: (1, 3),
     ApiKey.WRITE_TXN_MARKERS: (1, 1),  # v0 is gone from Kafka 4's clients (and from kio)
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.SHARE_FETCH: (1, 2),  # v0 was early access (Kafka 4.0); 4.1 starts at v1
+    ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
 }
 
 # Versions we advertise but cannot decode with kio; the broker answers them by hand.

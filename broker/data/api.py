@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kcoord.protocol.batch import BatchHeader, CorruptBatch, parse_header, peek_size
+from kcoord.protocol.batch import BatchHeader, CorruptBatch, parse_header
 from kcoord.protocol.codec import RawBody
 from kcoord.protocol.compression import Compression, decompression_limit
 from kcoord.protocol.errors import ErrorCode
@@ -43,6 +43,7 @@ from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_
 from ..security.acl.model import Operation, ResourceType
 from ..txn.data import AllProducers, TxnVerifier, committed_view, transactional_refusal
 from .appender import INLINE_BYTES, Appender, Outcome, refused
+from .log_read import cap_at, high_watermark
 from .topics import storage_error_code
 
 if TYPE_CHECKING:
@@ -58,11 +59,6 @@ EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
-
-
-def high_watermark(plog: Log) -> int:
-    """The last offset + 1 that consumers may read: what is durable (flushed)."""
-    return plog.flushed_offset
 
 
 _Settled = tuple[int, Log | None, Outcome]
@@ -444,7 +440,7 @@ class DataApi:
                     limit = min(p.partition_max_bytes, budget) if p.partition_max_bytes > 0 else 0
                     if limit > 0 or total == 0:
                         try:
-                            data = _cap(plog.read(offset, max(limit, 1)), upto)
+                            data = cap_at(plog.read(offset, max(limit, 1)), upto)
                             if committed:
                                 entry["aborted_transactions"] = committed_view(plog, offset, data)
                         except OSError as e:  # an unreadable segment, a log gone offline
@@ -578,18 +574,3 @@ class DataApi:
                 continue
             if found is not None:
                 entry["offset"], entry["timestamp"] = found
-
-
-def _cap(data: bytes, high_watermark: int) -> bytes:
-    """Drop whole batches at or past the high watermark (appended but not yet durable)."""
-    pos = 0
-    n = len(data)
-    while pos < n:
-        size = peek_size(data, pos)
-        if size is None or pos + size > n:
-            break
-        base = int.from_bytes(data[pos : pos + 8], "big", signed=True)
-        if base >= high_watermark:
-            break
-        pos += size
-    return data if pos == n else data[:pos]

@@ -23,7 +23,7 @@ import inspect
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -156,6 +156,16 @@ class Connection(FrameLoop):
         self._on_request = services.metrics.request
         self._on_response = services.metrics.response
         self._max_elements: int = config["socket.request.max.elements"]
+        self._close_hooks: dict[Hashable, Callable[[], None]] = {}
+
+    def on_close(self, key: Hashable, hook: Callable[[], None]) -> None:
+        """Have ``hook`` called once when this connection closes (one hook per ``key``; at
+        once if it is closed already): state a client holds through it, such as its share
+        sessions, goes with it."""
+        if self.closed:
+            hook()
+            return
+        self._close_hooks.setdefault(key, hook)
 
     def logged_in(self, principal: str) -> None:
         """The SASL login succeeded: ``principal`` is the client, and its requests are served
@@ -199,6 +209,12 @@ class Connection(FrameLoop):
             memory.release(reserved)
         for task in list(self._tasks):
             task.cancel()
+        hooks, self._close_hooks = self._close_hooks, {}
+        for hook in hooks.values():
+            try:
+                hook()
+            except Exception:
+                log.exception("a close hook of %s failed", self.peer)
 
     # request handling ---------------------------------------------------------------------------
     def _on_frame(self, frame: Frame) -> bool:
