@@ -33,6 +33,7 @@ COPY README.md ./
 COPY protocol ./protocol
 COPY storage ./storage
 COPY coordinator ./coordinator
+COPY share ./share
 COPY broker ./broker
 COPY pipeline ./pipeline
 COPY admin ./admin

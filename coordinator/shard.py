@@ -44,16 +44,14 @@ from kcoord.coordinator.classic.manager import ClassicGroupManager
 from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.consumer.classic_members import ClassicMembers
 from kcoord.coordinator.consumer.describe import (
-    describe_group,
+    consumer_group_describe,
     listed_consumer_groups,
     not_a_classic_group,
-    not_a_consumer_group,
 )
 from kcoord.coordinator.consumer.heartbeat_checks import heartbeat_request_error
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.consumer.messages import (
     ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
@@ -95,20 +93,11 @@ from kcoord.coordinator.schemas import (
     decode_key,
 )
 from kcoord.coordinator.shard_views import ShardMode, ShardViews
-from kcoord.coordinator.share.checks import heartbeat_request_error as share_heartbeat_request_error
-from kcoord.coordinator.share.describe import (
-    describe_share_group,
-    listed_share_groups,
-    not_a_share_group,
-)
+from kcoord.coordinator.share.describe import listed_share_groups
 from kcoord.coordinator.share.manager import ShareGroupManager
-from kcoord.coordinator.share.messages import (
-    ShareGroupDescribeRequest,
-    ShareGroupDescribeResponse,
-    ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse,
-)
+from kcoord.coordinator.share.messages import ShareGroupDescribeRequest, ShareGroupHeartbeatRequest
 from kcoord.coordinator.share.records import SHARE_KEY_TYPES
+from kcoord.coordinator.share.requests import share_group_describe, share_group_heartbeat
 from kcoord.coordinator.timers import Timers
 from kcoord.coordinator.txn_offsets import TxnOffsets
 from kcoord.protocol.errors import ErrorCode
@@ -165,24 +154,6 @@ class GroupShard(ShardViews):
         """TxnOffsetCommit and transaction markers (pending offsets live in ``offsets``)."""
         self.skipped_records = 0
         """Records with key versions this shard does not know, skipped at load."""
-
-    # ---- routing ---------------------------------------------------------------------------
-
-    def _gate(self, group_id: str, *, empty_id_ok: bool) -> int | None:
-        """D1's first checks: invalid group id, not coordinator, loading."""
-        if self._mode is _ACTIVE and group_id:  # the usual case, answered first
-            route = self._partition_for
-            if route is None or route(group_id) == self.partition:
-                return None
-        if group_id == "" and not empty_id_ok:
-            return ErrorCode.invalid_group_id
-        if self._mode is ShardMode.UNLOADED:
-            return ErrorCode.not_coordinator
-        if self._partition_for is not None and self._partition_for(group_id) != self.partition:
-            return ErrorCode.not_coordinator
-        if self._mode is ShardMode.LOADING:
-            return ErrorCode.coordinator_load_in_progress
-        return None
 
     # ---- timers ----------------------------------------------------------------------------
 
@@ -345,21 +316,12 @@ class GroupShard(ShardViews):
     def consumer_group_describe(
         self, handle: Hashable, req: ConsumerGroupDescribeRequest, now_ms: int
     ) -> Output:
-        """ConsumerGroupDescribe: an unknown group, or a classic one, is GROUP_ID_NOT_FOUND."""
+        """ConsumerGroupDescribe: an unknown group, or one of another type, is GROUP_ID_NOT_FOUND."""
         op = self._op
         op.begin()
-        described = []
-        for group_id in req.group_ids:
-            error = self._gate(group_id, empty_id_ok=False)
-            group = self.consumer.get(group_id) if error is None else None
-            if group is not None:
-                described.append(
-                    describe_group(group, self.consumer.topics, self.config.consumer_assignors[0])
-                )
-                continue
-            other = group_id in self.classic.groups or group_id in self.share.groups
-            described.append(not_a_consumer_group(group_id, error, other))
-        op.reply(handle, ConsumerGroupDescribeResponse(tuple(described)))
+        other = lambda gid: gid in self.classic.groups or gid in self.share.groups  # noqa: E731
+        default_assignor = self.config.consumer_assignors[0]
+        op.reply(handle, consumer_group_describe(self.consumer, self._gate, other, default_assignor, req))
         return op.end()
 
     # ---- share group requests (KIP-932) -------------------------------------------------
@@ -367,46 +329,21 @@ class GroupShard(ShardViews):
     def share_group_heartbeat(
         self, handle: Hashable, req: ShareGroupHeartbeatRequest, now_ms: int
     ) -> Output:
-        """ShareGroupHeartbeat: the routing checks, Kafka's request checks, the group-type
-        check (a classic or consumer group of that id is GROUP_ID_NOT_FOUND: no conversion
-        between share groups and others), then the share group manager."""
-        op = self._op
-        op.begin()
-        gid = req.group_id
-        if gid == "":
-            op.reply(handle, ShareGroupHeartbeatResponse(ErrorCode.invalid_request, "GroupId can't be empty."))
-            return op.end()
-        error = self._gate(gid, empty_id_ok=False)
-        response = (
-            ShareGroupHeartbeatResponse(error) if error is not None else share_heartbeat_request_error(req)
-        )
-        if response is None and (gid in self.classic.groups or gid in self.consumer.groups):
-            response = ShareGroupHeartbeatResponse(
-                ErrorCode.group_id_not_found, f"Group {gid} is not a share group."
-            )
-        if response is not None:
-            op.reply(handle, response)
-        else:
-            self.share.heartbeat(handle, req, now_ms)
-        return op.end()
+        """ShareGroupHeartbeat (:func:`coordinator.share.requests.share_group_heartbeat`)."""
+        self._op.begin()
+        share_group_heartbeat(self.share, self._gate, self._not_share, handle, req, now_ms)
+        return self._op.end()
 
     def share_group_describe(
         self, handle: Hashable, req: ShareGroupDescribeRequest, now_ms: int
     ) -> Output:
-        """ShareGroupDescribe: an unknown group, or one of another type, is GROUP_ID_NOT_FOUND."""
-        op = self._op
-        op.begin()
-        described = []
-        for group_id in req.group_ids:
-            error = self._gate(group_id, empty_id_ok=False)
-            group = self.share.get(group_id) if error is None else None
-            if group is not None:
-                described.append(describe_share_group(group, self.share.topics))
-                continue
-            other = group_id in self.classic.groups or group_id in self.consumer.groups
-            described.append(not_a_share_group(group_id, error, other))
-        op.reply(handle, ShareGroupDescribeResponse(tuple(described)))
-        return op.end()
+        """ShareGroupDescribe (:func:`coordinator.share.requests.share_group_describe`)."""
+        self._op.begin()
+        self._op.reply(handle, share_group_describe(self.share, self._gate, self._not_share, req))
+        return self._op.end()
+
+    def _not_share(self, group_id: str) -> bool:
+        return group_id in self.classic.groups or group_id in self.consumer.groups
 
     def take_share_members_left(self) -> list[tuple[str, str]]:
         """(group id, member id) of the share members that left or were fenced since the last

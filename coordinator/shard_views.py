@@ -1,12 +1,13 @@
 """What a shard holds, as the runtime, its metrics and the tests read it: the shard's mode, its
-groups of both types, their committed offsets, its timer queue; and the hook through which it
+groups of every type, their committed offsets, its timer queue; and the hook through which it
 reports completed rebalances.
 
 :class:`ShardViews` is the base class of :class:`coordinator.shard.GroupShard` that holds these
 accessors, so that the shard's own module is its routing and its operations. They read the
 managers the shard built (its ``classic``, ``consumer``, ``offsets`` and ``timers``) as they
 are now, with no routing check (partition, loading) and no Output; only setting
-``rebalance_observer`` changes anything.
+``rebalance_observer`` changes anything. The routing check itself (:meth:`ShardViews._gate`),
+which reads the shard's mode and partition, is here too.
 """
 
 from __future__ import annotations
@@ -25,12 +26,16 @@ from kcoord.coordinator.schemas import OffsetCommitValue
 from kcoord.coordinator.share.group import ShareGroup
 from kcoord.coordinator.share.manager import ShareGroupManager
 from kcoord.coordinator.timers import Timers
+from kcoord.protocol.errors import ErrorCode
 
 
 class ShardMode(Enum):
     LOADING = "loading"
     ACTIVE = "active"
     UNLOADED = "unloaded"
+
+
+_ACTIVE = ShardMode.ACTIVE
 
 
 class ShardViews:
@@ -42,7 +47,9 @@ class ShardViews:
     share: ShareGroupManager
     offsets: OffsetManager
     timers: Timers
+    partition: int
     _mode: ShardMode
+    _partition_for: Callable[[str], int] | None
 
     @property
     def mode(self) -> ShardMode:
@@ -111,3 +118,21 @@ class ShardViews:
     def pending_timer_count(self) -> int:
         """Timer entries queued, stale ones included (for metrics/tests)."""
         return len(self.timers)
+
+    # ---- routing: the one check every request of a group passes first ----------------------
+
+    def _gate(self, group_id: str, *, empty_id_ok: bool) -> int | None:
+        """D1's first checks: invalid group id, not coordinator, loading."""
+        if self._mode is _ACTIVE and group_id:  # the usual case, answered first
+            route = self._partition_for
+            if route is None or route(group_id) == self.partition:
+                return None
+        if group_id == "" and not empty_id_ok:
+            return ErrorCode.invalid_group_id
+        if self._mode is ShardMode.UNLOADED:
+            return ErrorCode.not_coordinator
+        if self._partition_for is not None and self._partition_for(group_id) != self.partition:
+            return ErrorCode.not_coordinator
+        if self._mode is ShardMode.LOADING:
+            return ErrorCode.coordinator_load_in_progress
+        return None

@@ -3,11 +3,14 @@ consumer groups' lines of ListGroups."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.consumer.member import Assignment
 from kcoord.coordinator.consumer.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     DescribedConsumerGroup,
     DescribedConsumerMember,
     DescribedPartitions,
@@ -88,3 +91,24 @@ def not_a_classic_group(group_id: str) -> DescribedGroup:
     return DescribedGroup(
         ErrorCode.group_id_not_found, group_id, "Dead", "", "", (), f"Group {group_id} is not a classic group."
     )
+
+
+def consumer_group_describe(
+    consumer: ConsumerGroupManager,
+    gate: Callable[..., int | None],
+    other_type: Callable[[str], bool],
+    default_assignor: str,
+    req: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse:
+    """ConsumerGroupDescribe in a shard: ``gate`` is its routing check, ``other_type`` whether
+    an id is a group of another type; an unknown group, or one of another type, is
+    GROUP_ID_NOT_FOUND."""
+    described = []
+    for group_id in req.group_ids:
+        error = gate(group_id, empty_id_ok=False)
+        group = consumer.get(group_id) if error is None else None
+        if group is not None:
+            described.append(describe_group(group, consumer.topics, default_assignor))
+        else:
+            described.append(not_a_consumer_group(group_id, error, other_type(group_id)))
+    return ConsumerGroupDescribeResponse(tuple(described))

@@ -113,6 +113,7 @@ def test_iso_durations_read_as_java_reads_them() -> None:
     assert iso_duration_ms("P2D") == 172_800_000
     assert iso_duration_ms("pt0.5s") == 500
     assert iso_duration_ms("P1DT1H1M1.001S") == 90_061_001
+    assert iso_duration_ms("P1DT2M3.5S") == 86_400_000 + 120_000 + 3_500
     assert iso_duration_ms("PT-1H30M") == -1_800_000
     assert iso_duration_ms("-PT1S") == -1000
     for bad in ("P", "PT", "P1DT", "PT1.S1", "1H", "P1W", "PT1H1H"):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from kcoord.broker.config import Config
-from kcoord.broker.share.partitions import SharePartitionManager, iso_duration_ms
+from kcoord.broker.share.partitions import SharePartitionManager
 from kcoord.protocol.control import encode_marker
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.record_encoding import build_batch
@@ -112,16 +112,6 @@ def test_earliest_and_by_duration_starts(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
-def test_iso_durations() -> None:
-    assert iso_duration_ms("PT1H") == 3_600_000
-    assert iso_duration_ms("P1DT2M3.5S") == 86_400_000 + 120_000 + 3_500
-    assert iso_duration_ms("-PT1S") == -1000
-    for bad in ("P", "PT", "1H", "PTXS", ""):
-        try:
-            iso_duration_ms(bad)
-        except ValueError:
-            continue
-        raise AssertionError(bad)
 
 
 def test_read_committed_skips_an_aborted_transaction_and_the_markers(tmp_path: Path) -> None:
