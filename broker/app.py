@@ -66,6 +66,7 @@ from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
 from .share.api import ShareApi
 from .share.partitions import SharePartitionManager
+from .share.persister import RetryingPersister
 from .share.state_runtime import ShareStateRuntime
 from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
@@ -223,7 +224,7 @@ class Broker:
         # their state kept by the share coordinator; a member leaving its group (or fenced)
         # gives back the records it held.
         self.share = SharePartitionManager(
-            config, self.topics, self.share_state, self.group_configs.of,
+            config, self.topics, RetryingPersister(self.share_state), self.group_configs.of,
             leader_epoch=self._leader_epoch,
         )
         self.groups.share_member_left = self.share.member_left

@@ -181,7 +181,7 @@ class SharePartitionManager:
             await self.persister.initialize(key, state.state_epoch, start)
             state = await self.persister.read(key)
             if state.start_offset < 0:
-                raise ShareStateError(ErrorCode.coordinator_load_in_progress, "not initialized")
+                raise ShareStateError(ErrorCode.coordinator_not_available, "not initialized")
         partition = SharePartition(state, self.limits)
         held = _Held(key, topic, partition, plog, self._leader_epoch(topic, key.partition))
         self._held[key] = held

@@ -230,8 +230,11 @@ class ShareStateRuntime:
                 continue
             if self._current(partition, plog) and self.shards[partition] is None:
                 self.shards[partition] = shard
-                log.info("loaded %s-%d: %d share partitions, %d records",
-                         SHARE_GROUP_STATE_TOPIC, partition, len(shard), records)
+                # Said when there is something to say: a cluster node takes 50 at its start.
+                (log.info if records else log.debug)(
+                    "loaded %s-%d: %d share partitions, %d records",
+                    SHARE_GROUP_STATE_TOPIC, partition, len(shard), records,
+                )
             return
 
     async def _reload_later(self, partition: int, plog: Log) -> None:
