@@ -469,8 +469,9 @@ class SharePartitionManager:
 
     # what is read of them --------------------------------------------------------------------------
     def loaded_partitions(self, group_id: str | None = None) -> list[LoadedSharePartition]:
-        """The share partitions held here (of ``group_id`` only, when given), by key order of
-        loading. A look at every one held: for scrapes and the console, not the request path."""
+        """The share partitions held here (of ``group_id`` only, when given), in the order they
+        were loaded. A look at every one held: for scrapes and the console, not the request
+        path."""
         return [
             LoadedSharePartition(h.key, h.topic, h.partition, h.plog, h.counters)
             for h in list(self._held.values())
