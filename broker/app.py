@@ -206,7 +206,8 @@ class Broker:
         # The share coordinator's durable state (issue 29): __share_group_state, the
         # persister of the share partitions.
         self.share_state = ShareStateRuntime(
-            config, self.topics, self.flusher, clustered=self.clustered
+            config, self.topics, self.flusher, clustered=self.clustered,
+            observe_write=hooks.share_state_write,
         )
         self.data = DataApi(
             config, self.topics, self.flusher, hooks,
@@ -225,7 +226,7 @@ class Broker:
         # gives back the records it held.
         self.share = SharePartitionManager(
             config, self.topics, RetryingPersister(self.share_state), self.group_configs.of,
-            leader_epoch=self._leader_epoch,
+            leader_epoch=self._leader_epoch, observe_load=hooks.share_partition_load,
         )
         self.groups.share_member_left = self.share.member_left
         share_api = ShareApi(self.share, self.topics, self.view)
@@ -259,6 +260,8 @@ class Broker:
                     config,
                     self.data.producers.open_transactions,
                     self.member.figures if self.member is not None else None,
+                    shares=self.share,
+                    share_state=self.share_state,
                 )
             )
         self.handlers: dict[int, Handler] = {

@@ -68,3 +68,9 @@ class MetricsHooks:
     max_connections_per_ip, idle, authentication)."""
     denied: Callable[[str, str], None] = _ignore_denial
     """``(principal, resource_type)``: the authorizer refused an operation (ACLs)."""
+    share_partition_load: Callable[[float], None] | None = None
+    """Seconds to load one share partition (its state read, or initialized); None: not
+    measured."""
+    share_state_write: Callable[[float], None] | None = None
+    """Seconds of one share-state write made durable (the share coordinator); None: not
+    measured."""

@@ -74,6 +74,12 @@ class ShardViews:
         """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
         return self.offsets.committed_count
 
+    @property
+    def share_rebalances(self) -> int:
+        """Share-group epoch bumps since start (a metrics counter, as Kafka counts share
+        rebalances)."""
+        return self.share.rebalances
+
     def group(self, group_id: str) -> ClassicGroup | None:
         """The live group (read-only by convention), None if unknown."""
         return self.classic.groups.get(group_id)

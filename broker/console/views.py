@@ -9,6 +9,9 @@ Lag is the partition's high watermark (what Fetch reports) minus the committed o
 from the log start offset when the commit is below it (as ``/metrics`` counts it); lag in time
 is the age of the oldest unconsumed record: now minus the timestamp of the record at the
 committed offset (:class:`RecordTimes`).
+
+Share groups (KIP-932) are listed beside the others with type ``share``; their rows and page
+come from broker/console/share_views.py.
 """
 
 from __future__ import annotations
@@ -21,14 +24,17 @@ from kcoord.coordinator.classic.group import ClassicGroup, GroupState
 from kcoord.coordinator.consumer.group import ASSIGNING, RECONCILING, ConsumerGroup
 from kcoord.coordinator.consumer.target import preferred_assignor
 from kcoord.coordinator.rebalances import as_json, decode_assignment
+from kcoord.coordinator.share.group import ShareGroup
 from kcoord.protocol.records import decode_batch
 from kcoord.storage.engine import Log
 
 from ..net.offload import SLICE, pause
+from .share_views import describe_share_group, share_summary
 
 if TYPE_CHECKING:
     from ..data.topics import TopicStore
     from ..groups.runtime import GroupRuntime
+    from ..share.partitions import SharePartitionManager
     from .login import Viewer
 
 HOUR_MS = 3_600_000
@@ -98,6 +104,9 @@ class ConsoleState:
     clock: Callable[[], int]
     """Wall-clock milliseconds (the coordinator's clock)."""
     times: RecordTimes = field(default_factory=RecordTimes)
+    shares: SharePartitionManager | None = None
+    """The share partitions held here (share groups' pages); None: share groups show no
+    share partition."""
 
 
 def _partition_lag(
@@ -176,11 +185,13 @@ async def list_groups(
     viewer may describe)."""
     now = state.clock()
     budget = [1000]
-    found: list[tuple[Any, ClassicGroup | ConsumerGroup]] = []
+    found: list[tuple[Any, ClassicGroup | ConsumerGroup | ShareGroup]] = []
     total = 0
     for sr in state.runtime.shards:
         shard = sr.shard
-        groups: list[ClassicGroup | ConsumerGroup] = [*shard.groups(), *shard.consumer_groups()]
+        groups: list[ClassicGroup | ConsumerGroup | ShareGroup] = [
+            *shard.groups(), *shard.consumer_groups(), *shard.share_groups()
+        ]
         for group in groups:
             if match in group.group_id and (viewer is None or viewer.group(group.group_id)):
                 total += 1
@@ -191,7 +202,10 @@ async def list_groups(
     rows = []
     work = 0
     for shard, group in found[:limit]:
-        rows.append(_summary(state, shard, group, now, stuck_ms, budget))
+        if isinstance(group, ShareGroup):
+            rows.append(share_summary(state.shares, group, now))
+        else:
+            rows.append(_summary(state, shard, group, now, stuck_ms, budget))
         work += 1 + len(group.members)
         if work >= SLICE:
             work = 0
@@ -269,12 +283,15 @@ def describe_group(
         return None
     runtime = state.runtime
     shard = runtime.shards[runtime.partition_of(group_id)].shard
+    now = state.clock()
+    share = shard.share_group(group_id)
+    if share is not None:
+        return describe_share_group(state.topics, state.shares, shard, share, now, viewer)
     group: ClassicGroup | ConsumerGroup | None = shard.consumer_group(group_id) or shard.group(
         group_id
     )
     if group is None:
         return None
-    now = state.clock()
     budget = [1000]
     summary = _summary(state, shard, group, now, stuck_ms, budget)
     if isinstance(group, ConsumerGroup):

@@ -18,7 +18,11 @@ Two kinds of metrics:
   minus the log start offset when that is later (records deleted by DeleteRecords or retention
   are not waiting to be consumed). Only
   ``metrics.max.groups`` groups get series of their own, the others are summed into
-  ``consumergroup="__other__"`` (see broker/metrics/group_state.py for the rule).
+  ``consumergroup="__other__"`` (see broker/metrics/group_state.py for the rule);
+- share groups (KIP-932): groups by state, members, and per share partition the records in
+  flight, acquired and archived, bounded the same way (broker/metrics/share_state.py), beside
+  counters the share layer keeps (acknowledgements by type, lock timeouts, share requests) and
+  two event histograms (share partition load time, share-state write latency).
 
 Label values that clients choose are bounded the same way: the principals refused by the ACLs
 (``kcoord_authorization_denied_total``) get series of their own for the first
@@ -61,6 +65,7 @@ from ..services import MetricsHooks
 from ..txn.data import OpenTxns
 from .group_state import GroupSeries, GroupsSnapshot, read_groups
 from .http import Answer, HttpConnections, HttpLimits, Request
+from .share_state import SharesSnapshot, read_shares, share_metrics
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -69,6 +74,8 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..data.topics import TopicStore
     from ..groups.runtime import GroupRuntime
+    from ..share.partitions import SharePartitionManager
+    from ..share.state_runtime import ShareStateRuntime
 
 log = logging.getLogger("kcoord.metrics")
 
@@ -116,6 +123,10 @@ class CoordinatorState:
     """The partitions with open transactions (``AllProducers.open_transactions``)."""
     cluster: Callable[[], MemberFigures] | None = None
     """This node's part in the cluster (cluster mode: ``ClusterMember.figures``)."""
+    shares: SharePartitionManager | None = None
+    """The share partitions held here and the share counters (the console reads them too)."""
+    share_state: ShareStateRuntime | None = None
+    """The share coordinator (``__share_group_state``'s pruning)."""
 
 
 class BrokerMetrics:
@@ -186,6 +197,19 @@ class BrokerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.share_partition_load = Histogram(
+            "kcoord_share_partition_load_seconds",
+            "Time to load one share partition's state, or initialize it (Kafka: PartitionLoadTimeMs).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.share_state_write = Histogram(
+            "kcoord_share_coordinator_write_seconds",
+            "Time of one share-state write until durable (Kafka: share coordinator write-total,"
+            " write-latency-avg and -max).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         ProcessCollector(registry=r)
         self._coordinator = _CoordinatorCollector()
         r.register(self._coordinator)
@@ -205,6 +229,8 @@ class BrokerMetrics:
             rebalance=self.rebalance,
             refused=self.refused,
             denied=self.denied,
+            share_partition_load=self.share_partition_load.observe,
+            share_state_write=self.share_state_write.observe,
         )
 
     def observe(self, state: CoordinatorState) -> None:
@@ -262,11 +288,15 @@ class BrokerMetrics:
         snapshot = await read_groups(
             source.runtime, source.topics, int(source.config["metrics.max.groups"])
         )
-        collector.snapshot = snapshot  # collected right away: no other scrape can come between
+        shares = await read_shares(
+            source.runtime, source.shares, int(source.config["metrics.max.groups"])
+        )
+        # collected right away: no other scrape can come between
+        collector.snapshot, collector.shares = snapshot, shares
         try:
             collected = _Collected(list(self.registry.collect()))
         finally:
-            collector.snapshot = None
+            collector.snapshot = collector.shares = None
         return await off_loop(generate_latest, collected)
 
 
@@ -286,6 +316,7 @@ class _CoordinatorCollector(Collector):
     def __init__(self) -> None:
         self.source: CoordinatorState | None = None
         self.snapshot: GroupsSnapshot | None = None
+        self.shares: SharesSnapshot | None = None
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; nothing to check at registration
@@ -355,6 +386,8 @@ class _CoordinatorCollector(Collector):
             "Idempotent producer states held for de-duplication (one per partition written).",
             value=len(source.producers),
         )
+        if self.shares is not None:
+            yield from share_metrics(self.shares, source.shares, source.share_state)
         if source.transactions is not None:
             yield from _transaction_metrics(source.transactions())
         if source.cluster is not None:
@@ -465,7 +498,9 @@ class MetricsServer:
         """The web console, once the metrics observe the broker's state."""
         if self._console is None and self.metrics.state is not None:
             source = self.metrics.state
-            self._console = Console(ConsoleState(source.runtime, source.topics, _now_ms))
+            self._console = Console(
+                ConsoleState(source.runtime, source.topics, _now_ms, shares=source.shares)
+            )
         return self._console
 
     async def start(self) -> None:

@@ -21,6 +21,10 @@ As Kafka answers them:
   renewing locks (``is_renew_ack``), fetches nothing; after a final one the session is closed and
   what its member still holds is released. ``min_bytes`` is not waited for: records are answered
   once acquired (their lock runs from then).
+
+Both count their topics in the manager's counters (broker/share/counters.py), as Kafka's
+BrokerTopicMetrics marks them: each topic fetched from, or acknowledged in, once per request, and
+once more as failed when one of its partitions answered an error.
 """
 
 from __future__ import annotations
@@ -126,6 +130,17 @@ class ShareApi:
         key = SharePartitionKey(group_id, topic_id, index)
         return await self.manager.acknowledge(key, member_id, acks)
 
+    def _topics_failed(self, results: Iterable[tuple[SessionPartition, int]]) -> dict[str, bool]:
+        """The known topics among ``results`` (partition, error code), each with whether one
+        of its partitions failed."""
+        by_id = self.topics.by_id
+        out: dict[str, bool] = {}
+        for (tid, _), code in results:
+            topic = by_id.get(tid) if tid is not None else None
+            if topic is not None:
+                out[topic.name] = out.get(topic.name, False) or code != 0
+        return out
+
     def _leader(self, ctx: RequestContext, name: str, index: int, endpoints: dict[int, dict[str, Any]]) -> dict[str, int]:
         """``current_leader`` of a partition led elsewhere; its node joins ``endpoints``."""
         leader = self.view.leader(name, index) if name else None
@@ -173,6 +188,8 @@ class ShareApi:
         ack_errors: dict[SessionPartition, int] = {
             (tid, i): code for (tid, i, _), code in zip(acked, codes, strict=True)
         }
+        if ack_errors:
+            manager.counters.count_acknowledge(self._topics_failed(ack_errors.items()))
         fetched: dict[SessionPartition, tuple[_Where, Acquired]] = {}
         if use.final:
             session = manager.sessions.remove(group_id, member_id)
@@ -181,6 +198,9 @@ class ShareApi:
         elif not renew:
             partitions = use.fetch_partitions()
             fetched = await self._fetch(ctx, req, group_id, member_id, partitions, use.session.epoch)
+            manager.counters.count_fetch(self._topics_failed(
+                (tp, where.error or got.error) for tp, (where, got) in fetched.items()
+            ))
         return self._fetch_response(ctx, named, fetched, ack_errors, lock_ms)
 
     async def _fetch(
@@ -311,6 +331,8 @@ class ShareApi:
         if use.final and manager.sessions.remove(group_id, member_id) is not None:
             await manager.release_member(group_id, member_id)
         results = {(tid, i): code for (tid, i, _), code in zip(parts, codes, strict=True)}
+        if results:
+            manager.counters.count_acknowledge(self._topics_failed(results.items()))
         return self._ack_response(ctx, 0, "", [(tid, i) for tid, i, _ in parts], results, lock_ms)
 
     def _ack_response(

@@ -21,6 +21,10 @@ share sessions, and the I/O around them.
 - **Waking long polls.** :meth:`available` is a future resolved whenever records become
   available again (released, expired, a member gone), beside the topic registry's
   ``appended_future`` for new records.
+- **Counting.** :attr:`SharePartitionManager.counters` (broker/share/counters.py): records
+  acknowledged by type, acquisition locks timed out (the manager expires the locks itself before
+  each change, so every expiry is counted), and per share partition its acknowledgements;
+  :meth:`loaded_partitions` is what ``/metrics`` and the console read.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from kcoord.storage.engine import Log, OffsetOutOfRange
 from ..data.log_read import high_watermark
 from ..data.topics import storage_error_code
 from ..groups.group_configs import auto_offset_reset
+from .counters import PartitionCounters, ShareCounters
 from .persister import SharePersister, ShareStateError
 from .reading import aborted_in, read_from, readable_end
 
@@ -70,6 +75,19 @@ class _Held:
     leader_epoch: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     dropped: bool = False
+    counters: PartitionCounters = field(default_factory=PartitionCounters)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSharePartition:
+    """A share partition held here, as ``/metrics`` and the console read it (read-only by
+    convention)."""
+
+    key: SharePartitionKey
+    topic: str
+    partition: SharePartition
+    log: Log
+    counters: PartitionCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +118,7 @@ class SharePartitionManager:
         overrides: GroupOverrides = no_overrides,
         leader_epoch: Callable[[str, int], int] = lambda topic, partition: 0,
         clock: Callable[[], int] = wall_clock_ms,
+        observe_load: Callable[[float], None] | None = None,
     ) -> None:
         self.topics = topics
         self.persister = persister
@@ -121,6 +140,9 @@ class SharePartitionManager:
         self._available: asyncio.Future[None] | None = None
         self._topics_version = -1
         self._background: set[asyncio.Task[Any]] = set()
+        self.counters = ShareCounters()
+        self._observe_load = observe_load
+        """Told the seconds each share partition took to load (read, initialized)."""
 
     # lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -175,6 +197,7 @@ class SharePartitionManager:
         return await asyncio.shield(loading)
 
     async def _load(self, key: SharePartitionKey, plog: Log, topic: str) -> _Held:
+        started = time.perf_counter()
         state = await self.persister.read(key)
         if state.start_offset < 0:
             start = self._reset_offset(key.group_id, plog)
@@ -185,6 +208,8 @@ class SharePartitionManager:
         partition = SharePartition(state, self.limits)
         held = _Held(key, topic, partition, plog, self._leader_epoch(topic, key.partition))
         self._held[key] = held
+        if self._observe_load is not None:
+            self._observe_load(time.perf_counter() - started)
         log.info(
             "share partition %s loaded: start offset %d, state epoch %d",
             key.coordinator_key(), partition.start_offset, partition.state_epoch,
@@ -254,6 +279,7 @@ class SharePartitionManager:
         try:
             async with self._locked(key, plog, topic) as held:
                 sp = held.partition
+                self._expire_locks(sp)
                 log_start = plog.log_start_offset
                 if log_start > sp.start_offset:
                     sp.advance_start(log_start)
@@ -299,10 +325,14 @@ class SharePartitionManager:
         try:
             async with self._locked(key, held.plog, held.topic) as held:
                 sp = held.partition
-                code = sp.acknowledge(member_id, acks, self.lock_duration_ms(key.group_id), self.clock())
+                self._expire_locks(sp)
+                now = self.clock()
+                code = sp.acknowledge(member_id, acks, self.lock_duration_ms(key.group_id), now)
                 if code:
                     return code
                 error = await self._persist(held)
+                if not error:
+                    self.counters.count_acknowledgements(held.counters, acks, now)
         except ShareStateError as e:
             return e.code
         if any(t == AckType.RELEASE for a in acks for t in a.types):
@@ -322,6 +352,7 @@ class SharePartitionManager:
         for target in targets:
             try:
                 async with self._locked(target.key, target.plog, target.topic) as held:
+                    self._expire_locks(held.partition)
                     n = held.partition.release_member(member_id, self.clock())
                     if n:
                         released += n
@@ -417,7 +448,7 @@ class SharePartitionManager:
             return
         try:
             async with self._locked(key, held.plog, held.topic) as held:
-                n = held.partition.expire(self.clock())
+                n = self._expire_locks(held.partition)
                 if n:
                     log.info("%d record lock(s) of %s expired", n, key.coordinator_key())
                     await self._persist(held)
@@ -428,6 +459,24 @@ class SharePartitionManager:
             return
         if n:
             self._notify_available()
+
+    def _expire_locks(self, sp: SharePartition) -> int:
+        """Expire the locks passed now (before a change, which would expire them uncounted);
+        how many records."""
+        n = sp.expire(self.clock())
+        self.counters.lock_timeouts += n
+        return n
+
+    # what is read of them --------------------------------------------------------------------------
+    def loaded_partitions(self, group_id: str | None = None) -> list[LoadedSharePartition]:
+        """The share partitions held here (of ``group_id`` only, when given), in the order they
+        were loaded. A look at every one held: for scrapes and the console, not the request
+        path."""
+        return [
+            LoadedSharePartition(h.key, h.topic, h.partition, h.plog, h.counters)
+            for h in list(self._held.values())
+            if group_id is None or h.key.group_id == group_id
+        ]
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)

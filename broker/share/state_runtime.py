@@ -21,6 +21,9 @@ the flusher and real time, and answers the share partitions' state calls
   appended to it is durable; the log start is checkpointed, then whole segments below it are
   deleted (as DeleteRecords does).
 
+Each write that became durable tells ``observe_write`` its seconds, from the call to the fsync
+(Kafka's share-coordinator ``write-total`` and ``write-latency``; ``/metrics`` when served).
+
 Errors reach callers as :class:`~broker.share.persister.ShareStateError` with Kafka's code.
 """
 
@@ -70,8 +73,10 @@ class ShareStateRuntime:
         flusher: Flusher,
         clock: Callable[[], int] = now_ms,
         clustered: bool = False,
+        observe_write: Callable[[float], None] | None = None,
     ) -> None:
         self.config = config
+        self._observe_write = observe_write
         self.topics = topics
         self.flusher = flusher
         self.clock = clock
@@ -273,10 +278,13 @@ class ShareStateRuntime:
     async def write(
         self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, change: StateWrite
     ) -> None:
+        started = time.perf_counter()
         p, plog, shard = self._serving(key)
         await self._durable(p, plog, shard, lambda: shard.write(
             key, state_epoch, leader_epoch, change, self.clock()
         ))
+        if self._observe_write is not None:
+            self._observe_write(time.perf_counter() - started)
 
     async def initialize(self, key: SharePartitionKey, state_epoch: int, start_offset: int) -> None:
         p, plog, shard = self._serving(key)

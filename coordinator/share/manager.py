@@ -104,6 +104,8 @@ class ShareGroupManager:
         self.loader = records.ShareGroupLoader()
         self.left: list[tuple[str, str]] = []
         """(group id, member id) of members that left or were fenced, not yet taken."""
+        self.rebalances = 0
+        """Group epoch bumps since start: Kafka's share-group rebalances (a metrics counter)."""
         timers.register(
             SESSION_TIMER,
             TimerKind(live=self._session_live, fire=self._session_expired, moved=self._session_moved),
@@ -250,6 +252,7 @@ class ShareGroupManager:
         group = change.group
         change.touch()
         group.group_epoch += 1
+        self.rebalances += 1
         self.op.emit(*records.epoch_record(group))
         if group.legacy_partition_metadata:  # Kafka 4.1+ deletes the old record 9
             self.op.emit(*records.legacy_partition_metadata_tombstone(group.group_id))

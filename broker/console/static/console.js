@@ -85,14 +85,14 @@ function groupsPage(data) {
   const body = el("tbody", {}, shown.map((g) => el("tr", { "data-group": g.group, class: g.stuck ? "stuck" : "" },
     el("td", {}, el("a", { href: "#/group/" + encodeURIComponent(g.group) }, g.group)),
     el("td", {}, g.type), el("td", { class: "state" }, g.state), el("td", {}, g.protocol ?? "–"),
-    el("td", { class: "num members" }, g.members), el("td", { class: "num lag" }, g.lag),
+    el("td", { class: "num members" }, g.members), el("td", { class: "num lag" }, g.lag ?? "–"),
     el("td", { class: "num lag-seconds" }, seconds(g.lag_seconds)),
     el("td", { class: "num" }, ago(g.since_rebalance_ms)), el("td", { class: "num" }, g.rebalances_last_hour),
     el("td", { class: "flag" }, g.stuck ? "stuck rebalancing " + ago(data.now_ms - g.rebalancing_since_ms) : ""))));
   const filter = el("input", { id: "filter", type: "search", placeholder: "filter groups", value: ui.filter,
     oninput: (e) => { ui.filter = e.target.value; render(true); } });
   const type = el("select", { id: "type-filter", onchange: (e) => { ui.type = e.target.value; render(); } },
-    ["", "classic", "consumer"].map((t) => el("option", { value: t, selected: ui.type === t }, t || "all types")));
+    ["", "classic", "consumer", "share"].map((t) => el("option", { value: t, selected: ui.type === t }, t || "all types")));
   const onlyStuck = el("label", {}, el("input", { id: "stuck-filter", type: "checkbox", checked: ui.onlyStuck,
     onchange: (e) => { ui.onlyStuck = e.target.checked; render(); } }), " stuck only");
   return [
@@ -141,7 +141,66 @@ function timeline(g) {
   return root;
 }
 
+function num(v, digits) {
+  if (v === null || v === undefined) return "–";
+  return digits === undefined ? String(v) : v.toFixed(digits);
+}
+
+// A share group (KIP-932): members, share partitions and their in-flight records.
+function shareGroupPage(g) {
+  const cards = el("div", { class: "cards" },
+    [["Type", g.type], ["State", g.state], ["Assignor", g.protocol], ["Group epoch", g.epoch], ["Members", g.members],
+      ["Lag (messages)", num(g.lag)], ["Acknowledgements/s", num(g.acks_per_second, 1)]].map(([k, v]) =>
+      el("div", { class: "card" }, el("span", { class: "muted" }, k), el("b", { "data-field": k }, v))));
+  const members = el("table", { id: "members" },
+    el("thead", {}, el("tr", {}, ["Member", "Client", "Host", "Rack", "Epoch", "Assignment", "Last heartbeat"]
+      .map((h) => el("th", {}, h)))),
+    el("tbody", {}, g.members_detail.map((m) => el("tr", { "data-member": m.member_id },
+      el("td", {}, m.member_id), el("td", {}, m.client_id), el("td", {}, m.host), el("td", {}, m.rack ?? "–"),
+      el("td", { class: "num" }, m.epoch),
+      el("td", {}, Object.entries(m.assignment).map(([t, ps]) => `${t}(${ps.join(",")})`).join(" ") || "–"),
+      el("td", {}, m.last_heartbeat_ms ? ago(g.now_ms - m.last_heartbeat_ms) + " ago" : "–")))));
+  const heads = ["Topic", "Partition", "Members", "Start offset", "End offset", "Log end", "In flight", "Acquired",
+    "Archived", "Lag", "Acks/s"];
+  const partitions = el("table", { id: "share-partitions" },
+    el("thead", {}, el("tr", {}, heads.map((h, i) => el("th", { class: i === 1 || i >= 3 ? "num" : "" }, h)))),
+    el("tbody", {}, g.partitions.map((p) => el("tr", { "data-topic": p.topic, "data-partition": p.partition },
+      el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", {}, p.members.length),
+      el("td", { class: "num start-offset" }, num(p.start_offset)), el("td", { class: "num end-offset" }, num(p.end_offset)),
+      el("td", { class: "num log-end" }, num(p.log_end)), el("td", { class: "num in-flight" }, num(p.in_flight)),
+      el("td", { class: "num acquired" }, num(p.acquired)), el("td", { class: "num archived" }, num(p.archived)),
+      el("td", { class: "num lag" }, num(p.lag)), el("td", { class: "num acks" }, num(p.acks_per_second, 1))))));
+  const runRows = [];
+  for (const p of g.partitions) {
+    for (const r of p.runs) {
+      runRows.push(el("tr", { "data-topic": p.topic, "data-partition": p.partition, "data-state": r.state },
+        el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", { class: "num" }, r.first_offset),
+        el("td", { class: "num" }, r.last_offset), el("td", {}, r.state), el("td", { class: "num" }, r.delivery_count),
+        el("td", {}, r.member_id ?? "–"),
+        el("td", {}, r.lock_deadline_ms ? "in " + ago(Math.max(r.lock_deadline_ms - g.now_ms, 0)) : "–")));
+    }
+    if (p.runs_total > p.runs.length) {
+      runRows.push(el("tr", {}, el("td", { colspan: 8, class: "muted" },
+        `${p.topic}-${p.partition}: ${p.runs_total - p.runs.length} more runs`)));
+    }
+  }
+  const runs = runRows.length
+    ? el("table", { id: "in-flight-runs" },
+      el("thead", {}, el("tr", {}, ["Topic", "Partition", "First offset", "Last offset", "State", "Deliveries",
+        "Member", "Lock"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, runRows))
+    : el("p", { class: "muted", id: "in-flight-runs" }, "No record in flight.");
+  return [
+    el("h1", {}, "Share group ", el("span", { id: "group-name" }, g.group)),
+    cards,
+    el("h2", {}, "Members"), members,
+    el("h2", {}, "Share partitions"), partitions,
+    el("h2", {}, "In-flight records"), runs,
+  ];
+}
+
 function groupPage(g) {
+  if (g.type === "share") return shareGroupPage(g);
   const gen = g.type === "consumer" ? ["Group epoch", g.epoch] : ["Generation", g.generation];
   const cards = el("div", { class: "cards" },
     [["Type", g.type], ["State", g.state], ["Protocol / assignor", g.protocol ?? "–"], gen, ["Members", g.members],
