@@ -74,11 +74,13 @@ def describe_share(admin: Admin, group: ShareGroup, view: str) -> tuple[list[dic
             "assignment_epoch": group.assignment_epoch, "members": len(group.members),
         }  # fmt: skip
         headers = ["GROUP", "COORDINATOR (ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
-        cells = [gid, f"{host}:{port} ({cid})", group.state, group.group_epoch, group.assignment_epoch,
+        state = [gid, f"{host}:{port} ({cid})", group.state, group.group_epoch, group.assignment_epoch,
                  len(group.members)]  # fmt: skip
-        return [row], headers, [cells]
+        return [row], headers, [state]
     if not group.members:
         note(f"Share group '{gid}' has no active members.")
+    rows: list[dict[str, Any]]
+    cells: list[list[Any]]
     if view == "members":
         rows = [
             {
@@ -93,7 +95,7 @@ def describe_share(admin: Admin, group: ShareGroup, view: str) -> tuple[list[dic
                   format_assignment(m.assignment)] for m in group.members]  # fmt: skip
         return rows, headers, cells
     offsets = share_offsets(admin, group)
-    rows: list[dict[str, Any]] = [
+    rows = [
         {
             "group": gid, "topic": t, "partition": p,
             "start_offset": o.start_offset if o.start_offset >= 0 else None,
