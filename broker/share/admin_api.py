@@ -106,7 +106,8 @@ class ShareOffsetsApi:
                                   error_message=_TOPIC_REFUSED) for p in t.partitions]  # fmt: skip
                     refused.append(dict(topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=parts))
                 elif self.topics.get(t.topic_name) is None:
-                    parts = [dict(partition_index=p, start_offset=-1, leader_epoch=0) for p in t.partitions]
+                    parts = [dict(partition_index=p, start_offset=-1, leader_epoch=0, error_code=0)
+                             for p in t.partitions]  # fmt: skip
                     unknown.append(dict(topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=parts))
                 else:
                     wanted.append((t.topic_name, t.partitions))
@@ -121,7 +122,7 @@ class ShareOffsetsApi:
         return dict(group_id=group_id, topics=out + refused, error_code=ErrorCode.none)
 
     async def _describe_partition(self, group_id: str, topic_id: uuid.UUID, index: int) -> dict[str, Any]:
-        absent = dict(partition_index=index, start_offset=-1, leader_epoch=0, lag=NO_LAG)
+        absent = dict(partition_index=index, start_offset=-1, leader_epoch=0, lag=NO_LAG, error_code=0)
         try:
             state = await self.persister.read(SharePartitionKey(group_id, topic_id, index))
         except ShareStateError:
@@ -129,7 +130,7 @@ class ShareOffsetsApi:
         if state.start_offset < 0:
             return absent
         answer = dict(partition_index=index, start_offset=state.start_offset,
-                      leader_epoch=max(state.leader_epoch, 0), lag=NO_LAG)  # fmt: skip
+                      leader_epoch=max(state.leader_epoch, 0), lag=NO_LAG, error_code=0)  # fmt: skip
         topic = self.topics.by_id.get(topic_id)
         plog = topic.partitions[index] if topic is not None and 0 <= index < len(topic.partitions) else None
         if plog is not None and plog.offline is not None:
