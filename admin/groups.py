@@ -31,7 +31,8 @@ def groups_list(admin: Admin, args: argparse.Namespace) -> int:
     except AdminError as e:  # a broker without share groups (Kafka before 4.0)
         note(f"Share groups not listed: {e}")
         shares = {}
-    groups = sorted([g for g in groups if g[0] not in shares] + [(g, s, SHARE_TYPE) for g, s in shares.items()])
+    groups = [g for g in groups if g[0] not in shares]
+    groups = sorted(groups + [(g, s, SHARE_TYPE) for g, s in shares.items()])
     if args.state:
         wanted = {s.lower(): s for s in KAFKA_STATES}.get(args.state.lower())
         if wanted is None:

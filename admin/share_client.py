@@ -63,8 +63,14 @@ def _reason(code: int, message: str | None) -> str:
     return f"{_error_name(code)}: {message}" if message else _error_name(code)
 
 
+def _refused(doing: str, code: int, message: str | None) -> AdminError:
+    return AdminError(f"{doing}: {_reason(code, message)}")
+
+
 def _call(admin: Admin, where: tuple[str, int], api_key: int, version: int, **fields: Any) -> Any:
-    return _wire_request(where[0], where[1], admin.timeout, api_key, version, security=admin.security, **fields)
+    return _wire_request(
+        where[0], where[1], admin.timeout, api_key, version, security=admin.security, **fields
+    )
 
 
 def _bootstrap(admin: Admin) -> tuple[str, int]:
@@ -79,10 +85,19 @@ def coordinator_of(admin: Admin, group_id: str) -> tuple[int, str, int]:
     """The group's coordinator (FindCoordinator v4 to the bootstrap broker)."""
     from kcoord.protocol.apis import ApiKey
 
-    r = _call(admin, _bootstrap(admin), ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=[group_id])
+    r = _call(
+        admin,
+        _bootstrap(admin),
+        ApiKey.FIND_COORDINATOR,
+        4,
+        key_type=0,
+        coordinator_keys=[group_id],
+    )
     c = r.coordinators[0]
     if c.error_code:
-        raise AdminError(f"finding the coordinator of group {group_id!r}: {_reason(c.error_code, c.error_message)}")
+        raise _refused(
+            f"finding the coordinator of group {group_id!r}", c.error_code, c.error_message
+        )
     return int(c.node_id), c.host, int(c.port)
 
 
@@ -90,10 +105,19 @@ def list_share_groups(admin: Admin) -> dict[str, str]:
     """Every share group's id and state (ListGroups v5 to each broker of the cluster)."""
     from kcoord.protocol.apis import ApiKey
 
-    cluster = admin._wait(admin.client.describe_cluster(request_timeout=admin.timeout), "describing the cluster")
+    cluster = admin._wait(
+        admin.client.describe_cluster(request_timeout=admin.timeout), "describing the cluster"
+    )
     out: dict[str, str] = {}
     for node in cluster.nodes:
-        r = _call(admin, (node.host, node.port), ApiKey.LIST_GROUPS, 5, states_filter=[], types_filter=[SHARE_TYPE])
+        r = _call(
+            admin,
+            (node.host, node.port),
+            ApiKey.LIST_GROUPS,
+            5,
+            states_filter=[],
+            types_filter=[SHARE_TYPE],
+        )
         if r.error_code:
             raise AdminError(f"listing groups on broker {node.id}: {_error_name(r.error_code)}")
         out.update((g.group_id, g.group_state) for g in r.groups)
@@ -107,21 +131,38 @@ def describe_share_group(admin: Admin, group_id: str) -> ShareGroup | None:
     from kcoord.protocol.errors import ErrorCode
 
     coordinator = coordinator_of(admin, group_id)
-    r = _call(admin, coordinator[1:], ApiKey.SHARE_GROUP_DESCRIBE, 1,
-              group_ids=[group_id], include_authorized_operations=False)  # fmt: skip
+    r = _call(
+        admin,
+        coordinator[1:],
+        ApiKey.SHARE_GROUP_DESCRIBE,
+        1,
+        group_ids=[group_id],
+        include_authorized_operations=False,
+    )
     d = r.groups[0]
     if d.error_code == ErrorCode.group_id_not_found:
         return None
     if d.error_code:
-        raise AdminError(f"describing share group {group_id!r}: {_reason(d.error_code, d.error_message)}")
+        raise _refused(f"describing share group {group_id!r}", d.error_code, d.error_message)
     members = tuple(
         ShareMember(
-            m.member_id, m.client_id, m.client_host, int(m.member_epoch),
-            tuple(sorted((t.topic_name, int(p)) for t in m.assignment.topic_partitions for p in t.partitions)),
-        )  # fmt: skip
+            m.member_id,
+            m.client_id,
+            m.client_host,
+            int(m.member_epoch),
+            tuple(
+                sorted(
+                    (t.topic_name, int(p))
+                    for t in m.assignment.topic_partitions
+                    for p in t.partitions
+                )
+            ),
+        )
         for m in d.members
     )
-    return ShareGroup(group_id, d.group_state, coordinator, int(d.group_epoch), int(d.assignment_epoch), members)
+    return ShareGroup(
+        group_id, d.group_state, coordinator, int(d.group_epoch), int(d.assignment_epoch), members
+    )
 
 
 def share_offsets(
@@ -132,19 +173,30 @@ def share_offsets(
     from kcoord.protocol.apis import ApiKey
 
     group_id, where = _where(admin, group)
-    wanted = None if topics is None else [
-        dict(topic_name=t, partitions=sorted(ps)) for t, ps in sorted(topics.items())
-    ]  # fmt: skip
-    r = _call(admin, where, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1,
-              groups=[dict(group_id=group_id, topics=wanted)])  # fmt: skip
+    wanted = (
+        None
+        if topics is None
+        else [dict(topic_name=t, partitions=sorted(ps)) for t, ps in sorted(topics.items())]
+    )
+    r = _call(
+        admin,
+        where,
+        ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+        1,
+        groups=[dict(group_id=group_id, topics=wanted)],
+    )
     g = r.groups[0]
     if g.error_code:
-        raise AdminError(f"describing the offsets of share group {group_id!r}: {_reason(g.error_code, g.error_message)}")
+        raise _refused(
+            f"describing the offsets of share group {group_id!r}", g.error_code, g.error_message
+        )
     return {
         (t.topic_name, int(p.partition_index)): ShareOffset(
-            int(p.start_offset), int(p.leader_epoch), int(p.lag),
+            int(p.start_offset),
+            int(p.leader_epoch),
+            int(p.lag),
             _reason(p.error_code, p.error_message) if p.error_code else None,
-        )  # fmt: skip
+        )
         for t in g.topics
         for p in t.partitions
     }
@@ -160,27 +212,50 @@ def alter_share_offsets(
     for (t, p), o in sorted(offsets.items()):
         by_topic.setdefault(t, []).append(dict(partition_index=p, start_offset=o))
     _, where = _where(admin, group_id)
-    r = _call(admin, where, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, group_id=group_id,
-              topics=[dict(topic_name=t, partitions=ps) for t, ps in by_topic.items()])  # fmt: skip
+    r = _call(
+        admin,
+        where,
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+        0,
+        group_id=group_id,
+        topics=[dict(topic_name=t, partitions=ps) for t, ps in by_topic.items()],
+    )
     if r.error_code:
-        raise AdminError(f"altering the offsets of share group {group_id!r}: {_reason(r.error_code, r.error_message)}")
+        raise _refused(
+            f"altering the offsets of share group {group_id!r}", r.error_code, r.error_message
+        )
     return {
-        (t.topic_name, int(p.partition_index)): _reason(p.error_code, p.error_message) if p.error_code else None
+        (t.topic_name, int(p.partition_index)): _reason(p.error_code, p.error_message)
+        if p.error_code
+        else None
         for t in r.responses
         for p in t.partitions
     }
 
 
-def delete_share_offsets(admin: Admin, group_id: str, topics: Iterable[str]) -> dict[str, str | None]:
+def delete_share_offsets(
+    admin: Admin, group_id: str, topics: Iterable[str]
+) -> dict[str, str | None]:
     """DeleteShareGroupOffsets: each topic's error (None: deleted)."""
     from kcoord.protocol.apis import ApiKey
 
     _, where = _where(admin, group_id)
-    r = _call(admin, where, ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, group_id=group_id,
-              topics=[dict(topic_name=t) for t in topics])  # fmt: skip
+    r = _call(
+        admin,
+        where,
+        ApiKey.DELETE_SHARE_GROUP_OFFSETS,
+        0,
+        group_id=group_id,
+        topics=[dict(topic_name=t) for t in topics],
+    )
     if r.error_code:
-        raise AdminError(f"deleting the offsets of share group {group_id!r}: {_reason(r.error_code, r.error_message)}")
-    return {t.topic_name: _reason(t.error_code, t.error_message) if t.error_code else None for t in r.responses}
+        raise _refused(
+            f"deleting the offsets of share group {group_id!r}", r.error_code, r.error_message
+        )
+    return {
+        t.topic_name: _reason(t.error_code, t.error_message) if t.error_code else None
+        for t in r.responses
+    }
 
 
 def _where(admin: Admin, group: ShareGroup | str) -> tuple[str, tuple[str, int]]:

@@ -36,46 +36,74 @@ def add_share_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     share = sub.add_parser("share", help="reset or delete a share group's offsets")
     ssub = share.add_subparsers(dest="action", required=True)
     p = ssub.add_parser(
-        "reset-offsets", parents=[common],
+        "reset-offsets",
+        parents=[common],
         help="set the start offset of a share group's partitions (a dry run unless --execute)",
-    )  # fmt: skip
+    )
     p.add_argument("--group", required=True, metavar="GROUP")
-    p.add_argument("--topic", action="append", required=True, metavar="T[:P,P...]",
-                   help="a topic, or some of its partitions (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="T[:P,P...]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
     to = p.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
     to.add_argument("--to-offset", type=int, metavar="N")
     to.add_argument(
-        "--to-datetime", metavar="ISO",
+        "--to-datetime",
+        metavar="ISO",
         help="e.g. 2024-05-01T12:00:00 (local time) or 2024-05-01T12:00:00+00:00",
-    )  # fmt: skip
+    )
     p.add_argument("--execute", action="store_true", help="apply the new start offsets")
     p.set_defaults(shift_by=None)
     p = ssub.add_parser(
         "delete-offsets", parents=[common], help="forget a share group's state of whole topics"
     )
     p.add_argument("--group", required=True, metavar="GROUP")
-    p.add_argument("--topic", action="append", required=True, metavar="T", help="a topic (repeatable)")
+    p.add_argument(
+        "--topic", action="append", required=True, metavar="T", help="a topic (repeatable)"
+    )
 
 
 # ---- groups describe ----------------------------------------------------------------------------
 
 
-def describe_share(admin: Admin, group: ShareGroup, view: str) -> tuple[list[dict[str, Any]], list[str], list[list[Any]]]:
+def describe_share(
+    admin: Admin, group: ShareGroup, view: str
+) -> tuple[list[dict[str, Any]], list[str], list[list[Any]]]:
     """A share group's JSON rows and table for ``groups describe`` (``view``: offsets, members
     or state)."""
     gid = group.group_id
     if view == "state":
         cid, host, port = group.coordinator
         row = {
-            "group": gid, "coordinator": {"id": cid, "host": host, "port": port}, "state": group.state,
-            "type": "share", "group_epoch": group.group_epoch,
-            "assignment_epoch": group.assignment_epoch, "members": len(group.members),
-        }  # fmt: skip
-        headers = ["GROUP", "COORDINATOR (ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH", "#MEMBERS"]
-        state = [gid, f"{host}:{port} ({cid})", group.state, group.group_epoch, group.assignment_epoch,
-                 len(group.members)]  # fmt: skip
+            "group": gid,
+            "coordinator": {"id": cid, "host": host, "port": port},
+            "state": group.state,
+            "type": "share",
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "members": len(group.members),
+        }
+        headers = [
+            "GROUP",
+            "COORDINATOR (ID)",
+            "STATE",
+            "GROUP-EPOCH",
+            "ASSIGNMENT-EPOCH",
+            "#MEMBERS",
+        ]
+        state = [
+            gid,
+            f"{host}:{port} ({cid})",
+            group.state,
+            group.group_epoch,
+            group.assignment_epoch,
+            len(group.members),
+        ]
         return [row], headers, [state]
     if not group.members:
         note(f"Share group '{gid}' has no active members.")
@@ -84,30 +112,60 @@ def describe_share(admin: Admin, group: ShareGroup, view: str) -> tuple[list[dic
     if view == "members":
         rows = [
             {
-                "group": gid, "consumer_id": m.member_id, "host": m.host, "client_id": m.client_id,
-                "partitions": len(m.assignment), "member_epoch": m.member_epoch,
+                "group": gid,
+                "consumer_id": m.member_id,
+                "host": m.host,
+                "client_id": m.client_id,
+                "partitions": len(m.assignment),
+                "member_epoch": m.member_epoch,
                 "assignment": [{"topic": t, "partition": p} for t, p in m.assignment],
-            }  # fmt: skip
+            }
             for m in group.members
         ]
-        headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-EPOCH", "ASSIGNMENT"]
-        cells = [[gid, m.member_id, m.host, m.client_id, len(m.assignment), m.member_epoch,
-                  format_assignment(m.assignment)] for m in group.members]  # fmt: skip
+        headers = [
+            "GROUP",
+            "CONSUMER-ID",
+            "HOST",
+            "CLIENT-ID",
+            "#PARTITIONS",
+            "MEMBER-EPOCH",
+            "ASSIGNMENT",
+        ]
+        cells = [
+            [
+                gid,
+                m.member_id,
+                m.host,
+                m.client_id,
+                len(m.assignment),
+                m.member_epoch,
+                format_assignment(m.assignment),
+            ]
+            for m in group.members
+        ]
         return rows, headers, cells
     offsets = share_offsets(admin, group)
     rows = [
         {
-            "group": gid, "topic": t, "partition": p,
+            "group": gid,
+            "topic": t,
+            "partition": p,
             "start_offset": o.start_offset if o.start_offset >= 0 else None,
-            "leader_epoch": o.leader_epoch, "lag": o.lag if o.lag >= 0 else None, "error": o.error,
-        }  # fmt: skip
+            "leader_epoch": o.leader_epoch,
+            "lag": o.lag if o.lag >= 0 else None,
+            "error": o.error,
+        }
         for (t, p), o in sorted(offsets.items())
     ]
     headers = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
-    return rows, headers, [[r["group"], r["topic"], r["partition"], r["start_offset"], r["lag"]] for r in rows]
+    return (
+        rows,
+        headers,
+        [[r["group"], r["topic"], r["partition"], r["start_offset"], r["lag"]] for r in rows],
+    )
 
 
-# ---- share reset-offsets / delete-offsets ---------------------------------------------------------
+# ---- share reset-offsets / delete-offsets -------------------------------------------------
 
 
 def _share_group_or_none(admin: Admin, group_id: str) -> ShareGroup | None:
@@ -137,11 +195,16 @@ def share_reset_offsets(admin: Admin, args: argparse.Namespace) -> int:
             {
                 "executed": bool(args.execute),
                 "offsets": [
-                    {"group": args.group, "topic": t, "partition": p, "new_offset": o,
-                     "error": failed.get((t, p))}
+                    {
+                        "group": args.group,
+                        "topic": t,
+                        "partition": p,
+                        "new_offset": o,
+                        "error": failed.get((t, p)),
+                    }
                     for (t, p), o in sorted(plan.items())
                 ],
-            }  # fmt: skip
+            }
         )
     else:
         print_table(
@@ -158,9 +221,15 @@ def share_delete_offsets(admin: Admin, args: argparse.Namespace) -> int:
         raise ValueError("--group: the group id is empty")
     results = delete_share_offsets(admin, args.group, list(dict.fromkeys(args.topic)))
     if args.json:
-        print_json([{"group": args.group, "topic": t, "deleted": e is None, "error": e}
-                    for t, e in sorted(results.items())])  # fmt: skip
+        print_json(
+            [
+                {"group": args.group, "topic": t, "deleted": e is None, "error": e}
+                for t, e in sorted(results.items())
+            ]
+        )
     else:
-        print_table(["TOPIC", "STATUS"],
-                    [[t, "Successful" if e is None else f"Error: {e}"] for t, e in sorted(results.items())])  # fmt: skip
+        print_table(
+            ["TOPIC", "STATUS"],
+            [[t, "Successful" if e is None else f"Error: {e}"] for t, e in sorted(results.items())],
+        )
     return 1 if any(results.values()) else 0

@@ -66,7 +66,9 @@ def share_lag(state: PersistedState, high_watermark: int) -> int:
 
 
 class ShareOffsetsApi:
-    def __init__(self, runtime: GroupRuntime, manager: SharePartitionManager, topics: TopicStore) -> None:
+    def __init__(
+        self, runtime: GroupRuntime, manager: SharePartitionManager, topics: TopicStore
+    ) -> None:
         self.runtime = runtime
         self.manager = manager
         self.persister = manager.persister
@@ -82,9 +84,13 @@ class ShareOffsetsApi:
         groups = [await self._describe_group(ctx, g.group_id, g.topics) for g in req.groups]
         return ctx.respond(throttle_time=0, groups=groups)
 
-    async def _describe_group(self, ctx: RequestContext, group_id: str, topics: Any) -> dict[str, Any]:
+    async def _describe_group(
+        self, ctx: RequestContext, group_id: str, topics: Any
+    ) -> dict[str, Any]:
         if not ctx.allowed(Operation.DESCRIBE, _GROUP, group_id):
-            return dict(group_id=group_id, topics=[], error_code=ErrorCode.group_authorization_failed)
+            return dict(
+                group_id=group_id, topics=[], error_code=ErrorCode.group_authorization_failed
+            )
         wanted: list[tuple[str, Sequence[int]]] = []
         out: list[dict[str, Any]] = []
         refused: list[dict[str, Any]] = []
@@ -94,21 +100,36 @@ class ShareOffsetsApi:
                 return dict(group_id=group_id, topics=[], error_code=read.error)
             for topic_id, (_name, held) in read.topics.items():
                 topic = self.topics.by_id.get(topic_id)
-                if topic is not None and ctx.allowed(Operation.DESCRIBE, _TOPIC, topic.name, quiet=True):
+                if topic is not None and ctx.allowed(
+                    Operation.DESCRIBE, _TOPIC, topic.name, quiet=True
+                ):
                     wanted.append((topic.name, sorted(held)))
             wanted.sort()
         else:
             unknown: list[dict[str, Any]] = []
             for t in topics:
                 if not ctx.allowed(Operation.DESCRIBE, _TOPIC, t.topic_name):
-                    parts = [dict(partition_index=p, start_offset=-1, leader_epoch=0,
-                                  error_code=ErrorCode.topic_authorization_failed,
-                                  error_message=_TOPIC_REFUSED) for p in t.partitions]  # fmt: skip
-                    refused.append(dict(topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=parts))
+                    parts = [
+                        dict(
+                            partition_index=p,
+                            start_offset=-1,
+                            leader_epoch=0,
+                            error_code=ErrorCode.topic_authorization_failed,
+                            error_message=_TOPIC_REFUSED,
+                        )
+                        for p in t.partitions
+                    ]
+                    refused.append(
+                        dict(topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=parts)
+                    )
                 elif self.topics.get(t.topic_name) is None:
-                    parts = [dict(partition_index=p, start_offset=-1, leader_epoch=0, error_code=0)
-                             for p in t.partitions]  # fmt: skip
-                    unknown.append(dict(topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=parts))
+                    parts = [
+                        dict(partition_index=p, start_offset=-1, leader_epoch=0, error_code=0)
+                        for p in t.partitions
+                    ]
+                    unknown.append(
+                        dict(topic_name=t.topic_name, topic_id=ZERO_UUID, partitions=parts)
+                    )
                 else:
                     wanted.append((t.topic_name, t.partitions))
             refused = unknown + refused
@@ -121,18 +142,31 @@ class ShareOffsetsApi:
             out.append(dict(topic_name=name, topic_id=topic.topic_id, partitions=list(described)))
         return dict(group_id=group_id, topics=out + refused, error_code=ErrorCode.none)
 
-    async def _describe_partition(self, group_id: str, topic_id: uuid.UUID, index: int) -> dict[str, Any]:
-        absent = dict(partition_index=index, start_offset=-1, leader_epoch=0, lag=NO_LAG, error_code=0)
+    async def _describe_partition(
+        self, group_id: str, topic_id: uuid.UUID, index: int
+    ) -> dict[str, Any]:
+        absent = dict(
+            partition_index=index, start_offset=-1, leader_epoch=0, lag=NO_LAG, error_code=0
+        )
         try:
             state = await self.persister.read(SharePartitionKey(group_id, topic_id, index))
         except ShareStateError:
             return absent
         if state.start_offset < 0:
             return absent
-        answer = dict(partition_index=index, start_offset=state.start_offset,
-                      leader_epoch=max(state.leader_epoch, 0), lag=NO_LAG, error_code=0)  # fmt: skip
+        answer = dict(
+            partition_index=index,
+            start_offset=state.start_offset,
+            leader_epoch=max(state.leader_epoch, 0),
+            lag=NO_LAG,
+            error_code=0,
+        )
         topic = self.topics.by_id.get(topic_id)
-        plog = topic.partitions[index] if topic is not None and 0 <= index < len(topic.partitions) else None
+        plog = (
+            topic.partitions[index]
+            if topic is not None and 0 <= index < len(topic.partitions)
+            else None
+        )
         if plog is not None and plog.offline is not None:
             answer["error_code"] = storage_error_code(plog.offline)
         elif plog is not None:
@@ -151,15 +185,29 @@ class ShareOffsetsApi:
             if not ctx.allowed(Operation.READ, _TOPIC, t.topic_name):
                 error, message = ErrorCode.topic_authorization_failed, _TOPIC_REFUSED
             elif topic is None:
-                error, message = ErrorCode.unknown_topic_or_partition, f"Topic {t.topic_name} does not exist."
+                error, message = (
+                    ErrorCode.unknown_topic_or_partition,
+                    f"Topic {t.topic_name} does not exist.",
+                )
             else:
-                accepted.append((t.topic_name, tuple((p.partition_index, p.start_offset) for p in t.partitions)))
+                accepted.append(
+                    (t.topic_name, tuple((p.partition_index, p.start_offset) for p in t.partitions))
+                )
                 continue
-            parts = [dict(partition_index=p.partition_index, error_code=error, error_message=message)
-                     for p in t.partitions]  # fmt: skip
-            refused.append(dict(topic_name=t.topic_name, topic_id=topic.topic_id if topic else ZERO_UUID,
-                                partitions=parts))  # fmt: skip
-        plan: sm.AlterPlan = await self._shard_call(group_id, sm.OffsetsAlter(group_id, tuple(accepted)))
+            parts = [
+                dict(partition_index=p.partition_index, error_code=error, error_message=message)
+                for p in t.partitions
+            ]
+            refused.append(
+                dict(
+                    topic_name=t.topic_name,
+                    topic_id=topic.topic_id if topic else ZERO_UUID,
+                    partitions=parts,
+                )
+            )
+        plan: sm.AlterPlan = await self._shard_call(
+            group_id, sm.OffsetsAlter(group_id, tuple(accepted))
+        )
         if plan.error:
             return self._alter_error(ctx, plan.error, plan.message)
         failed = await self._initialize(group_id, plan.initialize)
@@ -168,7 +216,9 @@ class ShareOffsetsApi:
                 topic_name=t.name,
                 topic_id=t.topic_id or ZERO_UUID,
                 partitions=[
-                    _partition(failed.get((t.topic_id, r.partition)) or (r.error, r.message), r.partition)
+                    _partition(
+                        failed.get((t.topic_id, r.partition)) or (r.error, r.message), r.partition
+                    )
                     for r in t.partitions
                 ],
             )
@@ -209,10 +259,17 @@ class ShareOffsetsApi:
             if ctx.allowed(Operation.READ, _TOPIC, t.topic_name):
                 names.append(t.topic_name)
             else:
-                refused.append(dict(topic_name=t.topic_name, topic_id=ZERO_UUID,
-                                    error_code=ErrorCode.topic_authorization_failed,
-                                    error_message=_TOPIC_REFUSED))  # fmt: skip
-        plan: sm.DeletePlan = await self._shard_call(group_id, sm.OffsetsDeleteCheck(group_id, tuple(names)))
+                refused.append(
+                    dict(
+                        topic_name=t.topic_name,
+                        topic_id=ZERO_UUID,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        error_message=_TOPIC_REFUSED,
+                    )
+                )
+        plan: sm.DeletePlan = await self._shard_call(
+            group_id, sm.OffsetsDeleteCheck(group_id, tuple(names))
+        )
         if plan.error:
             return self._delete_error(ctx, plan.error, plan.message)
         deleted: list[dict[str, Any]] = []
@@ -223,7 +280,11 @@ class ShareOffsetsApi:
             try:
                 await self.persister.delete(keys)
             except ShareStateError as e:
-                failed.append(dict(topic_name=name, topic_id=topic_id, error_code=e.code, error_message=str(e)))
+                failed.append(
+                    dict(
+                        topic_name=name, topic_id=topic_id, error_code=e.code, error_message=str(e)
+                    )
+                )
                 continue
             await self.manager.forget(keys)  # a change under way meanwhile may have loaded it
             deleted.append(dict(topic_name=name, topic_id=topic_id, error_code=0))
@@ -233,11 +294,18 @@ class ShareOffsetsApi:
             if answer.error:
                 return self._delete_error(ctx, answer.error)
         coordinator_refused = [
-            dict(topic_name=t.name, topic_id=t.topic_id or ZERO_UUID, error_code=t.error, error_message=t.message)
+            dict(
+                topic_name=t.name,
+                topic_id=t.topic_id or ZERO_UUID,
+                error_code=t.error,
+                error_message=t.message,
+            )
             for t in plan.refused
         ]
         return ctx.respond(
-            throttle_time=0, error_code=0, responses=refused + deleted + failed + coordinator_refused
+            throttle_time=0,
+            error_code=0,
+            responses=refused + deleted + failed + coordinator_refused,
         )
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""The share groups (KIP-932) of one shard: ShareGroupHeartbeat, session expiry, and the group
-side of ShareGroupDescribe, ListGroups and DeleteGroups.
+"""The share groups (KIP-932) of one shard: ShareGroupHeartbeat, session expiry, the group
+side of ShareGroupDescribe, ListGroups and DeleteGroups, and record 15 as the share offsets
+admin APIs set it (:meth:`ShareGroupManager.set_initialized`, coordinator/share/offsets.py).
 
 A heartbeat that passed Kafka's request checks (:mod:`coordinator.share.checks`) for a group id
 that is no other type's goes through Kafka's three steps (GroupMetadataManager's
@@ -376,7 +377,7 @@ class ShareGroupManager:
         """Record 15 holding ``initialized`` (topic id -> name, partitions, when added),
         creating the share group (record 11, epoch 0) if there is none; if the write fails
         the request is answered ``answer(error)``. The caller checked that the id is no other
-        type's group and that the group has no members."""
+        type's group (coordinator/share/offsets.py)."""
         group = self.groups.get(group_id)
         change = _Change(group, False) if group is not None else _Change(ShareGroup(group_id), True)
         group = change.group

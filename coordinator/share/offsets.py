@@ -87,7 +87,11 @@ def _initialized(share: ShareGroupManager, gate: Gate, group_id: str) -> Initial
 
 
 def _group_error(
-    share: ShareGroupManager, gate: Gate, other_type: Callable[[str], bool], group_id: str, create: bool
+    share: ShareGroupManager,
+    gate: Gate,
+    other_type: Callable[[str], bool],
+    group_id: str,
+    create: bool,
 ) -> tuple[int, str | None] | None:
     """Why the group's offsets may not change (Kafka's order), None if they may."""
     if group_id == "":
@@ -99,7 +103,9 @@ def _group_error(
         return ErrorCode.group_id_not_found, f"Group {group_id} is not a share group."
     group = share.get(group_id)
     if group is None:
-        return None if create else (ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
+        return (
+            None if create else (ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
+        )
     if group.members:
         return (
             ErrorCode.non_empty_group,
@@ -138,7 +144,9 @@ def _alter(
             if not 0 <= p < info.partitions:
                 answers[p] = PartitionResult(p, UNKNOWN_PARTITION)
             elif offset < 0:
-                answers[p] = PartitionResult(p, ErrorCode.invalid_request, f"Start offset {offset} is negative.")
+                answers[p] = PartitionResult(
+                    p, ErrorCode.invalid_request, f"Start offset {offset} is negative."
+                )
             else:
                 answers[p] = PartitionResult(p)
                 offsets[p] = offset
@@ -171,7 +179,9 @@ def _delete_check(
         elif held is None:
             errors.append(
                 TopicResult(
-                    name, info.topic_id, error=UNKNOWN_PARTITION,
+                    name,
+                    info.topic_id,
+                    error=UNKNOWN_PARTITION,
                     message=f"Share group {req.group_id} has no offsets of topic {name} to delete.",
                 )
             )

@@ -93,8 +93,9 @@ def test_alter_adds_to_the_initialized_partitions_of_an_existing_group() -> None
     group = s.shard.share_group("g")
     assert group is not None
     assert {t: v[1] for t, v in group.initialized.items()} == {
-        s.tid("t"): frozenset(range(4)), s.tid("u"): frozenset({0})
-    }  # fmt: skip
+        s.tid("t"): frozenset(range(4)),
+        s.tid("u"): frozenset({0}),
+    }
 
 
 def test_alter_is_refused_while_the_group_has_members() -> None:
@@ -107,9 +108,13 @@ def test_alter_is_refused_while_the_group_has_members() -> None:
 def test_alter_of_another_types_group_or_the_empty_id_is_refused() -> None:
     s = Shard()
     req = ConsumerGroupHeartbeatRequest(
-        group_id="cg", member_id="c", member_epoch=0, rebalance_timeout_ms=5000,
-        subscribed_topic_names=("t",), topic_partitions=(),
-    )  # fmt: skip
+        group_id="cg",
+        member_id="c",
+        member_epoch=0,
+        rebalance_timeout_ms=5000,
+        subscribed_topic_names=("t",),
+        topic_partitions=(),
+    )
     s.shard.consumer_group_heartbeat("c", req, 0)
     plan = s.alter("cg", ("t", ((0, 0),)))
     assert (plan.error, plan.message) == (E.group_id_not_found, "Group cg is not a share group.")
@@ -125,9 +130,11 @@ def test_alter_answers_unknown_topics_partitions_and_negative_offsets_per_partit
         (0, E.unknown_topic_or_partition)
     ]
     assert [(r.partition, r.error) for r in t.partitions] == [
-        (4, E.unknown_topic_or_partition), (-1, E.unknown_topic_or_partition),
-        (1, E.invalid_request), (3, E.none),
-    ]  # fmt: skip
+        (4, E.unknown_topic_or_partition),
+        (-1, E.unknown_topic_or_partition),
+        (1, E.invalid_request),
+        (3, E.none),
+    ]
     assert plan.initialize == ((s.tid("t"), 3, 2),)
 
 
@@ -170,8 +177,9 @@ def test_delete_check_then_deleted_takes_the_topics_out_of_record_15() -> None:
     assert isinstance(plan, DeletePlan) and plan.error == E.none and s.last == []
     assert plan.delete == ((s.tid("t"), "t", (0, 1)),)
     assert [(r.name, r.error) for r in plan.refused] == [
-        ("u", E.unknown_topic_or_partition), ("nope", E.unknown_topic_or_partition)
-    ]  # fmt: skip
+        ("u", E.unknown_topic_or_partition),
+        ("nope", E.unknown_topic_or_partition),
+    ]
     assert s.call(OffsetsDeleted("g", (s.tid("t"),))) == OffsetsDeletedResponse(0)
     assert s.record_types() == [15]
     group = s.shard.share_group("g")
