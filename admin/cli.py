@@ -1,5 +1,5 @@
-"""``kcoord groups``, ``kcoord offsets``, ``kcoord topics``, ``kcoord transactions`` and
-``kcoord cluster``: their arguments, and running a parsed command.
+"""``kcoord groups``, ``kcoord offsets``, ``kcoord share``, ``kcoord topics``,
+``kcoord transactions`` and ``kcoord cluster``: their arguments, and running a parsed command.
 
 :func:`add_parsers` is the hook ``kcoord/cli.py`` calls to add the subcommands to the
 ``kcoord`` parser, and :func:`run` runs one once parsed. Output follows kafka-consumer-groups.sh:
@@ -21,6 +21,7 @@ from .group_configs import add_group_config_parsers, groups_alter_config, groups
 from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
 from .security import read_command_config
+from .shares import add_share_parsers, share_delete_offsets, share_reset_offsets
 from .topics import add_topic_parsers, topics_alter_config, topics_describe
 from .transactions import (
     add_transaction_parsers,
@@ -52,7 +53,7 @@ def add_parsers(sub: Any) -> None:
         "--timeout", type=float, default=30.0, help="seconds to wait for each answer (default 30)"
     )
 
-    groups = sub.add_parser("groups", help="list, describe and delete consumer groups")
+    groups = sub.add_parser("groups", help="list, describe and delete consumer and share groups")
     gsub = groups.add_subparsers(dest="action", required=True)
     p = gsub.add_parser("list", parents=[common], help="list the consumer groups")
     p.add_argument(
@@ -69,7 +70,8 @@ def add_parsers(sub: Any) -> None:
         const="",
         default=None,
         metavar="T",
-        help="show each group's type (classic, consumer); with a type, only groups of that type",
+        help="show each group's type (classic, consumer, share); with a type, only groups of"
+        " that type",
     )
     p = gsub.add_parser(
         "describe", parents=[common], help="committed offsets and lag, members, or state"
@@ -111,14 +113,15 @@ def add_parsers(sub: Any) -> None:
     p = osub.add_parser("delete", parents=[common], help="delete a group's offsets of a topic")
     p.add_argument("group", metavar="GROUP")
     p.add_argument("--topic", action="append", required=True, metavar="T[:P,P...]")
+    add_share_parsers(sub, common)
     add_topic_parsers(sub, common)
     add_transaction_parsers(sub, common)
     add_cluster_parsers(sub, common)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a parsed admin command (``groups``, ``offsets``, ``topics``, ``transactions``); returns
-    the exit status."""
+    """Run a parsed admin command (``groups``, ``offsets``, ``share``, ``topics``,
+    ``transactions``, ``cluster``); returns the exit status."""
     try:
         security = read_command_config(args.command_config) if args.command_config else None
         admin = Admin(args.bootstrap_server, args.timeout, security)
@@ -130,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
             ("groups", "alter-config"): groups_alter_config,
             ("offsets", "reset"): offsets_reset,
             ("offsets", "delete"): offsets_delete,
+            ("share", "reset-offsets"): share_reset_offsets,
+            ("share", "delete-offsets"): share_delete_offsets,
             ("topics", "describe"): topics_describe,
             ("topics", "alter-config"): topics_alter_config,
             ("transactions", "list"): transactions_list,

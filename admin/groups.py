@@ -1,9 +1,11 @@
 """``kcoord groups list|describe|delete``, and the rows ``describe`` shows.
 
+``list`` shows share groups (type ``share``) beside the classic and consumer groups.
 ``describe`` shows, like kafka-consumer-groups.sh, committed offsets and lag (``--offsets``, the
 default: one row per partition the group is assigned or has an offset for; lag counts from the
 log start offset when the committed offset is below it), members and their
-assignments (``--members``), or the group's coordinator, assignor and state (``--state``).
+assignments (``--members``), or the group's coordinator, assignor and state (``--state``); a
+share group is described as kafka-share-groups.sh does (admin/shares.py).
 """
 
 from __future__ import annotations
@@ -12,20 +14,31 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
-from .client import KAFKA_STATES, Admin, Group, Member
+from .client import KAFKA_STATES, Admin, AdminError, Group, Member
 from .output import note, print_json, print_table
+
+GROUP_TYPES = ("classic", "consumer", "share")
 
 
 def groups_list(admin: Admin, args: argparse.Namespace) -> int:
+    from .share_client import SHARE_TYPE, list_share_groups
+
+    if args.type and args.type.lower() not in GROUP_TYPES:
+        raise ValueError(f"--type {args.type!r}: one of {', '.join(GROUP_TYPES)}")
     groups = admin.list_groups()
+    try:
+        shares = list_share_groups(admin)
+    except AdminError as e:  # a broker without share groups (Kafka before 4.0)
+        note(f"Share groups not listed: {e}")
+        shares = {}
+    groups = [g for g in groups if g[0] not in shares]
+    groups = sorted(groups + [(g, s, SHARE_TYPE) for g, s in shares.items()])
     if args.state:
         wanted = {s.lower(): s for s in KAFKA_STATES}.get(args.state.lower())
         if wanted is None:
             raise ValueError(f"--state {args.state!r}: one of {', '.join(KAFKA_STATES)}")
         groups = [g for g in groups if g[1] == wanted]
     if args.type:
-        if args.type.lower() not in ("classic", "consumer"):
-            raise ValueError(f"--type {args.type!r}: classic or consumer")
         groups = [g for g in groups if g[2] == args.type.lower()]
     if args.json:
         print_json([{"group": g, "state": s, "type": t} for g, s, t in groups])
@@ -125,11 +138,25 @@ def state_row(group: Group) -> dict[str, Any]:
 
 
 def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
+    from .share_client import describe_share_group
+    from .shares import describe_share
+
     out: list[dict[str, Any]] = []
     status = 0
     tables: list[tuple[list[str], list[list[Any]]]] = []
     for gid in args.group:
         group = admin.describe(gid)
+        share = None
+        if group.state in ("Dead", "Unknown"):  # what a share group looks like to DescribeGroups
+            try:
+                share = describe_share_group(admin, gid)
+            except AdminError:  # a broker without share groups
+                share = None
+        if share is not None:
+            rows, headers, cells = describe_share(admin, share, args.view)
+            out.extend(rows)
+            tables.append((headers, cells))
+            continue
         if group.state in ("Dead", "Unknown") and not group.members and not admin.committed(gid):
             note(f"Error: Consumer group '{gid}' does not exist.")
             status = 1

@@ -64,6 +64,7 @@ from .security.sasl.credentials import CredentialStore
 from .security.sasl.password_checks import PasswordChecks
 from .security.sasl.users_api import UsersApi
 from .services import MetricsHooks
+from .share.admin_api import ShareOffsetsApi
 from .share.api import ShareApi
 from .share.partitions import SharePartitionManager
 from .share.persister import RetryingPersister
@@ -230,6 +231,7 @@ class Broker:
         )
         self.groups.share_member_left = self.share.member_left
         share_api = ShareApi(self.share, self.topics, self.view)
+        share_offsets = ShareOffsetsApi(self.groups, self.share, self.topics)
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
         sg = ShareGroupApi(self.groups)
@@ -310,6 +312,9 @@ class Broker:
             ApiKey.DESCRIBE_PRODUCERS: producers.describe_producers,
             ApiKey.SHARE_FETCH: share_api.share_fetch,
             ApiKey.SHARE_ACKNOWLEDGE: share_api.share_acknowledge,
+            ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: share_offsets.describe,
+            ApiKey.ALTER_SHARE_GROUP_OFFSETS: share_offsets.alter,
+            ApiKey.DELETE_SHARE_GROUP_OFFSETS: share_offsets.delete,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         # Not the heartbeats and OffsetFetch under an authorizer: its checks are on the generic path.

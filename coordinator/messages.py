@@ -19,6 +19,7 @@ from kcoord.coordinator.consumer.messages import (
 from kcoord.coordinator.share.messages import (
     ShareGroupDescribeResponse,
     ShareGroupHeartbeatResponse,
+    ShareOffsetsResponse,
 )
 
 __all__ = [
@@ -396,5 +397,6 @@ Response = (
     | ConsumerGroupDescribeResponse
     | ShareGroupHeartbeatResponse
     | ShareGroupDescribeResponse
+    | ShareOffsetsResponse
     | TxnMarkerResponse
 )

@@ -96,6 +96,7 @@ from kcoord.coordinator.shard_views import ShardMode, ShardViews
 from kcoord.coordinator.share.describe import listed_share_groups
 from kcoord.coordinator.share.manager import ShareGroupManager
 from kcoord.coordinator.share.messages import ShareGroupDescribeRequest, ShareGroupHeartbeatRequest
+from kcoord.coordinator.share.offsets import ShareOffsetsRequest, share_offsets
 from kcoord.coordinator.share.records import SHARE_KEY_TYPES
 from kcoord.coordinator.share.requests import share_group_describe, share_group_heartbeat
 from kcoord.coordinator.timers import Timers
@@ -340,6 +341,12 @@ class GroupShard(ShardViews):
         """ShareGroupDescribe (:func:`coordinator.share.requests.share_group_describe`)."""
         self._op.begin()
         self._op.reply(handle, share_group_describe(self.share, self._gate, self._not_share, req))
+        return self._op.end()
+
+    def share_offsets(self, handle: Hashable, req: ShareOffsetsRequest, now_ms: int) -> Output:
+        """The share offsets admin APIs' part here (:mod:`coordinator.share.offsets`)."""
+        self._op.begin()
+        share_offsets(self.share, self._gate, self._not_share, handle, req, now_ms)
         return self._op.end()
 
     def _not_share(self, group_id: str) -> bool:

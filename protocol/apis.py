@@ -59,6 +59,9 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92
 
 
 # api key -> (min version, max version) advertised in ApiVersions.
@@ -108,6 +111,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.SHARE_FETCH: (1, 2),  # v0 was early access (Kafka 4.0); 4.1 starts at v1
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),  # v1: the lag (KIP-1226)
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 # Versions we advertise but cannot decode with kio; the broker answers them by hand.

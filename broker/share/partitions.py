@@ -34,8 +34,8 @@ import heapq
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Hashable, Iterable, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -362,6 +362,25 @@ class SharePartitionManager:
         if released:
             log.info("released %d record(s) of member %s of share group %s", released, member_id, group_id)
             self._notify_available()
+
+    async def forget(self, keys: Iterable[SharePartitionKey]) -> None:
+        """Drop these share partitions from memory, once any load or change of them under way
+        is over: their persisted state was set or deleted by an admin
+        (AlterShareGroupOffsets, DeleteShareGroupOffsets), and their next use loads it."""
+        dropped = 0
+        for key in keys:
+            loading = self._loading.get(key)
+            if loading is not None:
+                with suppress(Exception):
+                    await asyncio.shield(loading)
+            held = self._held.get(key)
+            if held is None:
+                continue
+            async with held.lock:
+                self._drop(held)
+                dropped += 1
+        if dropped:
+            log.info("%d share partition(s) dropped from memory: their state was changed", dropped)
 
     def member_left(self, group_id: str, member_id: str) -> None:
         """A member left the share group or was fenced (the group coordinator tells): its

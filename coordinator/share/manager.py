@@ -1,5 +1,6 @@
-"""The share groups (KIP-932) of one shard: ShareGroupHeartbeat, session expiry, and the group
-side of ShareGroupDescribe, ListGroups and DeleteGroups.
+"""The share groups (KIP-932) of one shard: ShareGroupHeartbeat, session expiry, the group
+side of ShareGroupDescribe, ListGroups and DeleteGroups, and record 15 as the share offsets
+admin APIs set it (:meth:`ShareGroupManager.set_initialized`, coordinator/share/offsets.py).
 
 A heartbeat that passed Kafka's request checks (:mod:`coordinator.share.checks`) for a group id
 that is no other type's goes through Kafka's three steps (GroupMetadataManager's
@@ -26,12 +27,18 @@ State changes at once; if the records of an operation cannot be stored, the fail
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.consumer.persistence import to_topic_partitions
-from kcoord.coordinator.consumer.topics import TopicsView, metadata_hash, subscribed_topics
+from kcoord.coordinator.consumer.topics import (
+    TopicId,
+    TopicsView,
+    metadata_hash,
+    subscribed_topics,
+)
 from kcoord.coordinator.output import Operation
 from kcoord.coordinator.share import persistence as records
 from kcoord.coordinator.share.assignor import ShareAssignmentMember, assign
@@ -54,13 +61,14 @@ HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 @dataclass(frozen=True, slots=True)
 class ShareWriteFailed:
     """The records of a share-group operation failed: put the group back as ``before`` (None:
-    it did not exist) if its change count is still ``changes``, and answer the heartbeat (if
-    any) with the mapped error."""
+    it did not exist) if its change count is still ``changes``, and answer the request (if
+    any) with the mapped error: ``answer(error)``, a heartbeat's error by default."""
 
     handle: Hashable | None
     group_id: str
     before: ShareGroup | None
     changes: int
+    answer: Callable[[int], Any] | None = None
 
     @property
     def handles(self) -> tuple[Hashable, ...]:
@@ -330,7 +338,9 @@ class ShareGroupManager:
             self.left = []
         return left
 
-    def _finish(self, change: _Change, handle: Hashable | None) -> None:
+    def _finish(
+        self, change: _Change, handle: Hashable | None, answer: Callable[[int], Any] | None = None
+    ) -> None:
         """Register a created group and attach the undo of a changing operation."""
         if not change.touched or change.group.dead:
             return
@@ -338,7 +348,9 @@ class ShareGroupManager:
         group.changes += 1
         if change.created:
             self.groups[group.group_id] = group
-        self.op.on_failure(ShareWriteFailed(handle, group.group_id, change.before, group.changes))
+        self.op.on_failure(
+            ShareWriteFailed(handle, group.group_id, change.before, group.changes, answer)
+        )
 
     def write_failed(self, action: ShareWriteFailed, error: int) -> None:
         group = self.groups.get(action.group_id)
@@ -353,7 +365,32 @@ class ShareGroupManager:
                 action.group_id,
             )
         if action.handle is not None:
-            self.op.reply(action.handle, heartbeat_error(error))
+            answer = heartbeat_error if action.answer is None else action.answer
+            self.op.reply(action.handle, answer(error))
+
+    # ---- the share state's partitions (AlterShareGroupOffsets, DeleteShareGroupOffsets) ----
+
+    def set_initialized(
+        self,
+        handle: Hashable,
+        group_id: str,
+        initialized: Mapping[TopicId, tuple[str, frozenset[int], int]],
+        answer: Callable[[int], Any],
+    ) -> None:
+        """Record 15 holding ``initialized`` (topic id -> name, partitions, when added),
+        creating the share group (record 11, epoch 0) if there is none; if the write fails
+        the request is answered ``answer(error)``. The caller checked that the id is no other
+        type's group (coordinator/share/offsets.py)."""
+        group = self.groups.get(group_id)
+        change = _Change(group, False) if group is not None else _Change(ShareGroup(group_id), True)
+        group = change.group
+        change.touch()
+        if change.created:
+            self.op.emit(*records.epoch_record(group))
+            log.info("share group %s: created by an offsets change", group_id)
+        group.initialized = {t: v for t, v in initialized.items() if v[1]}
+        self.op.emit(*records.state_record(group))
+        self._finish(change, handle, answer)
 
     # ---- sessions --------------------------------------------------------------------------
 

@@ -221,7 +221,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return build_main(["--if-stale"] if args.if_stale else [])
     if args.command == "users":
         return run_users(args)
-    if args.command in ("groups", "offsets", "topics", "transactions", "cluster"):
+    if args.command in ("groups", "offsets", "share", "topics", "transactions", "cluster"):
         from kcoord.admin.cli import run as run_admin
 
         return run_admin(args)
