@@ -11,11 +11,10 @@ share group is described as kafka-share-groups.sh does (admin/shares.py).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
 from typing import Any
 
 from .client import KAFKA_STATES, Admin, AdminError, Group, Member
-from .output import note, print_json, print_table
+from .output import format_assignment, note, print_json, print_table
 
 GROUP_TYPES = ("classic", "consumer", "share")
 
@@ -113,14 +112,6 @@ def member_rows(group: Group) -> list[dict[str, Any]]:
 
 def _assignment(parts: list[dict[str, Any]]) -> str:
     return format_assignment((a["topic"], a["partition"]) for a in parts)
-
-
-def format_assignment(assignment: Iterable[tuple[str, int]]) -> str:
-    """``topic(0,1),other(2)`` as kafka-consumer-groups.sh --members --verbose prints it."""
-    by_topic: dict[str, list[int]] = {}
-    for t, p in assignment:
-        by_topic.setdefault(t, []).append(p)
-    return ",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))
 
 
 def state_row(group: Group) -> dict[str, Any]:

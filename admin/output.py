@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
@@ -25,3 +25,11 @@ def print_json(value: Any) -> None:
 
 def note(text: str) -> None:
     print(text, file=sys.stderr)
+
+
+def format_assignment(assignment: Iterable[tuple[str, int]]) -> str:
+    """``topic(0,1),other(2)`` as kafka-consumer-groups.sh --members --verbose prints it."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in assignment:
+        by_topic.setdefault(t, []).append(p)
+    return ",".join(f"{t}({','.join(map(str, sorted(ps)))})" for t, ps in sorted(by_topic.items()))

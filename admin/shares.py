@@ -19,9 +19,8 @@ import argparse
 from typing import Any
 
 from .client import Admin, AdminError
-from .groups import format_assignment
 from .offsets import parse_datetime_ms, plan_reset
-from .output import note, print_json, print_table
+from .output import format_assignment, note, print_json, print_table
 from .share_client import (
     ShareGroup,
     alter_share_offsets,
