@@ -15,8 +15,7 @@ described as TOPIC_AUTHORIZATION_FAILED, without its members.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kcoord.coordinator.consumer import messages as cm
@@ -28,10 +27,15 @@ from kcoord.protocol.responses import to_millis
 from ..net.connection import RequestContext
 from ..security.acl.model import UNKNOWN_OPERATIONS, Operation, ResourceType
 from .api import then
+from .modern_api import (
+    HIDDEN_TOPICS,
+    REFUSED,
+    REFUSED_MESSAGE,
+    describe_by_shard,
+    heartbeat_answer,
+    hidden_topics,
+)
 from .runtime import GroupRuntime
-
-_REFUSED = ErrorCode.group_authorization_failed
-_HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
 class ConsumerGroupApi:
@@ -41,12 +45,12 @@ class ConsumerGroupApi:
     # ConsumerGroupHeartbeat ---------------------------------------------------------------------
     def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
         if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
-            return self._heartbeat_answer(
-                ctx, cm.ConsumerGroupHeartbeatResponse(_REFUSED, "Not authorized to read the group.")
+            return heartbeat_answer(
+                ctx, cm.ConsumerGroupHeartbeatResponse(REFUSED, "Not authorized to read the group.")
             )
         names = req.subscribed_topic_names
         if names and not all(ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in set(names)):
-            return self._heartbeat_answer(
+            return heartbeat_answer(
                 ctx, cm.ConsumerGroupHeartbeatResponse(ErrorCode.topic_authorization_failed)
             )
         owned = req.topic_partitions
@@ -75,7 +79,7 @@ class ConsumerGroupApi:
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
         result = runtime.submit(p, runtime.shard(p).consumer_group_heartbeat, request)
-        return then(result, lambda r: self._heartbeat_answer(ctx, r))
+        return then(result, lambda r: heartbeat_answer(ctx, r))
 
     def heartbeat_direct(self, frame: Frame, version: int, correlation_id: int, client_host: str) -> bytes | None:
         """The hot path: a steady heartbeat (protocol/consumer_heartbeat.py) answered with a
@@ -87,46 +91,18 @@ class ConsumerGroupApi:
         interval = self.runtime.consumer_heartbeat(group_id, member_id, epoch, client_id, "/" + client_host)
         return None if interval is None else steady_answer(correlation_id, member_id, epoch, interval)
 
-    @staticmethod
-    def _heartbeat_answer(ctx: RequestContext, r: cm.ConsumerGroupHeartbeatResponse) -> Any:
-        assignment = (
-            None
-            if r.assignment is None
-            else dict(
-                topic_partitions=[
-                    dict(topic_id=topic_id, partitions=list(partitions))
-                    for topic_id, partitions in r.assignment
-                ]
-            )
-        )
-        return ctx.respond(
-            throttle_time=0,
-            error_code=r.error,
-            error_message=r.error_message,
-            member_id=r.member_id,
-            member_epoch=r.member_epoch,
-            heartbeat_interval=r.heartbeat_interval_ms,
-            assignment=assignment,
-        )
-
     # ConsumerGroupDescribe ----------------------------------------------------------------------
     async def describe(self, ctx: RequestContext, req: Any) -> Any:
         runtime = self.runtime
-        by_shard: dict[int, list[str]] = defaultdict(list)
-        found: dict[str, cm.DescribedConsumerGroup] = {}
-        for group_id in req.group_ids:
-            if ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-                by_shard[runtime.partition_of(group_id)].append(group_id)
-            else:
-                found[group_id] = cm.DescribedConsumerGroup(
-                    _REFUSED, "Not authorized to describe the group.", group_id, state=""
-                )
-        for p, ids in by_shard.items():
-            answer: cm.ConsumerGroupDescribeResponse = await runtime.call(
-                p, runtime.shard(p).consumer_group_describe, cm.ConsumerGroupDescribeRequest(tuple(ids))
-            )
-            for g in answer.groups:
-                found[g.group_id] = g
+        found = await describe_by_shard(
+            ctx,
+            runtime,
+            req.group_ids,
+            lambda gid: cm.DescribedConsumerGroup(REFUSED, REFUSED_MESSAGE, gid, state=""),
+            lambda p, ids: runtime.call(
+                p, runtime.shard(p).consumer_group_describe, cm.ConsumerGroupDescribeRequest(ids)
+            ),
+        )
         include_ops = req.include_authorized_operations
 
         def partitions(ps: tuple[cm.DescribedPartitions, ...]) -> dict[str, Any]:
@@ -137,13 +113,13 @@ class ConsumerGroupApi:
                 ]
             )
 
-        hidden = _hidden_topics(ctx, found.values())
+        hidden = hidden_topics(ctx, (t for g in found.values() for t in _topics_of(g)))
         groups = []
         for group_id in req.group_ids:
             g = found[group_id]
             if not g.error and hidden and any(t in hidden for t in _topics_of(g)):
                 g = cm.DescribedConsumerGroup(
-                    ErrorCode.topic_authorization_failed, _HIDDEN_TOPICS, group_id, state=""
+                    ErrorCode.topic_authorization_failed, HIDDEN_TOPICS, group_id, state=""
                 )
             members = []
             for x in g.members:
@@ -202,12 +178,3 @@ def _topics_of(group: cm.DescribedConsumerGroup) -> Iterator[str]:
         for assigned in (member.assignment, member.target_assignment):
             for d in assigned:
                 yield d.topic_name
-
-
-def _hidden_topics(ctx: RequestContext, groups: Iterable[cm.DescribedConsumerGroup]) -> set[str]:
-    """The topics of the described groups the client may not DESCRIBE (none without an
-    authorizer)."""
-    if ctx.connection.authorizer is None:
-        return set()
-    names = {t for g in groups for t in _topics_of(g)}
-    return {t for t in names if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t)}

@@ -12,7 +12,6 @@ describe is answered TOPIC_AUTHORIZATION_FAILED without its members.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,10 +21,15 @@ from kcoord.protocol.errors import ErrorCode
 from ..net.connection import RequestContext
 from ..security.acl.model import UNKNOWN_OPERATIONS, Operation, ResourceType
 from .api import then
+from .modern_api import (
+    HIDDEN_TOPICS,
+    REFUSED,
+    REFUSED_MESSAGE,
+    describe_by_shard,
+    heartbeat_answer,
+    hidden_topics,
+)
 from .runtime import GroupRuntime
-
-_REFUSED = ErrorCode.group_authorization_failed
-_HIDDEN_TOPICS = "The group has described topic(s) that the client is not authorized to describe."
 
 
 class ShareGroupApi:
@@ -35,12 +39,12 @@ class ShareGroupApi:
     # ShareGroupHeartbeat ------------------------------------------------------------------------
     def heartbeat(self, ctx: RequestContext, req: Any) -> Any:
         if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
-            return self._heartbeat_answer(
-                ctx, sm.ShareGroupHeartbeatResponse(_REFUSED, "Not authorized to read the group.")
+            return heartbeat_answer(
+                ctx, sm.ShareGroupHeartbeatResponse(REFUSED, "Not authorized to read the group.")
             )
         names = req.subscribed_topic_names
         if names and not all(ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, n) for n in set(names)):
-            return self._heartbeat_answer(ctx, sm.ShareGroupHeartbeatResponse(ErrorCode.topic_authorization_failed))
+            return heartbeat_answer(ctx, sm.ShareGroupHeartbeatResponse(ErrorCode.topic_authorization_failed))
         request = sm.ShareGroupHeartbeatRequest(
             group_id=req.group_id,
             member_id=req.member_id,
@@ -53,53 +57,26 @@ class ShareGroupApi:
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
         result = runtime.submit(p, runtime.shard(p).share_group_heartbeat, request)
-        return then(result, lambda r: self._heartbeat_answer(ctx, r))
-
-    @staticmethod
-    def _heartbeat_answer(ctx: RequestContext, r: sm.ShareGroupHeartbeatResponse) -> Any:
-        assignment = (
-            None
-            if r.assignment is None
-            else dict(
-                topic_partitions=[
-                    dict(topic_id=topic_id, partitions=list(partitions)) for topic_id, partitions in r.assignment
-                ]
-            )
-        )
-        return ctx.respond(
-            throttle_time=0,
-            error_code=r.error,
-            error_message=r.error_message,
-            member_id=r.member_id,
-            member_epoch=r.member_epoch,
-            heartbeat_interval=r.heartbeat_interval_ms,
-            assignment=assignment,
-        )
+        return then(result, lambda r: heartbeat_answer(ctx, r))
 
     # ShareGroupDescribe -------------------------------------------------------------------------
     async def describe(self, ctx: RequestContext, req: Any) -> Any:
         runtime = self.runtime
-        by_shard: dict[int, list[str]] = defaultdict(list)
-        found: dict[str, sm.DescribedShareGroup] = {}
-        for group_id in req.group_ids:
-            if ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, group_id):
-                by_shard[runtime.partition_of(group_id)].append(group_id)
-            else:
-                found[group_id] = sm.DescribedShareGroup(
-                    _REFUSED, "Not authorized to describe the group.", group_id
-                )
-        for p, ids in by_shard.items():
-            answer: sm.ShareGroupDescribeResponse = await runtime.call(
-                p, runtime.shard(p).share_group_describe, sm.ShareGroupDescribeRequest(tuple(ids))
-            )
-            for g in answer.groups:
-                found[g.group_id] = g
-        hidden = _hidden_topics(ctx, found.values())
+        found = await describe_by_shard(
+            ctx,
+            runtime,
+            req.group_ids,
+            lambda gid: sm.DescribedShareGroup(REFUSED, REFUSED_MESSAGE, gid),
+            lambda p, ids: runtime.call(
+                p, runtime.shard(p).share_group_describe, sm.ShareGroupDescribeRequest(ids)
+            ),
+        )
+        hidden = hidden_topics(ctx, (t for g in found.values() for t in _topics_of(g)))
         groups = []
         for group_id in req.group_ids:
             g = found[group_id]
             if not g.error and hidden and any(t in hidden for t in _topics_of(g)):
-                g = sm.DescribedShareGroup(ErrorCode.topic_authorization_failed, _HIDDEN_TOPICS, group_id)
+                g = sm.DescribedShareGroup(ErrorCode.topic_authorization_failed, HIDDEN_TOPICS, group_id)
             groups.append(
                 dict(
                     error_code=g.error,
@@ -140,12 +117,3 @@ def _topics_of(group: sm.DescribedShareGroup) -> Iterable[str]:
     for member in group.members:
         for d in member.assignment:
             yield d.topic_name
-
-
-def _hidden_topics(ctx: RequestContext, groups: Iterable[sm.DescribedShareGroup]) -> set[str]:
-    """The topics of the described groups the client may not DESCRIBE (none without an
-    authorizer)."""
-    if ctx.connection.authorizer is None:
-        return set()
-    names = {t for g in groups for t in _topics_of(g)}
-    return {t for t in names if not ctx.allowed(Operation.DESCRIBE, ResourceType.TOPIC, t)}
