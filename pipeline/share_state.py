@@ -186,7 +186,7 @@ def share_state_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 # ----------------------------------------------------------------------------- replay
 
 
-class _Offsets:
+class OffsetSet:
     """A set of offsets kept as sorted, disjoint, non-adjacent inclusive intervals."""
 
     def __init__(self) -> None:
@@ -211,7 +211,7 @@ class _Partition:
     """What the replay keeps of one share partition besides the shard's state."""
 
     def __init__(self) -> None:
-        self.archived = _Offsets()
+        self.archived = OffsetSet()
         self.records = 0
         self.create_timestamp: int | None = None
         self.first_start: tuple[int, int] | None = None  # (start offset, record timestamp)

@@ -38,14 +38,14 @@ from kcoord.pipeline.logs import offsets_segments, topic_names
 from kcoord.pipeline.share_state import (
     REPLAY_SCHEMA,
     SHARE_STATE_TOPIC,
-    _Offsets,
+    OffsetSet,
     replay_share_state,
     segment_share_state,
     share_state_batch,
 )
 from kcoord.protocol.batch import set_base_offset
 from kcoord.protocol.record_encoding import encode_kv_batch
-from kcoord.share.model import RecordState, SharePartitionKey, StateBatch, StateWrite
+from kcoord.share.model import UNINITIALIZED, RecordState, SharePartitionKey, StateBatch, StateWrite
 from kcoord.share.state_shard import ShareStateShard, delivery_complete_count
 from kcoord.storage.partition_metadata import topic_id_to_str, write_partition_metadata
 
@@ -193,7 +193,8 @@ def state_log() -> tuple[list[list[Record]], list[tuple[SharePartitionKey, Any]]
     def call(key: SharePartitionKey, records: list[Record]) -> None:
         batches.append(records)
         for _ in records:
-            states.append((key, shard.read(key) if key in shard._held else None))
+            state = shard.read(key)
+            states.append((key, None if state is UNINITIALIZED else state))
 
     call(K1, shard.initialize(K1, 0, 0, T0))
     # offset 0 released, 1 rejected, 2-3 accepted: the SPSO stays at 0
@@ -275,7 +276,7 @@ def test_a_malformed_share_state_record_makes_the_segment_a_problem(tmp_path: Pa
 
 
 def test_offsets_set_merges_touching_and_overlapping_intervals() -> None:
-    s = _Offsets()
+    s = OffsetSet()
     for first, last in [(10, 12), (20, 20), (13, 14), (0, 2), (11, 21), (30, 31), (1, 1)]:
         s.add(first, last)
     assert (s.firsts, s.lasts, s.count) == ([0, 10, 30], [2, 21, 31], 3 + 12 + 2)
