@@ -6,7 +6,7 @@ written directly in Kafka's format with the project's own encoders and ``Partiti
 partitions of one of 10 topics, one rebalance (group record) per 1,000 commit batches, and
 small topic logs so that consumer_lag has real work. Then:
 
-* ``spark``: ``pipeline.job.run_job`` (all five tables, no report) on ``local[2]``, with the
+* ``spark``: ``pipeline.job.run_job`` (all its tables, no report) on ``local[2]``, with the
   session already started;
 * ``python``: ``pipeline.local.python_pass`` (the same tables with pyarrow, one process).
 

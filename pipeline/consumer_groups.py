@@ -120,7 +120,8 @@ MEMBER_STATES = {0: "stable", 1: "unrevoked_partitions", 2: "unreleased_partitio
 # ----------------------------------------------------------------------------- state rows
 
 
-def _tps(tps: TopicPartitions) -> list[dict[str, Any]]:
+def topic_partition_rows(tps: TopicPartitions) -> list[dict[str, Any]]:
+    """(topic id, partitions) pairs as :data:`TOPIC_PARTITIONS_TYPE` values."""
     return [{"topic_id": topic_id_to_str(t), "partitions": list(ps)} for t, ps in tps]
 
 
@@ -169,7 +170,7 @@ def consumer_row(
     elif isinstance(key, ConsumerGroupTargetAssignmentMemberKey):
         row.update(record_type="target_member", member_id=key.member_id)
         if value is not None:
-            row["partitions"] = _tps(decode_consumer_value(key, value).topic_partitions)
+            row["partitions"] = topic_partition_rows(decode_consumer_value(key, value).topic_partitions)
     elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
         row.update(record_type="assignment", member_id=key.member_id)
         if value is not None:
@@ -178,8 +179,8 @@ def consumer_row(
                 epoch=a.member_epoch,
                 previous_epoch=a.previous_member_epoch,
                 member_state=a.state,
-                partitions=_tps(a.assigned_partitions),
-                pending_partitions=_tps(a.partitions_pending_revocation),
+                partitions=topic_partition_rows(a.assigned_partitions),
+                pending_partitions=topic_partition_rows(a.partitions_pending_revocation),
             )
     else:
         if value is not None:

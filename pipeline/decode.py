@@ -9,7 +9,8 @@ PostgreSQL engine's ``batches`` table (``pipeline.postgres``); the decoding is t
 * **state**: what survives compaction *within the segment* -- the newest record per offset key
   (tombstones included, so a later stage can apply them) -- plus every group metadata record
   and group tombstone, every KIP-848 consumer-group record the epochs need
-  (``pipeline.consumer_groups``, ``kind = "consumer"``), one ``segment`` row with the
+  (``pipeline.consumer_groups``, ``kind = "consumer"``) and share-group record
+  (``pipeline.share_groups``, ``kind = "share"``), one ``segment`` row with the
   segment's statistics, or one ``problem`` row if the segment cannot be read. Only surviving offset values are decoded, so the shuffle
   that follows carries a few rows per key instead of the whole history.
 
@@ -40,6 +41,7 @@ from kcoord.coordinator.schemas import (
     decode_key,
     decode_offset_commit_value,
 )
+from kcoord.coordinator.share.records import SHARE_KEY_TYPES
 from kcoord.protocol.batch import HEADER_SIZE, BatchHeader, CorruptBatch
 from kcoord.protocol.key_values import decode_key_values
 from kcoord.protocol.records import decode_records
@@ -48,6 +50,7 @@ from . import fs
 from .consumer_groups import STATE_FIELDS, consumer_row
 from .logs import Problem, ScanStats, SegmentRef, scan_batches
 from .postgres import PgRun, read_batches, txn_outcomes
+from .share_groups import share_row
 from .txn import TxnOutcomes, outcomes
 
 ROWS_PER_BATCH = 65536
@@ -82,7 +85,7 @@ MEMBER_TYPE = pa.struct(
 
 STATE_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),  # offset | group | consumer | segment | problem
+        ("kind", pa.string()),  # offset | group | consumer | share | segment | problem
         ("log_partition", pa.int32()),
         ("log_offset", pa.int64()),
         ("record_timestamp", pa.int64()),
@@ -102,7 +105,7 @@ STATE_SCHEMA = pa.schema(
         ("members", pa.list_(MEMBER_TYPE)),
         ("segment", pa.string()),  # segment and problem rows: which file
         ("detail", pa.string()),  # segment rows: statistics as JSON; problem rows: the message
-        *STATE_FIELDS,  # consumer rows (KIP-848 records), see pipeline.consumer_groups
+        *STATE_FIELDS,  # consumer and share rows, see pipeline.consumer_groups
     ]
 )
 
@@ -111,6 +114,7 @@ _SPARK_TYPES = {
     pa.int32(): "int",
     pa.int64(): "bigint",
     pa.bool_(): "boolean",
+    pa.binary(): "binary",
 }
 
 
@@ -145,7 +149,12 @@ class SegmentStats:
     group_tombstones: int = 0
     consumer_group_records: int = 0  # KIP-848 records (keys 3-8, 16)
     consumer_group_tombstones: int = 0
-    other_records: int = 0  # unknown key versions, records without a key
+    share_group_records: int = 0  # KIP-932 records (keys 9-15)
+    share_group_tombstones: int = 0
+    share_snapshots: int = 0  # __share_group_state: ShareSnapshot records
+    share_updates: int = 0  # ShareUpdate records
+    share_state_tombstones: int = 0
+    other_records: int = 0  # unknown key versions or record types, records without a key
     batches: int = 0
     control_batches: int = 0
     transactional_batches: int = 0
@@ -158,8 +167,8 @@ Pairs = list[tuple[bytes | None, bytes | None]]
 
 
 Run = SegmentRef | PgRun
-"""A run of batches of one ``__consumer_offsets`` partition: a segment file, or a range of
-``batches`` rows (``pipeline.postgres``)."""
+"""A run of batches of one partition of ``__consumer_offsets`` (or ``__share_group_state``): a
+segment file, or a range of ``batches`` rows (``pipeline.postgres``)."""
 
 
 @contextlib.contextmanager
@@ -182,7 +191,7 @@ def _reading(run: Run, scan: ScanStats) -> Iterator[Iterable[tuple[BatchHeader, 
         f.close()
 
 
-def _batches(ref: Run, stats: SegmentStats) -> Iterator[tuple[BatchHeader, list[int] | None, Pairs]]:
+def data_batches(ref: Run, stats: SegmentStats) -> Iterator[tuple[BatchHeader, list[int] | None, Pairs]]:
     """(header, offsets or None when they are base_offset + i, key/value pairs) per data batch.
     Control batches are skipped, and so are transactional batches whose transaction was not
     committed (aborted, or still open: ``pipeline.txn``); so are records below the run's
@@ -232,6 +241,11 @@ def _count_other(stats: SegmentStats, key: RecordKey | None, value: bytes | None
             stats.consumer_group_tombstones += 1
         else:
             stats.consumer_group_records += 1
+    elif isinstance(key, SHARE_KEY_TYPES):
+        if value is None:
+            stats.share_group_tombstones += 1
+        else:
+            stats.share_group_records += 1
     else:
         stats.other_records += 1
 
@@ -272,7 +286,7 @@ def segment_commits(ref: Run, rows_per_batch: int = ROWS_PER_BATCH) -> tuple[lis
                 col.clear()
 
     try:
-        for h, offsets, pairs in _batches(ref, stats):
+        for h, offsets, pairs in data_batches(ref, stats):
             stats.records += len(pairs)
             base = h.base_offset
             for i, (key, value) in enumerate(pairs):
@@ -380,7 +394,7 @@ def segment_state(ref: Run) -> tuple[list[dict[str, Any]], SegmentStats]:
     rows: list[dict[str, Any]] = []
     key_of = _key_decoder()
     try:
-        for h, offsets, pairs in _batches(ref, stats):
+        for h, offsets, pairs in data_batches(ref, stats):
             stats.records += len(pairs)
             base, ts = h.base_offset, h.max_timestamp
             for i, (key, value) in enumerate(pairs):
@@ -403,6 +417,11 @@ def segment_state(ref: Run) -> tuple[list[dict[str, Any]], SegmentStats]:
                     consumer = consumer_row(ref.log_partition, log_offset, ts, k, value)
                     if consumer is not None:
                         rows.append(consumer)
+                    _count_other(stats, k, value)
+                elif isinstance(k, SHARE_KEY_TYPES):  # KIP-932 (pipeline.share_groups)
+                    share = share_row(ref.log_partition, log_offset, ts, k, value)
+                    if share is not None:
+                        rows.append(share)
                     _count_other(stats, k, value)
                 else:
                     _count_other(stats, k, value)

@@ -1,4 +1,4 @@
-"""The Spark job: five Parquet tables (and a report) from a broker's data directory, or from
+"""The Spark job: eight Parquet tables (and a report) from a broker's data directory, or from
 its PostgreSQL database (``storage.url``; read through ``pipeline.postgres``).
 
 Tables under ``out``:
@@ -13,6 +13,14 @@ Tables under ``out``:
   member epochs, states and partition counts as they stood before the next epoch, and whether
   the group converged (``pipeline.consumer_groups``). Epochs before a group's deletion are
   left out. Topic ids are named from the topic directories' ``partition.metadata`` files.
+* ``share_group_epochs``: the same for share groups (KIP-932, records 9-15,
+  ``pipeline.share_groups``).
+* ``share_state_history``: one row per record of ``__share_group_state``, the share
+  coordinator's log, replayed per share partition (group, topic, partition) in log order
+  (``pipeline.share_state``): its start offset (SPSO), delivery-complete count and records by
+  state after the record.
+* ``share_state_latest``: the last of those rows per share partition still held, with its
+  in-flight state batches and how fast its start offset advanced.
 * ``consumer_lag``: ``offsets_latest`` joined with every topic partition's log start and end
   offset (read from the topic logs in the same data directory): lag in messages,
   ``log_end_offset - max(committed, log_start_offset)``, and in time, the age (at ``as_of``) of
@@ -25,6 +33,7 @@ Unreadable segments are skipped and named in ``summary.json``, in the report and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -39,12 +48,17 @@ from kcoord.storage.postgres.engine import redacted
 
 from . import fs, postgres
 from .consumer_groups import EPOCHS_SCHEMA, STATE_COLUMNS, epochs_mapper
-from .decode import spark_ddl
+from .decode import SegmentStats, spark_ddl
 from .logs import first_record_at_or_after, topic_names
 from .postgres import is_postgres_url
+from .share_groups import SHARE_MEMBER_TYPE
+from .share_state import REPLAY_COLUMNS, REPLAY_SCHEMA, share_state_mapper
 from .source import register
 
-TABLES = ("offset_commits", "offsets_latest", "group_generations", "consumer_group_epochs", "consumer_lag")
+TABLES = (
+    "offset_commits", "offsets_latest", "group_generations", "consumer_group_epochs",
+    "consumer_lag", "share_group_epochs", "share_state_history", "share_state_latest",
+)
 
 LAG_OUT_SCHEMA = pa.schema(
     [
@@ -198,9 +212,10 @@ def group_generations(state: DataFrame) -> DataFrame:
     )
 
 
-def consumer_group_epochs(state: DataFrame, names: dict[str, str]) -> DataFrame:
-    """KIP-848 records replayed per group in log order (``pipeline.consumer_groups``)."""
-    records = state.where(F.col("kind") == "consumer").select(*STATE_COLUMNS)
+def _epochs(state: DataFrame, names: dict[str, str], kind: str, members: Any) -> DataFrame:
+    """The ``kind`` rows (consumer or share) replayed per group in log order
+    (``pipeline.consumer_groups``), with ``members`` as the members column."""
+    records = state.where(F.col("kind") == kind).select(*STATE_COLUMNS)
     epochs = (
         records.repartition("log_partition", "group")
         .sortWithinPartitions("log_partition", "group", "log_offset")
@@ -211,13 +226,68 @@ def consumer_group_epochs(state: DataFrame, names: dict[str, str]) -> DataFrame:
         "group_epoch",
         "assignment_epoch",
         "member_count",
-        "members",
+        members.alias("members"),
         "converged",
         F.timestamp_millis("record_timestamp").alias("time"),
         F.timestamp_millis("end_timestamp").alias("end_time"),
         "log_partition",
         "log_offset",
         "end_log_offset",
+    )
+
+
+def consumer_group_epochs(state: DataFrame, names: dict[str, str]) -> DataFrame:
+    """KIP-848 records replayed per group in log order (``pipeline.consumer_groups``)."""
+    return _epochs(state, names, "consumer", F.col("members"))
+
+
+def share_group_epochs(state: DataFrame, names: dict[str, str]) -> DataFrame:
+    """Share-group records replayed as consumer-group records are (``pipeline.share_groups``);
+    the members keep the fields a share member has."""
+    fields = [f.name for f in SHARE_MEMBER_TYPE]
+    members = F.transform("members", lambda m: F.struct(*(m[name].alias(name) for name in fields)))
+    return _epochs(state, names, "share", members)
+
+
+def share_state_replayed(log: DataFrame, names: dict[str, str]) -> DataFrame:
+    """``__share_group_state`` replayed per share partition in log order
+    (``pipeline.share_state``): history rows, the last of each live one ``is_latest``."""
+    keys = ("log_partition", "group", "topic_id", "partition")
+    return (
+        log.where(F.col("kind") == "share_state")
+        .select(*REPLAY_COLUMNS)
+        .repartition(*keys)
+        .sortWithinPartitions(*keys, "log_offset")
+        .mapInArrow(share_state_mapper(names), spark_ddl(REPLAY_SCHEMA))
+    )
+
+
+def share_state_history(replayed: DataFrame) -> DataFrame:
+    return replayed.select(
+        "group", "topic", "topic_id", "partition", "record_type", "snapshot_epoch",
+        "state_epoch", "leader_epoch", "start_offset", "delivery_complete_count",
+        "available_records", "acknowledged_records", "archived_records", "archived_total",
+        F.timestamp_millis("record_timestamp").alias("time"),
+        F.timestamp_millis("write_timestamp").alias("write_time"),
+        "log_partition", "log_offset",
+    )
+
+
+def share_state_latest(replayed: DataFrame) -> DataFrame:
+    seconds = (F.col("record_timestamp") - F.col("first_start_timestamp")) / 1000
+    advanced = F.col("start_offset") - F.col("first_start_offset")
+    return replayed.where(F.col("is_latest")).select(
+        "group", "topic", "topic_id", "partition", "state_epoch", "leader_epoch",
+        "snapshot_epoch", "start_offset", "delivery_complete_count",
+        F.col("state_batches").alias("in_flight_batches"),
+        "available_records", "acknowledged_records", "archived_records", "archived_total",
+        "max_delivery_count", "updates_since_snapshot", "first_start_offset",
+        F.timestamp_millis("first_start_timestamp").alias("first_start_time"),
+        advanced.alias("start_offset_advance"),
+        F.when(seconds > 0, advanced / seconds).alias("start_offset_rate"),
+        F.timestamp_millis("create_timestamp").alias("create_time"),
+        F.timestamp_millis("record_timestamp").alias("time"),
+        "records", "log_partition", "log_offset",
     )
 
 
@@ -244,6 +314,15 @@ def consumer_lag(latest: DataFrame, topics: DataFrame, source: str, as_of_ms: in
     )
 
 
+def _note_runs(summary: Summary, log: DataFrame) -> None:
+    """Add the segment (or run) statistics and the problems of ``log`` to ``summary``."""
+    for r in log.where(F.col("kind").isin("segment", "problem")).collect():
+        if r["kind"] == "problem":
+            summary.problems.append({"name": r["segment"], "message": r["detail"]})
+        else:
+            summary.segments.append({"name": r["segment"], **json.loads(r["detail"])})
+
+
 def run_job(
     spark: SparkSession,
     source: str,
@@ -253,7 +332,7 @@ def run_job(
     report: bool = True,
 ) -> Summary:
     """Read ``source`` (a data directory, or a ``postgresql://`` URL of the database of a
-    broker with ``storage.url``), write the five tables (and the report) under ``out``."""
+    broker with ``storage.url``), write the tables (and the report) under ``out``."""
     started = time.monotonic()
     register(spark)
     as_of_ms = int(time.time() * 1000) if as_of_ms is None else as_of_ms
@@ -274,28 +353,32 @@ def run_job(
     )
     write(commits, "offset_commits")
 
+    names = postgres.topic_names(source) if on_postgres else topic_names(source)
     state = offsets_log("state").persist()
     try:
-        for r in state.where(F.col("kind").isin("segment", "problem")).collect():
-            if r["kind"] == "problem":
-                summary.problems.append({"name": r["segment"], "message": r["detail"]})
-            else:
-                summary.segments.append({"name": r["segment"], **json.loads(r["detail"])})
-        summary.segments.sort(key=lambda s: s["name"])
-        summary.problems.sort(key=lambda p: p["name"])
-        for key in ("records", "offset_commits", "offset_tombstones", "group_records",
-                    "group_tombstones", "consumer_group_records", "consumer_group_tombstones",
-                    "other_records", "bytes", "control_batches", "transactional_batches",
-                    "uncommitted_batches", "torn_tail_bytes"):
-            summary.totals[key] = sum(int(s.get(key, 0)) for s in summary.segments)
-
-        latest = offsets_latest(state)
-        write(latest, "offsets_latest")
+        _note_runs(summary, state)
+        write(offsets_latest(state), "offsets_latest")
         write(group_generations(state), "group_generations")
-        names = postgres.topic_names(source) if on_postgres else topic_names(source)
         write(consumer_group_epochs(state, names), "consumer_group_epochs")
+        write(share_group_epochs(state, names), "share_group_epochs")
     finally:
         state.unpersist()
+
+    share_log = load(spark.read.format("kcoord_share_state")).persist()
+    try:
+        _note_runs(summary, share_log)
+        replayed = share_state_replayed(share_log, names).persist()
+        try:
+            write(share_state_history(replayed), "share_state_history")
+            write(share_state_latest(replayed), "share_state_latest")
+        finally:
+            replayed.unpersist()
+    finally:
+        share_log.unpersist()
+    summary.segments.sort(key=lambda s: s["name"])
+    summary.problems.sort(key=lambda p: p["name"])
+    for key in (f.name for f in dataclasses.fields(SegmentStats) if f.name != "batches"):
+        summary.totals[key] = sum(int(s.get(key, 0)) for s in summary.segments)
 
     latest_table = spark.read.parquet(fs.join(out, "offsets_latest"))
     topics = load(spark.read.format("kcoord_topic_logs"))

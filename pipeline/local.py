@@ -1,4 +1,5 @@
-"""The same five tables in one Python process, without Spark (the benchmark's baseline).
+"""The five ``__consumer_offsets`` tables in one Python process, without Spark (the benchmark's
+baseline; the share-group tables are Spark's only).
 
 It reads the same segments with the same functions as the Spark executors
 (:func:`pipeline.decode.segment_commits` / :func:`pipeline.decode.segment_state`), then does the

@@ -1,9 +1,11 @@
 """A static HTML page with PNG charts, written next to the tables (``<out>/report/``).
 
 Charts: lag per group (messages, with the age of the oldest unconsumed record), rebalances per
-group over time (cumulative classic group records and KIP-848 group epochs, the groups with the
-most), and the commit rate. Below them: problems (skipped segments), the most lagging
-partitions, each classic group's latest generation and each consumer group's latest epoch.
+group over time (cumulative classic group records and KIP-848 and share group epochs, the
+groups with the most), the commit rate, and the share-partition start offsets (SPSO) over time.
+Below them: problems (skipped segments), the most lagging partitions, each classic group's
+latest generation, each consumer group's latest epoch, and per share group its share partitions,
+how fast their start offsets advanced and how many records were archived.
 Charts read with little data too: time axes tick in clock time (UTC) over at least a minute,
 counts on whole numbers from zero, and a chart with nothing to show says so. Only small
 aggregates are collected to the driver; matplotlib draws them with its
@@ -24,6 +26,7 @@ from . import fs
 
 TOP_GROUPS = 25
 REBALANCE_GROUPS = 8
+SPSO_SERIES = 8  # share partitions drawn in the start offset chart
 TABLE_ROWS = 20
 _NICE_BUCKETS_S = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 21600, 86400, 604800)
 
@@ -163,6 +166,29 @@ def commit_rate_chart(points: list[tuple[dt.datetime, float]], bucket_s: int) ->
     return _png(commit_rate_figure(points, bucket_s))
 
 
+def start_offset_figure(series: dict[str, list[tuple[dt.datetime, int]]]) -> Any:
+    fig, ax = _figure()
+    points = [t for values in series.values() for t, _ in values]
+    if not points:
+        _empty(ax, "no share-group state records")
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        for name, values in series.items():
+            ax.step([t for t, _ in values], [o for _, o in values], where="post", marker=".", label=name)
+        ax.set_ylabel("start offset (SPSO)")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc="upper left")
+        _time_axis(ax, points)
+    ax.set_title("Share-partition start offsets over time")
+    return fig
+
+
+def start_offset_chart(series: dict[str, list[tuple[dt.datetime, int]]]) -> bytes:
+    return _png(start_offset_figure(series))
+
+
 def _bucket_seconds(span_ms: int, buckets: int = 60) -> int:
     want = max(span_ms / 1000 / buckets, 1)
     return next((b for b in _NICE_BUCKETS_S if b >= want), _NICE_BUCKETS_S[-1])
@@ -204,9 +230,12 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
 
     gens = tables["group_generations"]
     epochs = tables["consumer_group_epochs"]
-    history = gens.select("group", "time", "generation", "log_offset").unionByName(
-        epochs.select("group", "time", F.col("group_epoch").alias("generation"), "log_offset")
-    )
+    share_epochs = tables["share_group_epochs"]
+    history = gens.select("group", "time", "generation", "log_offset")
+    for e in (epochs, share_epochs):
+        history = history.unionByName(
+            e.select("group", "time", F.col("group_epoch").alias("generation"), "log_offset")
+        )
     busiest = [
         r["group"]
         for r in history.groupBy("group").count().orderBy(F.desc("count"), "group").limit(REBALANCE_GROUPS).collect()
@@ -238,6 +267,9 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
     fs.write_bytes(fs.join(out_dir, "lag_per_group.png"), lag_chart(per_group))
     fs.write_bytes(fs.join(out_dir, "rebalances.png"), rebalance_chart(series))
     fs.write_bytes(fs.join(out_dir, "commit_rate.png"), commit_rate_chart(rate, bucket_s))
+    fs.write_bytes(fs.join(out_dir, "share_start_offsets.png"),
+                   start_offset_chart(_start_offset_series(tables["share_state_history"])))
+    share_groups = _share_groups(tables["share_state_latest"], share_epochs)
 
     top_partitions = [
         r.asDict()
@@ -283,12 +315,22 @@ def write_report(spark: SparkSession, tables: dict[str, DataFrame], summary: Any
 {len(summary.segments)} segments read ({t.get('bytes', 0):,} bytes, {t.get('records', 0):,} records):
 {t.get('offset_commits', 0):,} offset commits, {t.get('offset_tombstones', 0):,} offset tombstones,
 {t.get('group_records', 0):,} group records, {t.get('group_tombstones', 0):,} group tombstones,
-{t.get('consumer_group_records', 0):,} consumer group (KIP-848) records.
+{t.get('consumer_group_records', 0):,} consumer group (KIP-848) records,
+{t.get('share_group_records', 0):,} share group records; {t.get('share_snapshots', 0):,} share-state
+snapshots and {t.get('share_updates', 0):,} updates.
 Tables: {', '.join(f'<code>{n}</code> ({summary.rows.get(n, 0):,} rows)' for n in tables)}.</p>
 {problem_html}
 <h2>Lag per group</h2><img src="lag_per_group.png" alt="lag per group">
 <h2>Rebalances per group</h2><img src="rebalances.png" alt="rebalances per group over time">
 <h2>Commit rate</h2><img src="commit_rate.png" alt="offset commit rate">
+<h2>Share groups</h2>
+<p>Per share group: its share partitions, their start offsets' advance since the first state
+record (offsets per second over that time), records whose delivery is complete past the start
+offset, records available again after a delivery, and records archived (rejected, or past the
+delivery limit) as the share-state log shows them.</p>
+{_table(share_groups, ["group", "group_epoch", "members", "partitions", "start_offset_advance",
+                       "start_offsets_per_s", "delivery_complete", "available", "archived"])}
+<img src="share_start_offsets.png" alt="share-partition start offsets over time">
 <h2>Most lagging partitions</h2>
 {_table(top_partitions, ["group", "topic", "partition", "committed_offset", "log_end_offset", "lag", "lag_ms"])}
 <h2>Latest generation per group</h2>
@@ -300,3 +342,47 @@ Tables: {', '.join(f'<code>{n}</code> ({summary.rows.get(n, 0):,} rows)' for n i
     index = fs.join(out_dir, "index.html")
     fs.write_bytes(index, page.encode())
     return index
+
+
+def _start_offset_series(history: DataFrame) -> dict[str, list[tuple[dt.datetime, int]]]:
+    """The SPSO over time of the share partitions with the most records (at most
+    SPSO_SERIES), named ``group topic-partition``."""
+    known = history.where(F.col("start_offset") >= 0)
+    keys = ["group", "topic_id", "partition"]
+    busiest = known.groupBy(*keys).count().orderBy(F.desc("count"), *keys).limit(SPSO_SERIES)
+    series: dict[str, list[tuple[dt.datetime, int]]] = {}
+    for r in (
+        known.join(busiest, keys).orderBy(*keys, "log_offset")
+        .select("group", F.coalesce("topic", "topic_id").alias("name"), "partition", "time",
+                "start_offset").collect()
+    ):
+        # (a naive datetime from collect() is the driver's local time)
+        name = f"{r['group']} {r['name']}-{r['partition']}"
+        series.setdefault(name, []).append((r["time"].astimezone(dt.UTC), r["start_offset"]))
+    return series
+
+
+def _share_groups(latest: DataFrame, epochs: DataFrame) -> list[dict[str, Any]]:
+    """One row per share group of ``share_state_latest``, with its latest epoch's members."""
+    first_ms = F.unix_millis(F.col("first_start_time"))
+    per_group = latest.groupBy("group").agg(
+        F.count("*").alias("partitions"),
+        F.sum("start_offset_advance").alias("start_offset_advance"),
+        ((F.max(F.unix_millis(F.col("time"))) - F.min(first_ms)) / 1000).alias("seconds"),
+        F.sum("delivery_complete_count").alias("delivery_complete"),
+        F.sum("available_records").alias("available"),
+        F.sum("archived_total").alias("archived"),
+    )
+    newest = epochs.groupBy("group").agg(
+        F.max(F.struct("log_offset", "group_epoch", "member_count")).alias("e")
+    ).select("group", F.col("e.group_epoch").alias("group_epoch"), F.col("e.member_count").alias("members"))
+    rows = []
+    for r in per_group.join(newest, "group", "left").orderBy("group").limit(200).collect():
+        row = r.asDict()
+        seconds = row.pop("seconds")
+        advance = row["start_offset_advance"]
+        row["start_offsets_per_s"] = (
+            f"{advance / seconds:,.1f}" if seconds and advance is not None else None
+        )
+        rows.append(row)
+    return rows

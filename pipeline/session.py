@@ -2,7 +2,7 @@
 
 Local runs need three things that are easy to get wrong: the Python workers must run this
 interpreter (``PYSPARK_PYTHON``; they import ``kcoord.pipeline``, ``kcoord.protocol``,
-``kcoord.coordinator`` and ``kcoord.storage``), Spark should bind to loopback (``SPARK_LOCAL_IP``), and the default 200 shuffle
+``kcoord.coordinator``, ``kcoord.share`` and ``kcoord.storage``), Spark should bind to loopback (``SPARK_LOCAL_IP``), and the default 200 shuffle
 partitions are far too many for a few cores. On a cluster the code travels to the executors as
 a zip added with ``addPyFile``; their Python still needs the ``kcoord[pipeline]`` dependencies.
 """
@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("pipeline", "protocol", "coordinator", "storage")
+PACKAGES = ("pipeline", "protocol", "coordinator", "share", "storage")
 # Not resolved: in a checkout this is src/kcoord (which links the top-level folders in).
 PACKAGE_DIR = Path(__file__).absolute().parents[1]
 ROOT = PACKAGE_DIR.parent  # the folder holding the kcoord package: the workers import from it

@@ -11,13 +11,18 @@ file, so the decoding spreads over the executors::
 segment statistics and problems, :data:`pipeline.decode.STATE_SCHEMA`). The segment files are listed here, not by Spark: Spark's
 file sources hide directories whose names start with ``_``.
 
+``kcoord_share_state``: the ``__share_group_state-N`` segments (the share coordinator's log)
+read the same way, one input partition per segment file, each record a row of
+:data:`pipeline.share_state.SHARE_LOG_SCHEMA`, with segment statistics and problems.
+
 ``kcoord_topic_logs``: log start and end offset of every topic partition directory (internal
 ``__*`` topics excluded), a few directories per input partition.
 
-Both read a broker's PostgreSQL database instead when given ``.option("url",
-"postgresql://...")`` and no path (``pipeline.postgres``): ``kcoord_offsets`` then has one input
-partition per run of ``batches`` rows (a range of offsets of one ``__consumer_offsets``
-partition), and ``kcoord_topic_logs`` one reading the ``partitions`` rows. The option is named
+All read a broker's PostgreSQL database instead when given ``.option("url",
+"postgresql://...")`` and no path (``pipeline.postgres``): ``kcoord_offsets`` and
+``kcoord_share_state`` then have one input partition per run of ``batches`` rows (a range of
+offsets of one partition of their topic), and ``kcoord_topic_logs`` one reading the
+``partitions`` rows. The option is named
 ``url`` because Spark redacts the values of options so named in the plans it prints
 (``spark.sql.redaction.options.regex``); the password still travels to the executors, which
 connect with it.
@@ -45,8 +50,10 @@ from .decode import (
 )
 from .logs import OFFSETS_TOPIC, Problem, offsets_segments, partition_dirs, topic_log
 from .postgres import is_postgres_url, offsets_runs, topic_logs
+from .share_state import SHARE_LOG_SCHEMA, SHARE_STATE_TOPIC, segment_share_state, share_state_batch
 
 VIEWS = ("commits", "state")
+SHARE_VIEW = "share_state"  # the reader's view of __share_group_state
 TOPIC_DIRS_PER_PARTITION = 64
 
 TOPIC_LOG_SCHEMA = pa.schema(
@@ -91,7 +98,7 @@ class OffsetsLogSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         data_dir, url = _where(self.options)
-        return OffsetsLogReader(
+        return InternalLogReader(
             data_dir,
             self.options.get("view", "commits"),
             self.options.get("topic", OFFSETS_TOPIC),
@@ -99,7 +106,10 @@ class OffsetsLogSource(DataSource):
         )
 
 
-class OffsetsLogReader(DataSourceReader):
+class InternalLogReader(DataSourceReader):
+    """The segments (or database runs) of one internal topic, ``__consumer_offsets`` or
+    ``__share_group_state``, decoded as one of the views."""
+
     def __init__(self, data_dir: str, view: str, topic: str, url: str | None = None) -> None:
         self.data_dir = data_dir
         self.view = view
@@ -120,11 +130,19 @@ class OffsetsLogReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         value = partition.value
-        if isinstance(value, list):  # listing problems (reported by the state view only)
-            if self.view == "state" and value:
-                yield state_batch([problem_row(p) for p in value])
+        batch = share_state_batch if self.view == SHARE_VIEW else state_batch
+        if isinstance(value, list):  # listing problems (reported by the state views only)
+            if self.view != "commits" and value:
+                yield batch([problem_row(p) for p in value])
             return
         ref: Run = value
+        if self.view == SHARE_VIEW:
+            try:
+                rows, _ = segment_share_state(ref)
+            except SegmentError as e:
+                rows = [problem_row(e.problem, ref.log_partition)]
+            yield batch(rows)
+            return
         if self.view == "commits":
             try:
                 batches, _ = segment_commits(ref)
@@ -137,6 +155,19 @@ class OffsetsLogReader(DataSourceReader):
         except SegmentError as e:
             rows = [problem_row(e.problem, ref.log_partition)]
         yield state_batch(rows)
+
+
+class ShareStateLogSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "kcoord_share_state"
+
+    def schema(self) -> str:
+        return spark_ddl(SHARE_LOG_SCHEMA)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        data_dir, url = _where(self.options)
+        return InternalLogReader(data_dir, SHARE_VIEW, SHARE_STATE_TOPIC, url)
 
 
 class TopicLogsSource(DataSource):
@@ -189,7 +220,8 @@ class TopicLogsReader(DataSourceReader):
 
 def register(spark: Any) -> None:
     spark.dataSource.register(OffsetsLogSource)
+    spark.dataSource.register(ShareStateLogSource)
     spark.dataSource.register(TopicLogsSource)
 
 
-__all__ = ["OffsetsLogSource", "Problem", "TopicLogsSource", "register"]
+__all__ = ["OffsetsLogSource", "Problem", "ShareStateLogSource", "TopicLogsSource", "register"]

@@ -28,7 +28,7 @@ def share_config(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:
 class ShareMember:
     """One ShareConsumer polling in a thread. ``decide(record) -> ack type`` chooses each
     record's acknowledgement in explicit mode (None: implicit mode, records accepted on the next
-    poll)."""
+    poll). ``committed`` counts the polls whose acknowledgements commit_sync has sent."""
 
     def __init__(
         self,
@@ -50,6 +50,7 @@ class ShareMember:
         self.consumer.subscribe(topics)
         self.received: list[Received] = []
         self.errors: list[str] = []
+        self.committed = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"share-{name}", daemon=True)
@@ -78,6 +79,7 @@ class ShareMember:
                 consumer.acknowledge(msg, ack_type)
             if acks:
                 consumer.commit_sync()
+                self.committed += 1
 
     def offsets(self) -> list[tuple[int, int]]:
         with self._lock:

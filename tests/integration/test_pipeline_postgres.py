@@ -5,7 +5,9 @@ of one group consume and commit; more records are produced behind them; a standa
 with metadata; a deleted offset. Then ``pipeline.job.run_job`` reads the database (its URL
 with a password added, which the test server's trust authentication ignores, to check that it
 is never written out) and the tables are compared with what the broker answers (OffsetFetch),
-the log ends, and the members the consumers saw. The file-based counterpart is
+the log ends, and the members the consumers saw. Two share consumers also consume, releasing
+and rejecting records (test_pipeline_share.py's scenario), so that ``__share_group_state`` is
+read from the database too. The file-based counterpart is
 test_pipeline.py; the ``spark`` session is conftest.py's.
 """
 
@@ -38,6 +40,8 @@ from .test_pipeline import (
     _ts,
     settled,
 )
+from .test_pipeline_share import BROKER as SHARE_SETTINGS
+from .test_pipeline_share import PER_PARTITION, REJECTED, consume_with_rejects
 
 PASSWORD = "not-for-the-report"
 
@@ -53,7 +57,7 @@ def scenario(
 
     base = tmp_path_factory.mktemp("pipeline-pg")
     url = postgres.database()
-    broker = BrokerProcess(base / "data", {**FAST, "storage.url": url}).start()
+    broker = BrokerProcess(base / "data", {**FAST, **SHARE_SETTINGS, "storage.url": url}).start()
     try:
         b = broker.bootstrap
         create_topic(b, TOPIC, PARTITIONS)
@@ -80,14 +84,18 @@ def scenario(
                           topics=[dict(name=TOPIC, partitions=[dict(partition_index=1)])])
         assert r.error_code == 0 and r.topics[0].partitions[0].error_code == 0
 
-        expected = {g: _offset_fetch(broker.port, g) for g in _groups(broker.port)}
+        # On this engine the first ShareFetch may find __share_group_state still being created
+        # or loaded: NOT_COORDINATOR for a moment, which the client retries.
+        consume_with_rejects(broker, tolerated=("NOT_COORDINATOR",))
+        expected = {g: _offset_fetch(broker.port, g) for g in _groups(broker.port) if g != "sg"}
         out = base / "out"
         with_password = url.replace("postgresql://kcoord@", f"postgresql://kcoord:{PASSWORD}@")
         assert PASSWORD in with_password
         summary = run_job(spark, with_password, str(out))
         tables = {
             name: [r.asDict(recursive=True) for r in spark.read.parquet(str(out / name)).collect()]
-            for name in ("offset_commits", "offsets_latest", "group_generations", "consumer_lag")
+            for name in ("offset_commits", "offsets_latest", "group_generations", "consumer_lag",
+                         "share_state_latest")
         }
         yield {"out": out, "summary": summary, "tables": tables, "expected": expected, "seen": seen}
     finally:
@@ -141,6 +149,16 @@ def test_group_generations_name_the_members_the_consumers_saw(scenario: dict[str
     assert len(members_of[settled_at]) == 2 == by_generation[settled_at]["member_count"]
     assert {m["member_id"] for m in by_generation[settled_at]["members"]} == members_of[settled_at]
     assert max(rows, key=lambda r: r["log_offset"])["member_count"] == 0  # both left
+
+
+def test_share_state_is_read_from_the_database(scenario: dict[str, Any]) -> None:
+    latest = scenario["tables"]["share_state_latest"]
+    assert sorted((r["group"], r["topic"], r["partition"]) for r in latest) == [("sg", "jobs", 0), ("sg", "jobs", 1)]
+    for r in latest:
+        assert (r["start_offset"], r["archived_total"], r["in_flight_batches"]) == (PER_PARTITION, len(REJECTED), [])
+    totals = scenario["summary"].totals
+    assert totals["share_snapshots"] > 0 and totals["share_updates"] > 0
+    assert any(s["name"].startswith("__share_group_state-") for s in scenario["summary"].segments)
 
 
 def test_the_password_is_never_written(scenario: dict[str, Any]) -> None:
