@@ -84,9 +84,7 @@ def scenario(
                           topics=[dict(name=TOPIC, partitions=[dict(partition_index=1)])])
         assert r.error_code == 0 and r.topics[0].partitions[0].error_code == 0
 
-        # On this engine the first ShareFetch may find __share_group_state still being created
-        # or loaded: NOT_COORDINATOR for a moment, which the client retries.
-        consume_with_rejects(broker, tolerated=("NOT_COORDINATOR",))
+        consume_with_rejects(broker)
         expected = {g: _offset_fetch(broker.port, g) for g in _groups(broker.port) if g != "sg"}
         out = base / "out"
         with_password = url.replace("postgresql://kcoord@", f"postgresql://kcoord:{PASSWORD}@")

@@ -127,10 +127,9 @@ def _members(broker: BrokerProcess) -> int:
     return len(group.members)
 
 
-def consume_with_rejects(broker: BrokerProcess, tolerated: tuple[str, ...] = ()) -> Decisions:
+def consume_with_rejects(broker: BrokerProcess) -> Decisions:
     """Two members of GROUP consume TOPIC (produced here) as the module docstring says,
-    then leave; what they decided. A member's errors fail it unless each names one of the
-    ``tolerated`` error codes."""
+    then leave; what they decided. A member's errors fail it."""
     create_topic(broker.bootstrap, TOPIC, PARTITIONS)
     earliest(broker, GROUP)
     produce(broker, TOPIC, PARTITIONS * PER_PARTITION, PARTITIONS)
@@ -147,7 +146,7 @@ def consume_with_rejects(broker: BrokerProcess, tolerated: tuple[str, ...] = ())
     finally:
         for m in members:
             m.stop()
-    errors = [e for m in members for e in m.errors if not any(code in e for code in tolerated)]
+    errors = [e for m in members for e in m.errors]
     assert not errors, errors
     wait_for(lambda: _members(broker) == 0, 30, what="both members left")
     return decisions
