@@ -232,6 +232,7 @@ class Broker:
         self.groups.share_member_left = self.share.member_left
         share_api = ShareApi(self.share, self.topics, self.view)
         share_offsets = ShareOffsetsApi(self.groups, self.share, self.topics)
+        self.group_api.share_state_deleted = share_offsets.delete_group_state
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
         sg = ShareGroupApi(self.groups)

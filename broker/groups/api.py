@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kcoord.coordinator import messages as m
@@ -118,6 +118,9 @@ class GroupApi:
         """Who leads what: FindCoordinator names the leader of the key's partition."""
         self.transactions = transactions
         """FindCoordinator of a TRANSACTION key (the transaction coordinator's API)."""
+        self.share_state_deleted: Callable[[str], Awaitable[int]] | None = None
+        """DeleteGroups: deletes an Empty share group's share state before the group; the error
+        to answer for the group instead, 0 to go on (broker/share/admin_api.py)."""
         self._heartbeat_bodies: dict[tuple[int, int], RawBody] = {}
         self._max_elements: int = config["socket.request.max.elements"]
 
@@ -483,10 +486,17 @@ class GroupApi:
     # DeleteGroups ---------------------------------------------------------------------------------
     async def delete_groups(self, ctx: RequestContext, req: Any) -> Any:
         allowed = [g for g in req.groups_names if ctx.allowed(Operation.DELETE, _GROUP, g)]
+        found: dict[str, int] = {}
+        if self.share_state_deleted is not None:  # a share group's state goes first (Kafka)
+            for group_id in allowed:
+                error = await self.share_state_deleted(group_id)
+                if error:
+                    found[group_id] = error
+            allowed = [g for g in allowed if g not in found]
         answers: list[m.DeleteGroupsResponse] = await self._per_shard(
             allowed, "delete_groups", m.DeleteGroupsRequest, atomic=True
         )
-        found = {r.group_id: r.error for a in answers for r in a.results}
+        found.update((r.group_id, r.error) for a in answers for r in a.results)
         for group_id in req.groups_names:
             found.setdefault(group_id, _REFUSED)
 

@@ -25,6 +25,9 @@ memory (:meth:`SharePartitionManager.forget`), so that their next fetch loads th
   topic (else TOPIC_AUTHORIZATION_FAILED on it); the coordinator's errors are top-level. The
   named topics' state is deleted, then taken out of record 15; a failed deletion is that
   topic's error. The next consumer of such a partition starts from ``share.auto.offset.reset``.
+- **DeleteGroups of a share group** (:meth:`ShareOffsetsApi.delete_group_state`, called by
+  broker/groups/api.py before the group itself goes): an Empty share group's state is deleted
+  first, as Kafka does, so that a failure leaves the group there to be deleted again.
 """
 
 from __future__ import annotations
@@ -307,6 +310,29 @@ class ShareOffsetsApi:
             error_code=0,
             responses=refused + deleted + failed + coordinator_refused,
         )
+
+    async def delete_group_state(self, group_id: str) -> int:
+        """Before DeleteGroups deletes ``group_id``: if it is an Empty share group, delete the
+        state of every partition it initialized; the error to answer for the group instead of
+        deleting it (0: go on; a group with members is left to the coordinator's
+        NON_EMPTY_GROUP)."""
+        runtime = self.runtime
+        group = runtime.shard(runtime.partition_of(group_id)).share_group(group_id)
+        if group is None or group.members:
+            return 0
+        keys = [
+            SharePartitionKey(group_id, topic_id, p)
+            for topic_id, (_, partitions, _) in group.initialized.items()
+            for p in partitions
+        ]
+        if not keys:
+            return 0
+        await self.manager.forget(keys)
+        try:
+            await self.persister.delete(keys)
+        except ShareStateError as e:
+            return e.code
+        return 0
 
     @staticmethod
     def _delete_error(ctx: RequestContext, code: int, message: str | None = None) -> Any:

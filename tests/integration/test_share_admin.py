@@ -258,6 +258,30 @@ def test_deleted_offsets_make_the_next_consumer_start_from_the_auto_offset_reset
     assert delete(b, "nobody", "t").error_code == E.group_id_not_found
 
 
+def test_delete_groups_deletes_an_empty_share_groups_state_first(sbroker: BrokerProcess) -> None:
+    b = sbroker
+    create_topic(b.bootstrap, "t", 1)
+    earliest(b, "g")
+    produce(b, "t", 10, 1)
+    m = consume_all(b, "g", "t", 10, "m")
+    try:
+        wait_for(lambda: offsets(b, "g") == {("t", 0): (10, 0)}, 30, what="all acknowledged")
+        (busy,) = call(b, ApiKey.DELETE_GROUPS, 2, groups_names=["g"]).results
+        assert busy.error_code == E.non_empty_group  # and its state is still there:
+        assert offsets(b, "g", {"t": [0]}) == {("t", 0): (10, 0)}
+    finally:
+        stop_and_wait_empty(b, m, "g")
+    (gone,) = call(b, ApiKey.DELETE_GROUPS, 2, groups_names=["g"]).results
+    assert gone.error_code == E.none
+    assert offsets(b, "g", {"t": [0]}) == {("t", 0): (-1, -1)}  # the state went with it
+    # A group of that name starts afresh: from share.auto.offset.reset, every record again.
+    again = consume_all(b, "g", "t", 10, "m2")
+    try:
+        assert sorted(o for _, _, o, _ in again.received) == list(range(10))
+    finally:
+        again.stop()
+
+
 def test_bad_input_gets_kafkas_errors(sbroker: BrokerProcess) -> None:
     b = sbroker
     create_topic(b.bootstrap, "t", 2)
