@@ -3,9 +3,10 @@ WriteShareGroupState, InitializeShareGroupState, DeleteShareGroupState and
 ReadShareGroupStateSummary (APIs 83-87) as calls. On one node
 :class:`~broker.share.state_runtime.ShareStateRuntime` answers them directly; in a cluster
 :class:`~broker.share.remote_persister.RoutingPersister` sends each to the node leading the
-key's ``__share_group_state`` partition (broker/share/state_api.py answers them there). :class:`RetryingPersister` is how the share partitions call
-it: refusals that pass (a partition loading or not yet led here) are retried for a while, and
-the rest become the errors Kafka's share partition shows its consumers."""
+key's ``__share_group_state`` partition (broker/share/state_api.py answers them there).
+:class:`RetryingPersister` is how the share partitions call it: refusals that pass (a
+partition loading or not yet led here) are retried for a while, and the rest become the
+errors Kafka's share partition shows its consumers."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ Call = Callable[[list[tuple[SharePartitionKey, Any]]], Awaitable[list[Outcome]]]
 """Given the valid (key, partition data) pairs of a request, the outcome of each."""
 
 
-def each(call: Callable[[SharePartitionKey, Any], Awaitable[Answer]]) -> Call:
+def _each(call: Callable[[SharePartitionKey, Any], Awaitable[Answer]]) -> Call:
     """A :data:`Call` that runs ``call`` for every pair at once."""
 
     async def run(pairs: list[tuple[SharePartitionKey, Any]]) -> list[Outcome]:
@@ -126,7 +126,7 @@ class ShareStateApi:
             )
 
         failed = dict(state_epoch=0, start_offset=-1, state_batches=[])
-        return await self._answer(ctx, req, failed, each(read))
+        return await self._answer(ctx, req, failed, _each(read))
 
     async def read_state_summary(self, ctx: RequestContext, req: Any) -> Any:
         async def summary(key: SharePartitionKey, _: Any) -> Answer:
@@ -139,7 +139,7 @@ class ShareStateApi:
             )
 
         failed = dict(state_epoch=0, leader_epoch=-1, start_offset=-1, delivery_complete_count=-1)
-        return await self._answer(ctx, req, failed, each(summary))
+        return await self._answer(ctx, req, failed, _each(summary))
 
     async def write_state(self, ctx: RequestContext, req: Any) -> Any:
         async def write(key: SharePartitionKey, data: Any) -> Answer:
@@ -156,14 +156,14 @@ class ShareStateApi:
             await self.runtime.write(key, int(data.state_epoch), int(data.leader_epoch), change)
             return {}
 
-        return await self._answer(ctx, req, {}, each(write))
+        return await self._answer(ctx, req, {}, _each(write))
 
     async def initialize_state(self, ctx: RequestContext, req: Any) -> Any:
         async def initialize(key: SharePartitionKey, data: Any) -> Answer:
             await self.runtime.initialize(key, int(data.state_epoch), int(data.start_offset))
             return {}
 
-        return await self._answer(ctx, req, {}, each(initialize))
+        return await self._answer(ctx, req, {}, _each(initialize))
 
     async def delete_state(self, ctx: RequestContext, req: Any) -> Any:
         async def delete(pairs: list[tuple[SharePartitionKey, Any]]) -> list[Outcome]:
