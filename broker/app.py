@@ -67,7 +67,9 @@ from .services import MetricsHooks
 from .share.admin_api import ShareOffsetsApi
 from .share.api import ShareApi
 from .share.partitions import SharePartitionManager
-from .share.persister import RetryingPersister
+from .share.persister import RetryingPersister, SharePersister
+from .share.remote_persister import RoutingPersister
+from .share.state_api import ShareStateApi
 from .share.state_runtime import ShareStateRuntime
 from .txn.api import TxnApi
 from .txn.markers import MarkerWriter
@@ -225,14 +227,20 @@ class Broker:
         # Share groups (KIP-932): the share partitions fetched here and the share sessions,
         # their state kept by the share coordinator; a member leaving its group (or fenced)
         # gives back the records it held.
+        # In a cluster each state call goes to the node leading the key's __share_group_state
+        # partition (broker/share/remote_persister.py; answered by broker/share/state_api.py).
+        persister: SharePersister = self.share_state
+        if self.peers is not None:
+            persister = RoutingPersister(self.share_state, self.view, self.peers)
         self.share = SharePartitionManager(
-            config, self.topics, RetryingPersister(self.share_state), self.group_configs.of,
+            config, self.topics, RetryingPersister(persister), self.group_configs.of,
             leader_epoch=self._leader_epoch, observe_load=hooks.share_partition_load,
         )
         self.groups.share_member_left = self.share.member_left
         share_api = ShareApi(self.share, self.topics, self.view)
         share_offsets = ShareOffsetsApi(self.groups, self.share, self.topics)
         self.group_api.share_state_deleted = share_offsets.delete_group_state
+        share_state_api = ShareStateApi(self.share_state)
         o = OffsetApi(config, self.groups, self.topics)
         cg = ConsumerGroupApi(self.groups)
         sg = ShareGroupApi(self.groups)
@@ -316,6 +324,11 @@ class Broker:
             ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: share_offsets.describe,
             ApiKey.ALTER_SHARE_GROUP_OFFSETS: share_offsets.alter,
             ApiKey.DELETE_SHARE_GROUP_OFFSETS: share_offsets.delete,
+            ApiKey.INITIALIZE_SHARE_GROUP_STATE: share_state_api.initialize_state,
+            ApiKey.READ_SHARE_GROUP_STATE: share_state_api.read_state,
+            ApiKey.WRITE_SHARE_GROUP_STATE: share_state_api.write_state,
+            ApiKey.DELETE_SHARE_GROUP_STATE: share_state_api.delete_state,
+            ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: share_state_api.read_state_summary,
         }
         # APIs with a hand-written hot path, tried before the generic decode (connection.py).
         # Not the heartbeats and OffsetFetch under an authorizer: its checks are on the generic path.

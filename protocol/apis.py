@@ -59,6 +59,11 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     SHARE_FETCH = 78
     SHARE_ACKNOWLEDGE = 79
+    INITIALIZE_SHARE_GROUP_STATE = 83
+    READ_SHARE_GROUP_STATE = 84
+    WRITE_SHARE_GROUP_STATE = 85
+    DELETE_SHARE_GROUP_STATE = 86
+    READ_SHARE_GROUP_STATE_SUMMARY = 87
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
@@ -111,6 +116,14 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.SHARE_FETCH: (1, 2),  # v0 was early access (Kafka 4.0); 4.1 starts at v1
     ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    # The share coordinator's APIs, between nodes of a cluster (broker/share/state_api.py);
+    # advertised as Kafka's brokers advertise their broker-listener APIs. v1 of Write and of
+    # ReadSummary carry KIP-1226's delivery complete count.
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.WRITE_SHARE_GROUP_STATE: (0, 1),
+    ApiKey.DELETE_SHARE_GROUP_STATE: (0, 0),
+    ApiKey.READ_SHARE_GROUP_STATE_SUMMARY: (0, 1),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1),  # v1: the lag (KIP-1226)
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),

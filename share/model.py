@@ -65,6 +65,19 @@ UNINITIALIZED = PersistedState(state_epoch=0, start_offset=-1)
 
 
 @dataclass(frozen=True, slots=True)
+class StateSummary:
+    """What the share coordinator tells of one share partition without its batches
+    (ReadShareGroupStateSummary's answer, what DescribeShareGroupOffsets reports):
+    ``delivery_complete_count`` is KIP-1226's count of offsets at or past the start offset
+    whose delivery is complete (acknowledged or archived)."""
+
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class StateWrite:
     """A change the share partition asks to persist (WriteShareGroupState): the new start
     offset and the runs whose state or delivery count changed (offsets below ``start_offset``

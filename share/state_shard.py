@@ -57,6 +57,7 @@ from kcoord.share.model import (
     RecordState,
     SharePartitionKey,
     StateBatch,
+    StateSummary,
     StateWrite,
 )
 from kcoord.share.state_merge import apply_write
@@ -117,6 +118,13 @@ def delivery_complete_count(state: PersistedState) -> int:
         b.last_offset - max(b.first_offset, start) + 1
         for b in state.batches
         if b.delivery_state in _COMPLETE and b.last_offset >= start
+    )
+
+
+def summary_of(state: PersistedState) -> StateSummary:
+    """What ReadShareGroupStateSummary tells of ``state``."""
+    return StateSummary(
+        state.state_epoch, state.leader_epoch, state.start_offset, delivery_complete_count(state)
     )
 
 

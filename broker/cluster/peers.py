@@ -1,8 +1,10 @@
 """Requests from this node to the other nodes of its cluster (the inter-node client).
 
 The transaction coordinator sends WriteTxnMarkers to the leaders of partitions it does not lead,
-and a partition leader asks the coordinator of a transactional id whether a transactional batch
-belongs to its transaction (AddPartitionsToTxn v4, verify only). :class:`Peers` carries these:
+a partition leader asks the coordinator of a transactional id whether a transactional batch
+belongs to its transaction (AddPartitionsToTxn v4, verify only), and the leader of a data
+partition sends its share partitions' state calls to their share coordinator
+(broker/share/remote_persister.py). :class:`Peers` carries these:
 one connection per peer node, opened on first use, reused by every later request (pipelined:
 each waits for the response with its correlation id, in any number at once) and opened again
 after it broke. A peer's address is the one the cluster view (``broker.cluster.view``) holds for
@@ -18,7 +20,7 @@ peer that stopped answering is connected to afresh.
 Limits: only PLAINTEXT listeners carry inter-node requests. Over an SSL or SASL listener the
 peer expects a TLS handshake or an authentication this client does not make; such a listener
 makes every request fail with :class:`PeerUnavailable` saying so. Under an authorizer, the
-peer's WriteTxnMarkers and AddPartitionsToTxn v4 handlers need CLUSTER_ACTION, which this
+peer's WriteTxnMarkers, AddPartitionsToTxn v4 and share-state handlers need CLUSTER_ACTION, which this
 client's principal (``User:ANONYMOUS`` on a PLAINTEXT listener) only has if an ACL or
 ``super.users`` grants it.
 """

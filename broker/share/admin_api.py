@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.coordinator.share import messages as sm
 from kcoord.protocol.errors import ErrorCode
-from kcoord.share.model import PersistedState, SharePartitionKey
-from kcoord.share.state_shard import delivery_complete_count
+from kcoord.share.model import SharePartitionKey, StateSummary
 
 from ..data.log_read import high_watermark
 from ..data.topics import storage_error_code
@@ -60,12 +59,12 @@ _TOPIC = ResourceType.TOPIC
 _TOPIC_REFUSED = "Not authorized to access the topic."
 
 
-def share_lag(state: PersistedState, high_watermark: int) -> int:
+def share_lag(summary: StateSummary, high_watermark: int) -> int:
     """KIP-1226's lag of a share partition: the records between its start offset and the high
     watermark not yet delivered for good; -1 while the start offset is unknown."""
-    if state.start_offset < 0:
+    if summary.start_offset < 0:
         return NO_LAG
-    return high_watermark - state.start_offset - delivery_complete_count(state)
+    return high_watermark - summary.start_offset - summary.delivery_complete_count
 
 
 class ShareOffsetsApi:
@@ -152,15 +151,17 @@ class ShareOffsetsApi:
             partition_index=index, start_offset=-1, leader_epoch=0, lag=NO_LAG, error_code=0
         )
         try:
-            state = await self.persister.read(SharePartitionKey(group_id, topic_id, index))
+            summary = await self.persister.read_summary(
+                SharePartitionKey(group_id, topic_id, index)
+            )
         except ShareStateError:
             return absent
-        if state.start_offset < 0:
+        if summary.start_offset < 0:
             return absent
         answer = dict(
             partition_index=index,
-            start_offset=state.start_offset,
-            leader_epoch=max(state.leader_epoch, 0),
+            start_offset=summary.start_offset,
+            leader_epoch=max(summary.leader_epoch, 0),
             lag=NO_LAG,
             error_code=0,
         )
@@ -173,7 +174,7 @@ class ShareOffsetsApi:
         if plog is not None and plog.offline is not None:
             answer["error_code"] = storage_error_code(plog.offline)
         elif plog is not None:
-            answer["lag"] = share_lag(state, high_watermark(plog))
+            answer["lag"] = share_lag(summary, high_watermark(plog))
         return answer
 
     # AlterShareGroupOffsets ---------------------------------------------------------------------
@@ -238,7 +239,7 @@ class ShareOffsetsApi:
         async def one(topic_id: uuid.UUID, index: int, offset: int) -> None:
             key = SharePartitionKey(group_id, topic_id, index)
             try:
-                held = await self.persister.read(key)
+                held = await self.persister.read_summary(key)
                 await self.persister.initialize(key, held.state_epoch + 1, offset)
             except ShareStateError as e:
                 failed[(topic_id, index)] = (e.code, str(e))

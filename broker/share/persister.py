@@ -1,10 +1,12 @@
 """How the share partitions reach the share coordinator: Kafka's ReadShareGroupState,
-WriteShareGroupState, InitializeShareGroupState and DeleteShareGroupState (APIs 83-87) as
-internal calls. On one node :class:`~broker.share.state_runtime.ShareStateRuntime` answers them
-directly; in a cluster an implementation may send them to the node leading the key's
-``__share_group_state`` partition. :class:`RetryingPersister` is how the share partitions call
-it: refusals that pass (a partition loading or not yet led here) are retried for a while, and
-the rest become the errors Kafka's share partition shows its consumers."""
+WriteShareGroupState, InitializeShareGroupState, DeleteShareGroupState and
+ReadShareGroupStateSummary (APIs 83-87) as calls. On one node
+:class:`~broker.share.state_runtime.ShareStateRuntime` answers them directly; in a cluster
+:class:`~broker.share.remote_persister.RoutingPersister` sends each to the node leading the
+key's ``__share_group_state`` partition (broker/share/state_api.py answers them there).
+:class:`RetryingPersister` is how the share partitions call it: refusals that pass (a
+partition loading or not yet led here) are retried for a while, and the rest become the
+errors Kafka's share partition shows its consumers."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol, TypeVar
 
 from kcoord.protocol.errors import ErrorCode
-from kcoord.share.model import PersistedState, SharePartitionKey, StateWrite
+from kcoord.share.model import PersistedState, SharePartitionKey, StateSummary, StateWrite
 
 T = TypeVar("T")
 
@@ -31,6 +33,10 @@ class ShareStateError(Exception):
 class SharePersister(Protocol):
     async def read(self, key: SharePartitionKey) -> PersistedState:
         """The state held for ``key`` (``share.model.UNINITIALIZED`` if none)."""
+        ...
+
+    async def read_summary(self, key: SharePartitionKey) -> StateSummary:
+        """The state held for ``key`` without its batches (start offset -1 if none)."""
         ...
 
     async def write(
@@ -94,6 +100,9 @@ class RetryingPersister:
 
     async def read(self, key: SharePartitionKey) -> PersistedState:
         return await self._call(lambda: self.inner.read(key))
+
+    async def read_summary(self, key: SharePartitionKey) -> StateSummary:
+        return await self._call(lambda: self.inner.read_summary(key))
 
     async def write(
         self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, change: StateWrite

@@ -41,8 +41,8 @@ from kcoord.protocol.batch import HEADER_SIZE, CorruptBatch
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.key_values import decode_key_values
 from kcoord.protocol.record_encoding import encode_kv_batch
-from kcoord.share.model import PersistedState, SharePartitionKey, StateWrite
-from kcoord.share.state_shard import Record, ShareStateShard, StateRefused
+from kcoord.share.model import PersistedState, SharePartitionKey, StateSummary, StateWrite
+from kcoord.share.state_shard import Record, ShareStateShard, StateRefused, summary_of
 from kcoord.storage.engine import Log, LogClosed
 
 from ..data.topic_names import SHARE_GROUP_STATE_TOPIC
@@ -274,6 +274,9 @@ class ShareStateRuntime:
             except Exception as e:
                 raise self._failed(p, plog, e) from e
         return state
+
+    async def read_summary(self, key: SharePartitionKey) -> StateSummary:
+        return summary_of(await self.read(key))
 
     async def write(
         self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, change: StateWrite

@@ -28,7 +28,9 @@ def share_config(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:
 class ShareMember:
     """One ShareConsumer polling in a thread. ``decide(record) -> ack type`` chooses each
     record's acknowledgement in explicit mode (None: implicit mode, records accepted on the next
-    poll). ``committed`` counts the polls whose acknowledgements commit_sync has sent."""
+    poll). In explicit mode the acknowledgements are committed after each batch: ``committed``
+    counts the commits made, ``acknowledged`` holds the (partition, offset) of those the broker
+    answered without error, and ``on_acknowledged`` is told of them as they are."""
 
     def __init__(
         self,
@@ -37,6 +39,7 @@ class ShareMember:
         topics: list[str],
         name: str,
         decide: Callable[[Received], int] | None = None,
+        on_acknowledged: Callable[[list[tuple[int, int]]], None] | None = None,
         **extra: Any,
     ) -> None:
         from confluent_kafka import ShareConsumer
@@ -48,7 +51,9 @@ class ShareMember:
             config["share.acknowledgement.mode"] = "explicit"
         self.consumer = ShareConsumer(config)
         self.consumer.subscribe(topics)
+        self.on_acknowledged = on_acknowledged
         self.received: list[Received] = []
+        self.acknowledged: list[tuple[int, int]] = []
         self.errors: list[str] = []
         self.committed = 0
         self._lock = threading.Lock()
@@ -78,8 +83,22 @@ class ShareMember:
             for msg, ack_type in acks:
                 consumer.acknowledge(msg, ack_type)
             if acks:
-                consumer.commit_sync()
-                self.committed += 1
+                self._commit(acks)
+
+    def _commit(self, acks: list[tuple[Any, int]]) -> None:
+        try:
+            results = self.consumer.commit_sync()
+        except Exception as e:  # noqa: BLE001 - kept for the test to show
+            self.errors.append(repr(e))
+            return
+        self.committed += 1
+        done = {(tp.topic, tp.partition) for tp, error in results.items() if error is None}
+        self.errors.extend(str(error) for error in results.values() if error is not None)
+        confirmed = [(m.partition(), m.offset()) for m, _ in acks if (m.topic(), m.partition()) in done]
+        with self._lock:
+            self.acknowledged.extend(confirmed)
+        if self.on_acknowledged is not None:
+            self.on_acknowledged(confirmed)
 
     def offsets(self) -> list[tuple[int, int]]:
         with self._lock:

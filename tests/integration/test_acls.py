@@ -550,3 +550,40 @@ def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, i
     assert producers("alice")[0] == ErrorCode.topic_authorization_failed
     assert producers("admin") == (ErrorCode.none, [pid])
     assert markers("admin") == ErrorCode.none
+
+
+def test_share_state_apis_need_cluster_action(broker: tuple[BrokerProcess, int]) -> None:
+    """The share coordinator's APIs (83-87) are between brokers: CLUSTER_ACTION on the
+    cluster, as Kafka checks; refused, every partition answers CLUSTER_AUTHORIZATION_FAILED."""
+    import uuid
+
+    _b, sasl = broker
+    topic = dict(topic_id=uuid.UUID(int=5), partitions=[dict(partition=0, leader_epoch=-1)])
+    calls: list[tuple[int, int, dict[str, Any]]] = [
+        (ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, dict(topics=[dict(
+            topic_id=uuid.UUID(int=5), partitions=[dict(partition=0, state_epoch=0, start_offset=3)]
+        )])),
+        (ApiKey.WRITE_SHARE_GROUP_STATE, 1, dict(topics=[dict(
+            topic_id=uuid.UUID(int=5), partitions=[dict(partition=0, state_epoch=0, leader_epoch=0,
+                                                       start_offset=4, state_batches=[])]
+        )])),
+        (ApiKey.READ_SHARE_GROUP_STATE, 0, dict(topics=[topic])),
+        (ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, dict(topics=[topic])),
+        (ApiKey.DELETE_SHARE_GROUP_STATE, 0, dict(topics=[dict(
+            topic_id=uuid.UUID(int=5), partitions=[dict(partition=0)]
+        )])),
+    ]
+
+    def answers(user: str) -> list[tuple[int, int]]:
+        """(error code, start offset or 0) of each call in turn."""
+        out = []
+        for api_key, version, fields in calls:
+            p = raw(sasl, user, api_key, version, group_id="g", **fields).results[0].partitions[0]
+            out.append((int(p.error_code), int(getattr(p, "start_offset", 0))))
+        return out
+
+    refused = ErrorCode.cluster_authorization_failed
+    assert answers("alice") == [(refused, 0), (refused, 0), (refused, -1), (refused, -1), (refused, 0)]
+    assert answers("admin") == [(0, 0), (0, 0), (0, 4), (0, 4), (0, 0)]
+    allow(admin_of(sasl, "admin"), ("BROKER", "kafka-cluster", "LITERAL", "CLUSTER_ACTION", "ALLOW"))
+    assert answers("alice") == [(0, 0), (0, 0), (0, 4), (0, 4), (0, 0)]

@@ -41,9 +41,11 @@ NODES = (1, 2, 3)
 
 
 class Cluster:
-    def __init__(self, root: Path, url: str) -> None:
+    def __init__(self, root: Path, url: str, settings: dict[str, Any] | None = None) -> None:
+        """``settings``: more of every node's settings (beside and over the defaults here)."""
         self.root = root
         self.url = url
+        self.settings = settings or {}
         self.nodes: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()
 
@@ -69,6 +71,7 @@ class Cluster:
                     "group.consumer.min.heartbeat.interval.ms": 100,
                     "group.consumer.session.timeout.ms": 6000,
                     "group.consumer.min.session.timeout.ms": 1000,
+                    **self.settings,
                 },
                 metrics_port=free_port(),
             )

@@ -10,8 +10,15 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from kcoord.broker.share.persister import ShareStateError
-from kcoord.share.model import UNINITIALIZED, PersistedState, SharePartitionKey, StateWrite
+from kcoord.share.model import (
+    UNINITIALIZED,
+    PersistedState,
+    SharePartitionKey,
+    StateSummary,
+    StateWrite,
+)
 from kcoord.share.state_merge import apply_write
+from kcoord.share.state_shard import summary_of
 
 
 class MemoryPersister:
@@ -28,6 +35,9 @@ class MemoryPersister:
     async def read(self, key: SharePartitionKey) -> PersistedState:
         self._check()
         return self.states.get(key, UNINITIALIZED)
+
+    async def read_summary(self, key: SharePartitionKey) -> StateSummary:
+        return summary_of(await self.read(key))
 
     async def write(
         self, key: SharePartitionKey, state_epoch: int, leader_epoch: int, change: StateWrite

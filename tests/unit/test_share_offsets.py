@@ -29,6 +29,7 @@ from kcoord.coordinator.share.messages import (
 )
 from kcoord.protocol.errors import ErrorCode
 from kcoord.share.model import PersistedState, RecordState, SharePartitionKey, StateBatch
+from kcoord.share.state_shard import summary_of
 
 from .test_share_manager import append, make
 
@@ -203,14 +204,14 @@ def test_the_records_replay_into_the_same_group() -> None:
 
 
 def test_lag_is_the_records_past_the_start_offset_not_yet_delivered_for_good() -> None:
-    assert share_lag(PersistedState(1, -1), 100) == -1
-    assert share_lag(PersistedState(1, 40), 100) == 60
+    assert share_lag(summary_of(PersistedState(1, -1)), 100) == -1
+    assert share_lag(summary_of(PersistedState(1, 40)), 100) == 60
     batches = (
         StateBatch(38, 41, RecordState.ACKNOWLEDGED, 1),  # 40 and 41 count: at or past the start
         StateBatch(42, 43, RecordState.AVAILABLE, 1),
         StateBatch(44, 44, RecordState.ARCHIVED, 5),
     )
-    assert share_lag(PersistedState(1, 40, batches), 100) == 57
+    assert share_lag(summary_of(PersistedState(1, 40, batches)), 100) == 57
 
 
 def test_forget_drops_a_loaded_share_partition_and_the_next_use_reads_the_new_state(
