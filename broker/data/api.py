@@ -281,11 +281,11 @@ class DataApi:
         if plog is None:
             return None, Outcome(ErrorCode.unknown_topic_or_partition)
         records = records or b""
-        limit = self.config["message.max.bytes"]
+        limit = topics.settings_of(topic).max_message_bytes  # the topic's, else the broker's
         if len(records) > limit:
             return plog, Outcome(
                 ErrorCode.message_too_large,
-                message=f"{len(records)} bytes of records; message.max.bytes is {limit}",
+                message=f"{len(records)} bytes of records; the topic's max.message.bytes is {limit}",
             )
         try:
             header = check_batch(records, version)

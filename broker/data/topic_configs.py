@@ -10,6 +10,7 @@ settings are once the broker's defaults fill in what it does not override.
 | ``segment.ms`` | long >= 1 | ``log.roll.ms`` | 604800000 (7 days) |
 | ``segment.bytes`` | int >= 1024 | ``log.segment.bytes`` | 1073741824 |
 | ``delete.retention.ms`` | long >= 0 | ``log.cleaner.delete.retention.ms`` | 86400000 (1 day) |
+| ``max.message.bytes`` | int >= 0 | ``message.max.bytes`` | 1048588 |
 
 Overrides are set at CreateTopics and changed by IncrementalAlterConfigs/AlterConfigs
 (``broker/admin_api/configs.py``); ``broker/data/retention.py`` applies them. Internal topics carry the
@@ -128,6 +129,13 @@ DEFS: dict[str, TopicConfigDef] = {
             0,
             "How long compaction keeps a tombstone (compact policy).",
         ),
+        TopicConfigDef(
+            "max.message.bytes",
+            TYPE_INT,
+            "message.max.bytes",
+            0,
+            "The largest record batch a Produce may append to the topic (MESSAGE_TOO_LARGE).",
+        ),
     )
 }
 
@@ -156,6 +164,7 @@ class TopicSettings:
     segment_ms: int
     segment_bytes: int
     delete_retention_ms: int
+    max_message_bytes: int
 
     @property
     def delete(self) -> bool:
@@ -283,6 +292,7 @@ class TopicConfigs:
             segment_ms=int(values["segment.ms"]),
             segment_bytes=int(values["segment.bytes"]),
             delete_retention_ms=int(values["delete.retention.ms"]),
+            max_message_bytes=int(values["max.message.bytes"]),
         )
 
     def describe(

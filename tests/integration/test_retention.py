@@ -104,8 +104,8 @@ def test_topic_configs_at_create_describe_alter_and_restart(broker_factory: Any)
     assert configs["cleanup.policy"] == ("delete", "DEFAULT_CONFIG")
     assert configs["segment.ms"] == ("604800000", "DEFAULT_CONFIG")
     assert set(configs) == {
-        "cleanup.policy", "delete.retention.ms", "retention.bytes", "retention.ms", "segment.bytes",
-        "segment.ms",
+        "cleanup.policy", "delete.retention.ms", "max.message.bytes", "retention.bytes",
+        "retention.ms", "segment.bytes", "segment.ms",
     }  # fmt: skip
 
     # IncrementalAlterConfigs: set, delete (back to the default), append to a list
@@ -346,3 +346,30 @@ def test_added_partitions_take_the_topics_segment_bytes(broker_factory: Any) -> 
         p.produce("s", key=f"k{i}".encode(), value=b"x" * 200, partition=1)
         assert p.flush(30) == 0
     assert len(_segments(broker.data_dir / "s-1")) > 3
+
+
+def test_max_message_bytes_bounds_a_topics_batches(broker_factory: Any) -> None:
+    """A topic's ``max.message.bytes`` (issue 34, finding 16: refused as unknown before): a
+    batch over it is MESSAGE_TOO_LARGE and nothing of it is appended, one within it is
+    appended; DescribeConfigs shows it, and another topic keeps the broker's
+    message.max.bytes."""
+    b: BrokerProcess = broker_factory(FAST)
+    admin = _admin(b.bootstrap)
+    _create(admin, "small", {"max.message.bytes": "2000"})
+    _create(admin, "big", {})
+    assert _configs(admin, "small")["max.message.bytes"] == ("2000", "DYNAMIC_TOPIC_CONFIG")
+    assert _configs(admin, "big")["max.message.bytes"] == ("1048588", "DEFAULT_CONFIG")
+    failures: list[str] = []
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 0})
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(err.name())
+
+    for topic in ("small", "big"):
+        for value in (b"x" * 5000, b"y" * 100):  # a batch each
+            p.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+            assert p.flush(30) == 0
+    assert failures == ["MSG_SIZE_TOO_LARGE"], failures
+    assert [v for _, _, v in _read_all(b.bootstrap, "small")] == [b"y" * 100]
+    assert [v for _, _, v in _read_all(b.bootstrap, "big")] == [b"x" * 5000, b"y" * 100]

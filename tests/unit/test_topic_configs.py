@@ -37,7 +37,8 @@ def test_checks_follow_kafkas_types_and_ranges() -> None:
         ("cleanup.policy", ""),
         ("cleanup.policy", "delete,forever"),
         ("retention.ms", None),
-        ("max.message.bytes", "1"),
+        ("max.message.bytes", "-1"),
+        ("max.message.bytes", str(2**31)),
     ]:
         with pytest.raises(ConfigProblem):
             check_overrides([(name, value)])
