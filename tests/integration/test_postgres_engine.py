@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.pg_server import running_server
 
@@ -118,23 +118,27 @@ class Transactor:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.committed: list[bytes] = []
         self.fatal: str | None = None
-        self._producer = Producer({
+        self.in_doubt = 0
+        """Producers replaced after the in-doubt race (see :meth:`_run`)."""
+        self._config = {
             "bootstrap.servers": bootstrap, "transactional.id": "kill9", "linger.ms": 2,
             # A record that cannot be written makes its transaction abortable this soon, and
             # the abort writes to __transaction_state during the outage too.
             "message.timeout.ms": 5000,
-        })
+        }
+        self._producer = Producer(self._config)
         self._topic = topic
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        p = self._producer
-        p.init_transactions(60)
+        if not self._init():
+            return
         n = 0
         while not self._stop.is_set():
             n += 1
+            p = self._producer
             try:
                 p.begin_transaction()
                 p.produce(self._topic, value=b"t%d" % n)
@@ -149,9 +153,37 @@ class Transactor:
                 if not e.args[0].txn_requires_abort():
                     self.fatal = str(e)
                     return
-                p.abort_transaction(60)
+                try:
+                    p.abort_transaction(60)
+                except KafkaException as abort_failed:
+                    # The in-doubt race: the database died after the previous commit was
+                    # acknowledged (its PrepareCommit durable) but before its markers were
+                    # written. Until they are, the coordinator refuses an abort with
+                    # INVALID_TXN_STATE, as Kafka's does, and the client makes that fatal: an
+                    # application replaces its producer, whose InitProducerId waits for the
+                    # markers (CONCURRENT_TRANSACTIONS) once the database is back.
+                    if abort_failed.args[0].code() != KafkaError.INVALID_TXN_STATE:
+                        self.fatal = str(abort_failed)
+                        return
+                    self.in_doubt += 1
+                    self._producer = Producer(self._config)
+                    if not self._init():
+                        return
                 continue
             self.committed.append(b"t%d" % n)
+
+    def _init(self) -> bool:
+        """init_transactions, again while it fails retriably (the outage, markers pending);
+        False (``fatal`` said why) if it failed otherwise, or the test is stopping."""
+        while not self._stop.is_set():
+            try:
+                self._producer.init_transactions(30)
+                return True
+            except KafkaException as e:
+                if not e.args[0].retriable():
+                    self.fatal = str(e)
+                    return False
+        return False
 
     def stop(self) -> None:
         self._stop.set()
@@ -199,14 +231,21 @@ def test_acknowledged_writes_survive_a_postgresql_kill9_and_the_node_serves_agai
             wait_for(lambda: len(committer.acked) >= 20 and len(transactor.committed) >= 5, 60,
                      what="commits and transactions before the kill")
             server.kill9()
+            # The transaction coordinator meets the outage writing __transaction_state (an
+            # abort), or, in the in-doubt race (Transactor._run), writing the markers of a
+            # commit it acknowledged: then nothing writes __transaction_state until they are.
+            txn_offline = r"__transaction_state-\d+ is offline"
             for went_offline in (r"__consumer_offsets-\d+ is offline",
-                                 r"__transaction_state-\d+ is offline"):
+                                 rf"{txn_offline}|marker for producer \d+ in .* not durable"):
                 wait_for(lambda p=went_offline: log_says(p), 60, what=went_offline)
+            txn_log_offline = log_says(txn_offline)
             acked_before, txns_before = len(committer.acked), len(transactor.committed)
             server.start()  # the same files and port
-            for came_back in (r"__consumer_offsets-\d+ is online again",
-                              r"__transaction_state-\d+ is online again"):
-                wait_for(lambda p=came_back: log_says(p), 60, what=came_back)
+            came_back = [r"__consumer_offsets-\d+ is online again"]
+            if txn_log_offline:
+                came_back.append(r"__transaction_state-\d+ is online again")
+            for pattern in came_back:
+                wait_for(lambda p=pattern: log_says(p), 60, what=pattern)
             wait_for(lambda: len(committer.acked) >= acked_before + 20
                      and len(transactor.committed) >= txns_before + 5, 60,
                      what="commits and transactions acknowledged again, the broker never restarted")
