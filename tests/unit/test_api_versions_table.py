@@ -46,6 +46,6 @@ def test_the_table_is_what_api_versions_lists() -> None:
 
 def test_no_version_past_kafka_4_3() -> None:
     for key, (name, kafka, served) in _table().items():
-        request_type(key, kafka)  # a version Kafka's schemas have (kio models them)
         if served is not None:
             assert served[1] <= kafka, f"{name}: kcoord lists v{served[1]}, Kafka 4.3 v{kafka}"
+            request_type(key, kafka)  # a version Kafka's schemas have (kio models them)
