@@ -97,8 +97,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.DELETE_GROUPS: (0, 2),
-    ApiKey.OFFSET_COMMIT: (0, 9),
-    ApiKey.OFFSET_FETCH: (0, 9),
+    ApiKey.OFFSET_COMMIT: (0, 10),  # v10 names topics by id (broker/groups/topic_ids.py)
+    ApiKey.OFFSET_FETCH: (0, 10),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),

@@ -4,6 +4,8 @@ Requests of any version become the coordinator's version-independent messages; p
 topics that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION here, the rest go to the shard
 owning the group, whose answer (sent only once the commit records are durable) is merged back in
 request order. OffsetFetch v8+ asks about several groups at once: one shard call per group.
+OffsetCommit and OffsetFetch v10 name topics by id: found by name first (topic_ids.py), named by
+id again in the answer.
 
 Big requests keep the event loop free (broker/net/offload.py): answers of many partitions are
 built and encoded in the worker thread, a fetch of many offsets is answered from a copy of the
@@ -13,6 +15,7 @@ group's offsets taken on the loop, and the groups of an OffsetFetch v8+ are read
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from kcoord.coordinator import messages as m
@@ -34,6 +37,15 @@ from ..net.offload import SLICE, encoded_off_loop, gc_paused, is_big, off_loop, 
 from ..security.acl.model import Operation, ResourceType
 from .api import then
 from .runtime import GroupRuntime
+from .topic_ids import (
+    BY_ID_VERSION,
+    FetchTopics,
+    TopicIdOf,
+    named_commit_topics,
+    resolve_fetch_topics,
+    store_topic_id,
+    unknown_topics_out,
+)
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -67,11 +79,11 @@ def _answered(topics: tuple[tuple[str, tuple[Any, ...]], ...]) -> int:
 
 
 def _commit_shape(
-    req: Any, unknown: dict[tuple[str, int], int], r: m.OffsetCommitResponse | None
+    topics: Any, unknown: dict[tuple[str, int], int], r: m.OffsetCommitResponse | None
 ) -> tuple[tuple[str, tuple[tuple[int, int], ...]], ...]:
     """An OffsetCommit's answer: the shard's errors and the partitions of unknown topics, in
-    request order."""
-    if r is not None and not unknown and len(r.topics) == len(req.topics):
+    the order of the request's ``topics``."""
+    if r is not None and not unknown and len(r.topics) == len(topics):
         return r.topics  # the shard answered every partition, in request order
     errors: dict[tuple[str, int], int] = dict(unknown)
     if r is not None:
@@ -86,25 +98,30 @@ def _commit_shape(
                 for p in t.partitions
             ),
         )
-        for t in req.topics
+        for t in topics
     )
 
 
-def _commit_body(ctx: RequestContext, shape: Any) -> RawBody:
-    response = ctx.respond(
-        throttle_time=0,
-        topics=[
-            dict(name=name, partitions=[dict(partition_index=p, error_code=e) for p, e in parts])
-            for name, parts in shape
-        ],
-    )
-    return RawBody(encode_body(response))
+def _commit_body(ctx: RequestContext, shape: Any, ids: tuple[uuid.UUID | None, ...] | None) -> RawBody:
+    """The encoded answer; ``ids``: the topics' ids, in the order of ``shape``, for v10."""
+    topics = [
+        dict(name=name, partitions=[dict(partition_index=p, error_code=e) for p, e in parts])
+        for name, parts in shape
+    ]
+    if ids is not None:
+        for topic, topic_id in zip(topics, ids, strict=True):
+            topic["topic_id"] = topic_id
+    return RawBody(encode_body(ctx.respond(throttle_time=0, topics=topics)))
 
 
 def _big_commit_body(
-    ctx: RequestContext, req: Any, unknown: dict[tuple[str, int], int], r: Any
+    ctx: RequestContext,
+    topics: Any,
+    ids: tuple[uuid.UUID | None, ...] | None,
+    unknown: dict[tuple[str, int], int],
+    r: Any,
 ) -> RawBody:
-    return _commit_body(ctx, _commit_shape(req, unknown, r))
+    return _commit_body(ctx, _commit_shape(topics, unknown, r), ids)
 
 
 def _error_on_every_partition(wanted: Wanted, error: int) -> m.OffsetFetchResponse:
@@ -162,7 +179,7 @@ class OffsetApi:
     def __init__(self, config: Config, runtime: GroupRuntime, topics: TopicStore) -> None:
         self.runtime = runtime
         self.topics = topics
-        self._commit_bodies: dict[tuple[int, Any], RawBody] = {}
+        self._commit_bodies: dict[tuple[int, Any, Any], RawBody] = {}
         self._max_elements: int = config["socket.request.max.elements"]
 
     # OffsetCommit ---------------------------------------------------------------------------------
@@ -174,12 +191,21 @@ class OffsetApi:
 
     def _offset_commit(self, ctx: RequestContext, req: Any) -> Any:
         unknown: dict[tuple[str, int], int] = {}
+        asked: Any = req.topics
+        known: Any = asked
+        if ctx.version >= BY_ID_VERSION:  # topics named by id: found by name from here on
+            asked = named_commit_topics(asked, self.topics)
+            known = tuple(t for t in asked if t.name)
         if not ctx.allowed(Operation.READ, ResourceType.GROUP, req.group_id):
-            refuse_every_partition(req.topics, _GROUP_REFUSED, unknown)
-            return self._commit_answer(ctx, req, unknown, None)
-        topics = commit_partitions(ctx, req.topics, self.topics, ctx.version >= 6, unknown)
+            refuse_every_partition(asked, _GROUP_REFUSED, unknown)
+            return self._commit_answer(ctx, asked, unknown, None)
+        if len(known) != len(asked):
+            refuse_every_partition(
+                (t for t in asked if not t.name), ErrorCode.unknown_topic_id, unknown
+            )
+        topics = commit_partitions(ctx, known, self.topics, ctx.version >= 6, unknown)
         if not topics:
-            return self._commit_answer(ctx, req, unknown, None)
+            return self._commit_answer(ctx, asked, unknown, None)
         request = m.OffsetCommitRequest(
             group_id=req.group_id,
             generation_id=req.generation_id_or_member_epoch,
@@ -191,28 +217,30 @@ class OffsetApi:
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
         result = runtime.submit(p, runtime.shard(p).offset_commit, request)
-        return then(result, lambda r: self._commit_answer(ctx, req, unknown, r))
+        return then(result, lambda r: self._commit_answer(ctx, asked, unknown, r))
 
     def _commit_answer(
         self,
         ctx: RequestContext,
-        req: Any,
+        topics: Any,
         unknown: dict[tuple[str, int], int],
         r: m.OffsetCommitResponse | None,
     ) -> RawBody | asyncio.Future[RawBody]:
-        """The response body (a future of it when the worker builds it)."""
-        entries = _requested(req.topics)
+        """The response body (a future of it when the worker builds it) for the request's
+        ``topics`` (with their names in v10)."""
+        ids = tuple(t.topic_id for t in topics) if ctx.version >= BY_ID_VERSION else None
+        entries = _requested(topics)
         if is_big(entries):
-            return off_loop(_big_commit_body, ctx, req, unknown, r)
-        shape = _commit_shape(req, unknown, r)
+            return off_loop(_big_commit_body, ctx, topics, ids, unknown, r)
+        shape = _commit_shape(topics, unknown, r)
         if entries > _CACHED_PARTITIONS:
-            return _commit_body(ctx, shape)
+            return _commit_body(ctx, shape, ids)
         # Committers send the same partitions over and over, and nearly every answer is "all
         # NONE": reuse the encoded body of an identical answer instead of rebuilding it.
-        key = (ctx.version, shape)
+        key = (ctx.version, shape, ids)
         body = self._commit_bodies.get(key)
         if body is None:
-            body = _commit_body(ctx, shape)
+            body = _commit_body(ctx, shape, ids)
             if len(self._commit_bodies) >= _BODY_CACHE_SIZE:
                 self._commit_bodies.clear()
             self._commit_bodies[key] = body
@@ -298,9 +326,14 @@ class OffsetApi:
         return m.OffsetFetchResponse(error, topics)
 
     @staticmethod
-    def _topics_out(r: m.OffsetFetchResponse) -> list[dict[str, Any]]:
-        return [
-            dict(
+    def _topics_out(
+        r: m.OffsetFetchResponse, topic_id: TopicIdOf | None = None
+    ) -> list[dict[str, Any]]:
+        """The answer's topics in the response's fields; named by id with ``topic_id`` (v10),
+        leaving out the topics that have none."""
+        out = []
+        for name, parts in r.topics:
+            topic: dict[str, Any] = dict(
                 name=name,
                 partitions=[
                     dict(
@@ -313,8 +346,25 @@ class OffsetApi:
                     for f in parts
                 ],
             )
-            for name, parts in r.topics
-        ]
+            if topic_id is not None:
+                tid = topic_id(name)
+                if tid is None:
+                    continue
+                topic["topic_id"] = tid
+            out.append(topic)
+        return out
+
+    def _group_topics_out(self, r: m.OffsetFetchResponse, by_id: FetchTopics | None) -> Any:
+        """A group's topics in an OffsetFetch v8+ answer; ``by_id``: how v10 asked for them.
+        The partitions of unknown topic ids follow the others unless the group has an error."""
+        if by_id is None:
+            return self._topics_out(r)
+        if by_id.wanted is None:
+            return self._topics_out(r, store_topic_id(self.topics))
+        out = self._topics_out(r, by_id.ids.get)
+        if not r.error and by_id.unknown:
+            out += unknown_topics_out(by_id)
+        return out
 
     def offset_fetch(self, ctx: RequestContext, req: Any) -> Any:
         require_stable = bool(getattr(req, "require_stable", False))
@@ -369,10 +419,18 @@ class OffsetApi:
         # Each group's shard is asked in turn, a pause after every SLICE offsets read; the
         # answers (or futures of them) are collected, then awaited.
         results: list[Any] = []
+        asked: list[FetchTopics | None] = []  # per group, for v10: its topics by id
         work = 0
         runtime = self.runtime
+        by_id = ctx.version >= BY_ID_VERSION
         for g in req.groups:
-            wanted = _wanted(g.topics)
+            if by_id:
+                topics = resolve_fetch_topics(g.topics, self.topics)
+                wanted = topics.wanted
+                asked.append(topics)
+            else:
+                wanted = _wanted(g.topics)
+                asked.append(None)
             if not ctx.allowed(Operation.DESCRIBE, ResourceType.GROUP, g.group_id):
                 results.append(m.OffsetFetchResponse(_GROUP_REFUSED, ()))
                 continue
@@ -401,8 +459,12 @@ class OffsetApi:
             return ctx.respond(
                 throttle_time=0,
                 groups=[
-                    dict(group_id=g.group_id, topics=self._topics_out(r), error_code=r.error)
-                    for g, r in zip(req.groups, answers, strict=True)
+                    dict(
+                        group_id=g.group_id,
+                        topics=self._group_topics_out(r, topics),
+                        error_code=r.error,
+                    )
+                    for g, r, topics in zip(req.groups, answers, asked, strict=True)
                 ],
             )
 

@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -587,3 +588,42 @@ def test_share_state_apis_need_cluster_action(broker: tuple[BrokerProcess, int])
     assert answers("admin") == [(0, 0), (0, 0), (0, 4), (0, 4), (0, 0)]
     allow(admin_of(sasl, "admin"), ("BROKER", "kafka-cluster", "LITERAL", "CLUSTER_ACTION", "ALLOW"))
     assert answers("alice") == [(0, 0), (0, 0), (0, 4), (0, 4), (0, 0)]
+
+
+def test_offsets_by_topic_id_are_authorised_by_the_topic_name(broker: tuple[BrokerProcess, int]) -> None:
+    """OffsetCommit/OffsetFetch v10 name topics by id; ACLs name topics: the id is resolved
+    first, then the name authorised. An id no topic has is UNKNOWN_TOPIC_ID whatever the ACLs."""
+    _b, sasl = broker
+    admin = admin_of(sasl, "admin")
+    create_topic(sasl, "t")
+    set_offsets(admin, "g", 5)
+    allow(admin, ("GROUP", "g", "LITERAL", "READ", "ALLOW"))
+    (topic,) = raw(sasl, "admin", ApiKey.METADATA, 12, topics=[dict(name="t", topic_id=None)],
+                   allow_auto_topic_creation=False, include_topic_authorized_operations=False).topics
+    nowhere = uuid.UUID(int=77)
+
+    def commit_v10() -> dict[uuid.UUID, int]:
+        r = raw(sasl, "alice", ApiKey.OFFSET_COMMIT, 10, group_id="g", member_id="",
+                topics=[dict(topic_id=tid, partitions=[dict(partition_index=0, committed_offset=9,
+                                                            committed_metadata="")])
+                        for tid in (topic.topic_id, nowhere)])
+        return {t.topic_id: t.partitions[0].error_code for t in r.topics}
+
+    def fetch_v10(by_id: bool) -> dict[uuid.UUID, tuple[int, int]]:
+        topics = ([dict(topic_id=tid, partition_indexes=[0]) for tid in (topic.topic_id, nowhere)]
+                  if by_id else None)
+        r = raw(sasl, "alice", ApiKey.OFFSET_FETCH, 10, require_stable=False,
+                groups=[dict(group_id="g", member_id=None, topics=topics)])
+        assert r.groups[0].error_code == 0
+        return {t.topic_id: (t.partitions[0].committed_offset, t.partitions[0].error_code)
+                for t in r.groups[0].topics}
+
+    assert commit_v10() == {topic.topic_id: ErrorCode.topic_authorization_failed,
+                            nowhere: ErrorCode.unknown_topic_id}
+    assert fetch_v10(by_id=True) == {topic.topic_id: (-1, ErrorCode.topic_authorization_failed),
+                                     nowhere: (-1, ErrorCode.unknown_topic_id)}
+    assert fetch_v10(by_id=False) == {}  # the topic it may not describe is left out
+    allow(admin, ("TOPIC", "t", "LITERAL", "READ", "ALLOW"))
+    assert commit_v10() == {topic.topic_id: ErrorCode.none, nowhere: ErrorCode.unknown_topic_id}
+    assert fetch_v10(by_id=False) == {topic.topic_id: (9, ErrorCode.none)}
+    assert committed(admin, "g") == {0: 9}

@@ -180,6 +180,24 @@ def test_three_nodes_agree_on_leaders_and_spread_partitions_and_coordinators(
     assert sorted(offsets.values()) == [1, 1, 2, 2, 3, 3], offsets
     for group in ("g-a", "g-b", "g-c", "g-d"):
         assert coordinator_of(cluster, group) == offsets[partition_for(group, 6)]
+    # Every node names the topic by the same id: OffsetCommit v10 finds it by that id at the
+    # group's coordinator, and the offset is the topic name's (OffsetFetch v9).
+    ids = set()
+    for b in cluster.nodes.values():
+        with RawClient(b.port) as rc:
+            md = rc.request(ApiKey.METADATA, 12, topics=[dict(name="spread", topic_id=None)],
+                            allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False)
+        ids.add(md.topics[0].topic_id)
+    (topic_id,) = ids
+    with RawClient(cluster.nodes[coordinator_of(cluster, "g-a")].port) as rc:
+        r = rc.request(ApiKey.OFFSET_COMMIT, 10, group_id="g-a", member_id="", topics=[dict(
+            topic_id=topic_id, partitions=[dict(partition_index=5, committed_offset=3,
+                                                committed_metadata=None)])])
+        assert (r.topics[0].topic_id, r.topics[0].partitions[0].error_code) == (topic_id, 0)
+        f = rc.request(ApiKey.OFFSET_FETCH, 9, require_stable=False, groups=[dict(
+            group_id="g-a", member_id=None, topics=[dict(name="spread", partition_indexes=[5])])])
+        assert f.groups[0].topics[0].partitions[0].committed_offset == 3
     # What an operator sees: kcoord cluster describe and each node's metrics.
     described = kcoord_json(cluster.nodes[2], "cluster", "describe")
     assert [(n["node"], n["group_coordinator_shards"]) for n in described["nodes"]] == [

@@ -6,6 +6,8 @@ import random
 import struct
 import threading
 import time
+import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
@@ -316,3 +318,77 @@ def test_admin_alter_list_and_delete_offsets(broker_factory: object) -> None:
         member.stop()
     listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("adm-group")])["adm-group"].result(20)
     assert {(tp.topic, tp.partition) for tp in listed.topic_partitions if tp.offset >= 0} == {("adm", 0), ("adm", 1)}
+
+
+def _by_kafka_python(c: RawClient, request: Any, response_class: Any, version: int) -> Any:
+    """``request`` encoded by kafka-python (its codecs are generated from Kafka's own message
+    schemas, so they check kcoord's v10 independently of kio), its answer decoded by it too."""
+    c.correlation += 1
+    request.with_header(correlation_id=c.correlation, client_id="by-id")
+    c.send_raw(bytes(request.encode(version=version, header=True, framed=True)))
+    answer = response_class.decode(c.recv_frame(), version=version, header=True)
+    assert answer.header.correlation_id == c.correlation
+    return answer
+
+
+def test_offsets_committed_and_fetched_by_topic_id_v10(broker: BrokerProcess) -> None:
+    """OffsetCommit and OffsetFetch v10 name topics by id (KIP-848): the offsets are those of the
+    topic's name in v9; an id no topic has is UNKNOWN_TOPIC_ID on each of its partitions."""
+    from kafka.protocol.consumer import (
+        OffsetCommitRequest,
+        OffsetCommitResponse,
+        OffsetFetchRequest,
+        OffsetFetchResponse,
+    )
+
+    commit_topic = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit_partition = commit_topic.OffsetCommitRequestPartition
+    fetch_group = OffsetFetchRequest.OffsetFetchRequestGroup
+    fetch_topic = fetch_group.OffsetFetchRequestTopics
+    create_topic(broker.bootstrap, "by-id", 2)
+    nowhere = uuid.uuid4()
+    with RawClient(broker.port) as c:
+        metadata = c.request(ApiKey.METADATA, 12, topics=[dict(name="by-id", topic_id=None)],
+                             allow_auto_topic_creation=False,
+                             include_topic_authorized_operations=False)
+        topic_id = metadata.topics[0].topic_id
+        assert topic_id is not None
+
+        def commit(tid: uuid.UUID, offsets: dict[int, int]) -> dict[tuple[uuid.UUID, int], int]:
+            answer = _by_kafka_python(c, OffsetCommitRequest(
+                group_id="ids", generation_id_or_member_epoch=-1, member_id="",
+                group_instance_id=None,
+                topics=[commit_topic(topic_id=tid, partitions=[
+                    commit_partition(partition_index=p, committed_offset=o,
+                                     committed_leader_epoch=3, committed_metadata=f"m{p}")
+                    for p, o in offsets.items()])]), OffsetCommitResponse, 10)
+            return {(t.topic_id, p.partition_index): p.error_code
+                    for t in answer.topics for p in t.partitions}
+
+        assert commit(topic_id, {0: 7, 1: 9}) == {(topic_id, 0): 0, (topic_id, 1): 0}
+        assert commit(topic_id, {5: 1}) == {(topic_id, 5): ErrorCode.unknown_topic_or_partition}
+        assert commit(nowhere, {0: 1, 1: 2}) == {
+            (nowhere, 0): ErrorCode.unknown_topic_id, (nowhere, 1): ErrorCode.unknown_topic_id,
+        }
+
+        def fetch(topics: list[Any] | None) -> dict[tuple[uuid.UUID, int], tuple[int, int, str, int]]:
+            answer = _by_kafka_python(c, OffsetFetchRequest(
+                groups=[fetch_group(group_id="ids", member_id=None, member_epoch=-1, topics=topics)],
+                require_stable=False), OffsetFetchResponse, 10)
+            (group,) = answer.groups
+            assert group.group_id == "ids" and group.error_code == 0
+            return {(t.topic_id, p.partition_index):
+                    (p.committed_offset, p.committed_leader_epoch, p.metadata, p.error_code)
+                    for t in group.topics for p in t.partitions}
+
+        stored = {(topic_id, 0): (7, 3, "m0", 0), (topic_id, 1): (9, 3, "m1", 0)}
+        asked = fetch([fetch_topic(topic_id=topic_id, partition_indexes=[0, 1]),
+                       fetch_topic(topic_id=nowhere, partition_indexes=[4])])
+        assert asked == {**stored, (nowhere, 4): (-1, -1, "", ErrorCode.unknown_topic_id)}
+        assert fetch(None) == stored  # all of the group's, named by id
+
+        by_name = c.request(ApiKey.OFFSET_FETCH, 9, groups=[dict(
+            group_id="ids", member_id=None, member_epoch=-1,
+            topics=[dict(name="by-id", partition_indexes=[0, 1])])], require_stable=False)
+        assert {(p.partition_index, p.committed_offset, p.metadata)
+                for t in by_name.groups[0].topics for p in t.partitions} == {(0, 7, "m0"), (1, 9, "m1")}
