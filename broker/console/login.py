@@ -35,10 +35,13 @@ CHALLENGE = 'Basic realm="kcoord console", charset="UTF-8"'
 
 @dataclass(frozen=True, slots=True)
 class Viewer:
-    """What one logged-in principal may see."""
+    """What one logged-in principal may see, and do (the console's actions ask ``may`` what
+    the Kafka API each stands for asks the authorizer)."""
 
     group: Callable[[str], bool]
     topic: Callable[[str], bool]
+    principal: str = "User:ANONYMOUS"
+    may: Callable[[Operation, ResourceType, str], bool] = lambda op, rtype, name: True
 
 
 class ConsoleLogin:
@@ -62,7 +65,15 @@ class ConsoleLogin:
                 principal, host, Operation.DESCRIBE, rtype, name, quiet=True
             )
 
-        return Viewer(group=may(ResourceType.GROUP), topic=may(ResourceType.TOPIC))
+        def may_do(op: Operation, rtype: ResourceType, name: str) -> bool:
+            return authorizer.authorize(principal, host, op, rtype, name)
+
+        return Viewer(
+            group=may(ResourceType.GROUP),
+            topic=may(ResourceType.TOPIC),
+            principal=principal,
+            may=may_do,
+        )
 
     async def _principal(self, authorization: str | None, host: str) -> str | None:
         if not authorization:
