@@ -40,6 +40,8 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/console.js": ("console.js", "text/javascript; charset=utf-8"),
+    "/actions.js": ("actions.js", "text/javascript; charset=utf-8"),
+    "/messages.js": ("messages.js", "text/javascript; charset=utf-8"),
     "/console.css": ("console.css", "text/css; charset=utf-8"),
 }
 _PARAMS = {
