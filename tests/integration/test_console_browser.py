@@ -313,12 +313,12 @@ def test_stuck_flag_kip848_groups_and_the_topics_page(tmp_path: Path, browser: A
         click(browser, "#nav-topics")
         topic_row = '#topics-table tr.topic[data-topic="orders"]'
         until(browser, "the topics page", lambda d: count(d, topic_row) == 1)
-        assert hrefs(browser, topic_row + " td.groups a") == [url + "#/group/slow"]
+        assert hrefs(browser, topic_row + " td.groups a") == [url + "?stuck_ms=300#/group/slow"]
         assert texts(browser, topic_row + " td.groups a") == ["slow"]
         click(browser, topic_row + " button.expand")
         row = '#topics-table tr.partition[data-topic="orders"][data-partition="0"]'
         until(browser, "the partitions", lambda d: count(d, row) == 1)
-        assert hrefs(browser, row + " td.groups a") == [url + "#/group/slow"]
+        assert hrefs(browser, row + " td.groups a") == [url + "?stuck_ms=300#/group/slow"]
         assert texts(browser, row + " td.groups")[0] == "slow"  # a link, not ",http://..."
     finally:
         if sleeper is not None and sleeper.poll() is None:
