@@ -78,7 +78,7 @@ def offset_at_time(plog: Log, ts_ms: int, upto: int) -> int:
     return min(exact[0], upto) if exact is not None else base
 
 
-def _shown(data: bytes | None, cap: int) -> dict[str, Any] | None:
+def shown_bytes(data: bytes | None, cap: int) -> dict[str, Any] | None:
     """Bytes as the page shows them: text when they are UTF-8, whether that text is a JSON
     object or array, and hex; all of at most ``cap`` bytes."""
     if data is None:
@@ -137,9 +137,9 @@ def _decode(
                     if h.log_append_time
                     else h.base_timestamp + r.timestamp_delta,
                     "timestamp_type": "LogAppendTime" if h.log_append_time else "CreateTime",
-                    "key": _shown(r.key, cap),
-                    "value": _shown(r.value, cap),
-                    "headers": [{"key": x.key, "value": _shown(x.value, cap)} for x in r.headers],
+                    "key": shown_bytes(r.key, cap),
+                    "value": shown_bytes(r.value, cap),
+                    "headers": [{"key": x.key, "value": shown_bytes(x.value, cap)} for x in r.headers],
                     "transactional": h.is_transactional,
                 }
             )

@@ -1,7 +1,8 @@
 """The console's JSON (``/api/groups``, ``/api/groups/<group>``, ``/api/topics``) on the
 ``--metrics-port`` server of a real broker with real confluent-kafka consumers, checked against
 ``kcoord groups describe``; and bad input: unknown groups, malformed paths and query strings,
-oversized requests answer 404/400 and leave the broker serving.
+oversized requests answer 404/400 and leave the broker serving; the actions' POSTs need the
+CSRF token and this server as origin; the message browser's read_committed.
 """
 
 from __future__ import annotations
@@ -236,6 +237,24 @@ def test_bad_input_answers_404_or_400_and_the_broker_keeps_serving(tmp_path: Pat
                      "/api/messages?topic=t&isolation=dirty"):  # fmt: skip
             assert api(broker, path)[0] == 400, path
         assert api(broker, "/api/messages?topic=nope")[0] == 404
+        # read_committed leaves out an aborted transaction's records; no marker is ever shown
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+        producer.init_transactions(20)
+        for value, commit_it in ((b"kept", True), (b"dropped", False)):
+            producer.begin_transaction()
+            producer.produce("t", value=value, partition=0)
+            assert producer.flush(20) == 0  # on the broker before the end (an abort drops the queue)
+            producer.commit_transaction(20) if commit_it else producer.abort_transaction(20)
+        del producer
+
+        def values(isolation: str) -> list[str]:
+            page = api(broker, f"/api/messages?topic=t&offset=0&isolation={isolation}")[1]
+            return [m["value"]["text"] for m in page["messages"]]
+
+        assert values("read_committed") == ["kept"]
+        assert values("read_uncommitted") == ["kept", "dropped"]
         # still serving: the console, the API, /healthz and Kafka clients
         assert get(port, "/")[0] == 200 and "<title>kcoord console</title>" in get(port, "/")[1]
         assert get(port, "/console.js")[0] == 200 and get(port, "/console.css")[0] == 200
