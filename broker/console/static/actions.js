@@ -50,7 +50,7 @@ function groupActions(g) {
   };
   const planTable = (offsets, done) => el("table", { id: done ? "reset-done" : "reset-plan" },
     el("thead", {}, el("tr", {}, ["Topic", "Partition", "Current", "New", "Log start", "Log end", done ? "Result" : null]
-      .filter((h) => h !== null).map((h) => el("th", {}, h)))),
+      .filter((h) => h !== null).map((h, i) => el("th", { class: i >= 1 && i <= 5 ? "num" : "" }, h)))),
     el("tbody", {}, offsets.map((o) => el("tr", { "data-topic": o.topic, "data-partition": o.partition },
       el("td", {}, o.topic), el("td", { class: "num" }, o.partition), el("td", { class: "num current" }, o.current ?? "–"),
       el("td", { class: "num new" }, o.new), el("td", { class: "num" }, o.log_start), el("td", { class: "num" }, o.log_end),

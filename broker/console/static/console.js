@@ -234,7 +234,7 @@ function groupPage(g) {
       "Moved", "Reason"].map((h) => el("th", {}, h)))),
     el("tbody", {}, g.rebalances.slice().reverse().map((e) => el("tr", { "data-trigger": e.trigger },
       el("td", {}, time(e.start_ms)), el("td", {}, time(e.end_ms)), el("td", { class: "num" }, e.duration_ms + " ms"),
-      el("td", {}, e.trigger), el("td", {}, e.member ?? "–"), el("td", { class: "num" }, e.generation),
+      el("td", {}, e.trigger), el("td", { class: "wrap" }, e.member ?? "–"), el("td", { class: "num" }, e.generation),
       el("td", { class: "num" }, `${e.members_before} → ${e.members_after}`), el("td", { class: "num" }, e.partitions_moved),
       el("td", { class: "wrap" }, e.reason)))));
   return [
