@@ -4,8 +4,10 @@ With ``authorizer.class.name`` set, the console (its page and its JSON, not ``/m
 ``/healthz`` or ``/readyz``) asks for a login: HTTP Basic authentication with a user and password
 of the broker's SCRAM users (``kcoord users add``), the same credentials SASL/PLAIN checks. The
 user becomes the principal ``User:<name>``, and the console shows only the groups and topics that
-principal may DESCRIBE, as the Kafka APIs do (ListGroups, Metadata, OffsetFetch). Without an
-authorizer there is no login and everything is shown.
+principal may DESCRIBE, as the Kafka APIs do (ListGroups, Metadata, OffsetFetch); its actions
+and message browser ask what the API each stands for asks (:attr:`Viewer.may`: READ on the topic
+to browse it, as Fetch; broker/console/actions.py for the others). Without an authorizer there
+is no login and everything is shown and allowed.
 
 A password check is a PBKDF2 derivation, so a login that succeeded is remembered for
 :data:`REMEMBER_S` (keyed by a hash of the Authorization header): the page polls every few seconds.
@@ -35,10 +37,13 @@ CHALLENGE = 'Basic realm="kcoord console", charset="UTF-8"'
 
 @dataclass(frozen=True, slots=True)
 class Viewer:
-    """What one logged-in principal may see."""
+    """What one logged-in principal may see, and do (the console's actions ask ``may`` what
+    the Kafka API each stands for asks the authorizer)."""
 
     group: Callable[[str], bool]
     topic: Callable[[str], bool]
+    principal: str = "User:ANONYMOUS"
+    may: Callable[[Operation, ResourceType, str], bool] = lambda op, rtype, name: True
 
 
 class ConsoleLogin:
@@ -62,7 +67,15 @@ class ConsoleLogin:
                 principal, host, Operation.DESCRIBE, rtype, name, quiet=True
             )
 
-        return Viewer(group=may(ResourceType.GROUP), topic=may(ResourceType.TOPIC))
+        def may_do(op: Operation, rtype: ResourceType, name: str) -> bool:
+            return authorizer.authorize(principal, host, op, rtype, name)
+
+        return Viewer(
+            group=may(ResourceType.GROUP),
+            topic=may(ResourceType.TOPIC),
+            principal=principal,
+            may=may_do,
+        )
 
     async def _principal(self, authorization: str | None, host: str) -> str | None:
         if not authorization:

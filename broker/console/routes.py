@@ -1,11 +1,16 @@
-"""The console's HTTP routes on the ``--metrics-port`` server: the page and its JSON.
+"""The console's HTTP routes on the ``--metrics-port`` server: the page, its JSON, its actions.
 
 ``/`` is the page (``static/index.html``, with ``/console.js`` and ``/console.css``);
 ``/api/groups``, ``/api/groups/<group>`` (the id percent-encoded) and ``/api/topics`` answer
-JSON (:mod:`broker.console.views`). Input is checked before anything is read: a path or query
-over :data:`MAX_TARGET` bytes, a bad percent-encoding, an unknown or repeated query parameter or
-a value out of range answers 400; an unknown path or group answers 404. Nothing here changes
-the broker's state.
+JSON (:mod:`broker.console.views`), ``/api/messages`` a page of a partition's records
+(:mod:`broker.console.messages`), ``/api/session`` who is logged in and the token the actions
+need. Input is checked before anything is read: a path or query over :data:`MAX_TARGET` bytes,
+a bad percent-encoding, an unknown or repeated query parameter or a value out of range answers
+400; an unknown path or group answers 404. A GET never changes the broker's state.
+
+The actions are POSTs with a JSON body to ``/api/groups/<group>/<action>``: ``reset-offsets``
+(``{"to": ..., "execute": false}`` is the dry run), ``delete``, ``delete-offsets``
+(:mod:`broker.console.actions`); each must pass :mod:`broker.console.csrf`'s checks first.
 """
 
 from __future__ import annotations
@@ -16,7 +21,11 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from ..net.offload import off_loop
+from ..security.acl.model import Operation, ResourceType
+from .actions import Refused, Who, delete_group, delete_offsets, reset_offsets
+from .csrf import Csrf
 from .login import Viewer
+from .messages import DEFAULT_VALUE_BYTES, MAX_PAGE, MAX_VALUE_BYTES, Page, Unreadable, browse
 from .views import MAX_GROUPS, ConsoleState, describe_group, list_groups, list_topics
 
 MAX_TARGET = 4096
@@ -31,13 +40,19 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/console.js": ("console.js", "text/javascript; charset=utf-8"),
+    "/actions.js": ("actions.js", "text/javascript; charset=utf-8"),
+    "/messages.js": ("messages.js", "text/javascript; charset=utf-8"),
     "/console.css": ("console.css", "text/css; charset=utf-8"),
 }
 _PARAMS = {
     "/api/groups": {"limit", "q", "stuck_ms"},
     "/api/topics": {"limit", "q"},
     "/api/group": {"stuck_ms"},
+    "/api/messages": {"topic", "partition", "offset", "timestamp", "limit", "isolation", "max_bytes"},
+    "/api/session": set(),
 }
+ACTIONS = ("reset-offsets", "delete", "delete-offsets")
+MAX_OFFSET = (1 << 63) - 1
 
 Answer = tuple[int, str, bytes]
 
@@ -52,9 +67,9 @@ def _error(status: int, message: str) -> Answer:
 
 def _int(params: dict[str, str], name: str, default: int, low: int, high: int) -> int:
     text = params.get(name)
-    if text is None:
+    if text is None or (text == "" and name in ("offset", "timestamp")):
         return default
-    if not text.isdigit() or len(text) > 12 or not low <= int(text) <= high:
+    if not text.isdigit() or len(text) > 19 or not low <= int(text) <= high:
         raise BadRequest(f"{name} must be an integer in {low}..{high}")
     return int(text)
 
@@ -79,6 +94,7 @@ class Console:
 
     def __init__(self, state: ConsoleState) -> None:
         self.state = state
+        self.csrf = Csrf()
         self._static: dict[str, bytes] = {}
 
     def static(self, name: str) -> bytes:
@@ -89,10 +105,24 @@ class Console:
             )
         return body
 
-    async def respond(self, target: str, viewer: Viewer | None = None) -> Answer | None:
+    async def respond(
+        self,
+        target: str,
+        viewer: Viewer | None = None,
+        *,
+        method: str = "GET",
+        authorization: str | None = None,
+        host: str = "",
+        headers: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> Answer | None:
         """The answer for a console path (None for any other), showing what ``viewer`` may
-        describe (everything if None)."""
+        describe (everything if None); a POST is an action, done if ``viewer`` may."""
         path, _, query = target.partition("?")
+        if method == "POST":
+            if len(target) > MAX_TARGET:
+                return _error(400, "request target too long")
+            return await self._post(path, viewer, authorization, host, headers or {}, body)
         if path in STATIC and not path.startswith("/api"):
             if len(target) > MAX_TARGET:
                 return _error(400, "request target too long")
@@ -103,7 +133,7 @@ class Console:
         if len(target) > MAX_TARGET:
             return _error(400, f"request target over {MAX_TARGET} bytes")
         try:
-            return await self._api(path, query, viewer)
+            return await self._api(path, query, viewer, authorization)
         except BadRequest as e:
             return _error(400, str(e))
 
@@ -113,7 +143,9 @@ class Console:
         path = target.partition("?")[0]
         return path in STATIC or path == "/api" or path.startswith("/api/")
 
-    async def _api(self, path: str, query: str, viewer: Viewer | None) -> Answer:
+    async def _api(
+        self, path: str, query: str, viewer: Viewer | None, authorization: str | None
+    ) -> Answer:
         state = self.state
         result: Any
         if path == "/api/groups":
@@ -135,6 +167,15 @@ class Console:
             )
             if result is None:
                 return _error(404, f"no group {group_id!r}")
+        elif path == "/api/session":
+            _params(query, _PARAMS[path])
+            result = {
+                "principal": viewer.principal if viewer is not None else None,
+                "csrf_token": self.csrf.token(authorization),
+            }
+        elif path == "/api/messages":
+            p = _params(query, _PARAMS[path])
+            return await self._messages(p, viewer)
         elif path == "/api/topics":
             p = _params(query, _PARAMS[path])
             result = await list_topics(
@@ -145,9 +186,76 @@ class Console:
             )
         else:
             return _error(
-                404, "unknown API path; try /api/groups, /api/groups/<group>, /api/topics"
+                404,
+                "unknown API path; try /api/groups, /api/groups/<group>, /api/topics,"
+                " /api/messages, /api/session",
             )
         return 200, JSON, await off_loop(_encode, result)
+
+    async def _messages(self, p: dict[str, str], viewer: Viewer | None) -> Answer:
+        topic = _checked(p.get("topic", ""))
+        if not topic:
+            raise BadRequest("topic is required")
+        isolation = p.get("isolation", "read_uncommitted")
+        if isolation not in ("read_uncommitted", "read_committed"):
+            raise BadRequest("isolation must be read_uncommitted or read_committed")
+        if viewer is not None and not viewer.topic(topic):
+            return _error(404, f"no topic {topic!r}")
+        if viewer is not None and not viewer.may(Operation.READ, ResourceType.TOPIC, topic):
+            return _error(403, f"{viewer.principal} may not READ topic {topic!r} (as Fetch)")
+        offset = _int(p, "offset", -1, 0, MAX_OFFSET)
+        timestamp = _int(p, "timestamp", -1, 0, MAX_OFFSET)
+        page = Page(
+            topic=topic,
+            partition=_int(p, "partition", 0, 0, 1 << 20),
+            offset=None if offset < 0 else offset,
+            timestamp=None if timestamp < 0 else timestamp,
+            limit=_int(p, "limit", 20, 1, MAX_PAGE),
+            committed=isolation == "read_committed",
+            max_bytes=_int(p, "max_bytes", DEFAULT_VALUE_BYTES, 0, MAX_VALUE_BYTES),
+        )
+        try:
+            result = await browse(self.state.topics, page)
+        except Unreadable as e:
+            return _error(e.status, str(e))
+        return 200, JSON, await off_loop(_encode, result)
+
+    async def _post(
+        self,
+        path: str,
+        viewer: Viewer | None,
+        authorization: str | None,
+        host: str,
+        headers: dict[str, str],
+        body: bytes,
+    ) -> Answer:
+        prefix = "/api/groups/"
+        encoded, _, action = path[len(prefix) :].rpartition("/")
+        if not path.startswith(prefix) or action not in ACTIONS or not encoded:
+            return _error(405, "only /api/groups/<group>/{" + ",".join(ACTIONS) + "} take a POST")
+        refusal = self.csrf.refusal(authorization, headers)
+        if refusal is not None:
+            return _error(403, refusal)
+        try:
+            group_id = _text(encoded, MAX_GROUP_ID)
+            spec = json.loads(body or b"{}")
+        except BadRequest as e:
+            return _error(400, str(e))
+        except ValueError:
+            return _error(400, "the body must be JSON")
+        if not isinstance(spec, dict):
+            return _error(400, "the body must be a JSON object")
+        who = Who(viewer, host)
+        try:
+            if action == "reset-offsets":
+                result = await reset_offsets(self.state, group_id, spec, who)
+            elif action == "delete":
+                result = await delete_group(self.state, group_id, who)
+            else:
+                result = await delete_offsets(self.state, group_id, spec.get("topic"), who)
+        except Refused as e:
+            return _error(e.status, str(e))
+        return 200, JSON, _encode(result)
 
 
 def _text(raw: str, limit: int) -> str:

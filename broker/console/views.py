@@ -29,6 +29,7 @@ from kcoord.protocol.records import decode_batch
 from kcoord.storage.engine import Log
 
 from ..net.offload import SLICE, pause
+from .history import LagHistory
 from .share_views import describe_share_group, share_summary
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ class ConsoleState:
     shares: SharePartitionManager | None = None
     """The share partitions held here (share groups' pages); None: share groups show no
     share partition."""
+    lag_history: LagHistory = field(default_factory=LagHistory)
+    """Each group's recent lag (the sparklines), sampled as it is computed here."""
 
 
 def _partition_lag(
@@ -157,6 +160,7 @@ def _summary(
         lag += behind
         if lag_seconds is not None:
             lag_seconds = None if seconds is None else max(lag_seconds, seconds)
+    state.lag_history.sample(gid, now, lag)
     group_state = _state(group)
     under_way = shard.rebalance_under_way(gid) if group_state in REBALANCING else None
     since = under_way.started_ms if under_way is not None else None
@@ -332,6 +336,7 @@ def describe_group(
         **summary,
         "members_detail": members,
         "partitions": partitions,
+        "lag_history": state.lag_history.of(group_id),
         "rebalances": [as_json(e) for e in runtime.rebalances.events(group_id)],
         "rebalance_under_way": None
         if under_way is None

@@ -3,8 +3,8 @@ a request head is read and an answer written (what is answered is broker/metrics
 and the console's business).
 
 One request per connection (every answer says ``Connection: close``), so there is no keep-alive
-to time out, and no request body is ever read: only GET and HEAD are served, anything else is
-answered 405 from its head alone. Three bounds keep slow or idle clients from holding the
+to time out. Only a POST's body is read (the console's actions), at most :data:`MAX_BODY` bytes
+and within the request timeout; a longer one is answered 413 from its head alone. Three bounds keep slow or idle clients from holding the
 broker's descriptors (the Kafka listeners' ``max.connections`` does not count these):
 
 - ``metrics.max.connections``: connections held at once; a new one past it is answered 503 and
@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 log = logging.getLogger("kcoord.metrics")
 
@@ -35,6 +35,10 @@ RESPONSE_TIMEOUT = "metrics_response_timeout"
 
 MAX_HEADERS = 100
 """Header lines read past the request line; one more is a 400."""
+MAX_BODY = 16384
+"""The largest request body read (a POST's); a longer one is answered 413."""
+KEPT_HEADERS = frozenset({b"host", b"origin", b"referer", b"x-csrf-token", b"content-type"})
+"""The headers kept besides Authorization (the console's checks of a POST)."""
 _WARN_EVERY_S = 60.0
 """Refusals over the limit are logged at most this often (a flood would flood the log)."""
 
@@ -43,7 +47,10 @@ REASONS = {
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
+    403: "Forbidden",
     405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
     503: "Service Unavailable",
 }
 
@@ -69,10 +76,17 @@ class Request:
     authorization: str | None
     host: str
     """The client's address."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Those of :data:`KEPT_HEADERS` (lower-case names)."""
+    body: bytes = b""
+    """A POST's body."""
 
 
 class _BadHead(Exception):
-    """A head over the reader's line limit (64 KiB) or with too many headers: answered 400."""
+    """A head over the reader's line limit (64 KiB) or with too many headers: answered 400
+    (413 for a body over :data:`MAX_BODY`)."""
+
+    status = 400
 
 
 def render(method: str, answer: Answer, extra_headers: str = "") -> bytes:
@@ -118,7 +132,7 @@ class HttpConnections:
         self.open += 1
         try:
             await self._exchange(reader, writer)
-        except (ConnectionError, UnicodeDecodeError):
+        except (ConnectionError, UnicodeDecodeError, asyncio.IncompleteReadError):
             writer.transport.abort()
         except Exception:
             log.exception("metrics request failed")
@@ -153,9 +167,9 @@ class HttpConnections:
             self._refused(REQUEST_TIMEOUT)
             writer.transport.abort()
             return
-        except _BadHead:
+        except _BadHead as e:
             request = Request("GET", "", None, host)
-            answer: Answer = (400, "text/plain; charset=utf-8", b"request too large\n")
+            answer: Answer = (e.status, "text/plain; charset=utf-8", b"request too large\n")
             extra = ""
         else:
             if request is None:  # no request line: nothing to answer
@@ -171,7 +185,10 @@ class HttpConnections:
 
 
 async def _read_head(reader: asyncio.StreamReader, host: str) -> Request | None:
-    """The request line and headers (only Authorization is kept); None without a request line."""
+    """The request line and headers (Authorization and :data:`KEPT_HEADERS` are kept), and a
+    POST's body; None without a request line."""
+    headers: dict[str, str] = {}
+    length = 0
     try:
         line = await reader.readline()
         authorization = None
@@ -180,8 +197,16 @@ async def _read_head(reader: asyncio.StreamReader, host: str) -> Request | None:
             if header in (b"\r\n", b"\n", b""):
                 break
             name, sep, value = header.partition(b":")
-            if sep and name.strip().lower() == b"authorization":
+            if not sep:
+                continue
+            name = name.strip().lower()
+            if name == b"authorization":
                 authorization = value.strip().decode("latin-1")
+            elif name in KEPT_HEADERS:
+                headers[name.decode()] = value.strip().decode("latin-1")
+            elif name == b"content-length":
+                text = value.strip()
+                length = int(text) if text.isdigit() and len(text) < 12 else MAX_BODY + 1
         else:
             raise _BadHead("too many headers")
     except ValueError as e:  # a line over the reader's limit
@@ -189,4 +214,12 @@ async def _read_head(reader: asyncio.StreamReader, host: str) -> Request | None:
     parts = line.decode("latin-1").split()
     if len(parts) < 2:
         return None
-    return Request(parts[0].upper(), parts[1], authorization, host)
+    method = parts[0].upper()
+    body = b""
+    if method == "POST" and length:
+        if length > MAX_BODY:
+            too_long = _BadHead(f"body over {MAX_BODY} bytes")
+            too_long.status = 413
+            raise too_long
+        body = await reader.readexactly(length)
+    return Request(method, parts[1], authorization, host, headers, body)

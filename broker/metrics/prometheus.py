@@ -521,20 +521,28 @@ class MetricsServer:
                 await asyncio.wait_for(self._server.wait_closed(), 5)
 
     async def respond(
-        self, method: str, path: str, authorization: str | None = None, host: str = ""
+        self,
+        method: str,
+        path: str,
+        authorization: str | None = None,
+        host: str = "",
+        request: Request | None = None,
     ) -> Answer:
         """Status, content type and body for a request (401 for a console path without a
-        good login, when the console asks for one)."""
+        good login, when the console asks for one; a POST is one of the console's actions)."""
         if method in ("GET", "HEAD") and path.split("?", 1)[0] == "/metrics":
             return 200, CONTENT_TYPE_LATEST, await self.metrics.exposition()
         console = self.console
-        if method in ("GET", "HEAD") and console is not None and console.handles(path):
+        if method in ("GET", "HEAD", "POST") and console is not None and console.handles(path):
             viewer = None
             if self.login is not None:
                 viewer = await self.login.viewer(authorization, host)
                 if viewer is None:
                     return 401, "text/plain; charset=utf-8", b"log in with a kcoord user\n"
-            answer = await console.respond(path, viewer)
+            answer = await console.respond(
+                path, viewer, method=method, authorization=authorization, host=host,
+                headers=request.headers if request else None, body=request.body if request else b"",
+            )  # fmt: skip
             if answer is not None:
                 return answer
         return self.answer(method, path)
@@ -559,7 +567,9 @@ class MetricsServer:
         return 404, "text/plain; charset=utf-8", b"not found: try /, /metrics, /healthz, /readyz\n"
 
     async def _handle(self, request: Request) -> tuple[Answer, str]:
-        answer = await self.respond(request.method, request.path, request.authorization, request.host)
+        answer = await self.respond(
+            request.method, request.path, request.authorization, request.host, request
+        )
         challenge = f"WWW-Authenticate: {CHALLENGE}\r\n" if answer[0] == 401 else ""
         return answer, challenge
 

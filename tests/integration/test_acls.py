@@ -3,7 +3,8 @@ real clients: AdminClient creates, lists and deletes ACLs; a principal allowed t
 but not the group gets GROUP_AUTHORIZATION_FAILED on join and commit and the group is
 untouched; DENY wins over ALLOW; PREFIXED patterns match; DeleteGroups and ``kcoord offsets
 reset`` are refused without the rights; Metadata and ListGroups show only what the principal may
-describe; ACLs and users survive SIGKILL; changes apply to the next request."""
+describe, in the web console too, whose actions need the rights of the APIs they stand for;
+ACLs and users survive SIGKILL; changes apply to the next request."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from kcoord.admin.security import connect
 from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.errors import ErrorCode
 
+from .browser import browser  # noqa: F401 - the fixture
 from .harness import ROOT, BrokerProcess, free_port, wait_for
 from .test_sasl import kcoord_users
 
@@ -330,12 +332,73 @@ def test_metadata_and_group_lists_show_only_what_may_be_described(
     assert sorted(g["group"] for g in everything["groups"]) == ["g", "hidden-group"]
 
 
-def console(b: BrokerProcess, path: str, user: str | None, password: str | None = None) -> tuple[int, Any, Any]:
+def test_console_actions_need_the_rights_of_their_apis(
+    broker: tuple[BrokerProcess, int], browser: Any  # noqa: F811
+) -> None:
+    """Logged in as alice (READ on group g and topic t, no DELETE): the console's delete is
+    refused and changes nothing; reading messages (Fetch's READ) and a reset dry run pass.
+    A CSRF token is only good for its own login."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    b, sasl = broker
+    admin = admin_of(sasl, "admin")
+    create_topic(sasl, "t")
+    set_offsets(admin, "g", 0)
+    allow(admin, ("TOPIC", "t", "LITERAL", "READ", "ALLOW"), ("GROUP", "g", "LITERAL", "READ", "ALLOW"))
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": basic("alice")}})
+    browser.get(f"http://127.0.0.1:{b.metrics_port}/#/group/g")
+
+    def shown(css: str) -> str:
+        return str(browser.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : '';", css))
+
+    WebDriverWait(browser, 20, 0.1).until(lambda d: shown("#delete-group"), "the group's actions")
+    browser.execute_script("document.getElementById('delete-group').click();"
+                           "document.getElementById('delete-group-confirm').click();")
+    WebDriverWait(browser, 20, 0.1).until(lambda d: "refused" in shown("#action-message"), "the refusal")
+    assert "User:alice may not DELETE group 'g'" in shown("#action-message")
+    assert committed(admin, "g") == {0: 0} and console(b, "/api/groups/g", "alice")[0] == 200
+    browser.execute_script("document.getElementById('reset-preview').click();")  # READ suffices
+    WebDriverWait(browser, 20, 0.1).until(lambda d: shown("#reset-plan"), "the dry run")
+    assert console(b, "/api/messages?topic=t", "alice")[0] == 200
+    assert console(b, "/api/messages?topic=t", "bob")[0] == 404  # bob may not even describe it
+
+    # over HTTP: alice's token is refused for bob, and bob may not see the group
+    token = console(b, "/api/session", "alice")[2]["csrf_token"]
+    origin = f"http://127.0.0.1:{b.metrics_port}"
+    headers = {"X-CSRF-Token": token, "Origin": origin}
+    assert console(b, "/api/groups/g/delete", "alice", body={}, headers=headers)[0] == 403
+    assert console(b, "/api/groups/g/delete", "bob", body={}, headers=headers)[0] == 403
+    assert console(b, "/api/groups/g/delete", None, body={}, headers=headers)[0] == 401
+    bob_token = console(b, "/api/session", "bob")[2]["csrf_token"]
+    assert bob_token != token
+    reset = {"to": "latest", "execute": True}
+    assert console(b, "/api/groups/g/reset-offsets", "bob", body=reset,
+                   headers={"X-CSRF-Token": bob_token, "Origin": origin})[0] == 404  # fmt: skip
+    assert committed(admin, "g") == {0: 0}
+
+
+def basic(user: str, password: str | None = None) -> str:
+    token = base64.b64encode(f"{user}:{password or PASSWORDS[user]}".encode()).decode()
+    return f"Basic {token}"
+
+
+def console(
+    b: BrokerProcess,
+    path: str,
+    user: str | None,
+    password: str | None = None,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any, Any]:
     """(status, headers, JSON body or None) of a console request, logged in as ``user``."""
-    request = urllib.request.Request(f"http://127.0.0.1:{b.metrics_port}{path}")
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{b.metrics_port}{path}", data=data, headers=headers or {}
+    )
     if user is not None:
-        token = base64.b64encode(f"{user}:{password or PASSWORDS[user]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Authorization", basic(user, password))
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
             body = r.read()

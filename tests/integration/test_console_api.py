@@ -1,7 +1,8 @@
 """The console's JSON (``/api/groups``, ``/api/groups/<group>``, ``/api/topics``) on the
 ``--metrics-port`` server of a real broker with real confluent-kafka consumers, checked against
 ``kcoord groups describe``; and bad input: unknown groups, malformed paths and query strings,
-oversized requests answer 404/400 and leave the broker serving.
+oversized requests answer 404/400 and leave the broker serving; the actions' POSTs need the
+CSRF token and this server as origin; the message browser's read_committed.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import socket
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,6 +36,24 @@ def api(broker: BrokerProcess, path: str) -> tuple[int, Any]:
     assert broker.metrics_port is not None
     status, text = get(broker.metrics_port, path)
     return status, json.loads(text) if text.startswith(("{", "[")) else text
+
+
+def post(
+    port: int, path: str, body: Any, token: str | None, origin: str | None
+) -> tuple[int, Any]:
+    """(status, JSON answer) of a console action, with the CSRF token and Origin given."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST"
+    )
+    if token is not None:
+        request.add_header("X-CSRF-Token", token)
+    if origin is not None:
+        request.add_header("Origin", origin)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def raw(port: int, request: bytes) -> bytes:
@@ -192,6 +213,48 @@ def test_bad_input_answers_404_or_400_and_the_broker_keeps_serving(tmp_path: Pat
         )
         assert raw(port, b"POST /api/groups HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
         assert raw(port, b"garbage\r\n\r\n") == b""
+        # the actions: a POST needs the session's CSRF token and this server as its origin
+        status, session = api(broker, "/api/session")
+        assert status == 200 and session["principal"] is None and len(session["csrf_token"]) == 64
+        origin = f"http://127.0.0.1:{port}"
+        delete = "/api/groups/g1/delete"
+        assert post(port, delete, {}, None, origin)[0] == 403  # no token
+        assert post(port, delete, {}, "0" * 64, origin)[0] == 403  # a wrong one
+        assert post(port, delete, {}, session["csrf_token"], None)[0] == 403  # no Origin
+        assert post(port, delete, {}, session["csrf_token"], "http://evil.example")[0] == 403
+        reset = "/api/groups/g1/reset-offsets"
+        token = session["csrf_token"]
+        assert post(port, reset, {"to": "sideways"}, token, origin)[0] == 400
+        assert post(port, reset, {"to": "offset", "offset": -1}, token, origin)[0] == 400
+        assert post(port, "/api/groups/g1/explode", {}, token, origin)[0] == 405
+        assert post(port, "/api/groups/nobody/delete", {}, token, origin)[0] == 404
+        assert raw(port, b"POST " + delete.encode() + b" HTTP/1.1\r\nContent-Length: 99999\r\n\r\n"
+                   ).startswith(b"HTTP/1.1 413")  # fmt: skip
+        status, plan = post(port, reset, {"to": "earliest"}, token, origin)  # a dry run
+        assert status == 200 and plan["executed"] is False and plan["offsets"][0]["new"] == 0
+        assert api(broker, "/api/groups/g1")[1]["partitions"][0]["committed"] == 1
+        for path in ("/api/messages", "/api/messages?topic=t&limit=101", "/api/messages?topic=t&x=1",
+                     "/api/messages?topic=t&isolation=dirty"):  # fmt: skip
+            assert api(broker, path)[0] == 400, path
+        assert api(broker, "/api/messages?topic=nope")[0] == 404
+        # read_committed leaves out an aborted transaction's records; no marker is ever shown
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+        producer.init_transactions(20)
+        for value, commit_it in ((b"kept", True), (b"dropped", False)):
+            producer.begin_transaction()
+            producer.produce("t", value=value, partition=0)
+            assert producer.flush(20) == 0  # on the broker before the end (an abort drops the queue)
+            producer.commit_transaction(20) if commit_it else producer.abort_transaction(20)
+        del producer
+
+        def values(isolation: str) -> list[str]:
+            page = api(broker, f"/api/messages?topic=t&offset=0&isolation={isolation}")[1]
+            return [m["value"]["text"] for m in page["messages"]]
+
+        assert values("read_committed") == ["kept"]
+        assert values("read_uncommitted") == ["kept", "dropped"]
         # still serving: the console, the API, /healthz and Kafka clients
         assert get(port, "/")[0] == 200 and "<title>kcoord console</title>" in get(port, "/")[1]
         assert get(port, "/console.js")[0] == 200 and get(port, "/console.css")[0] == 200

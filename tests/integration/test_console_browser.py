@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from .test_admin_cli import commit, kcoord_json, state_of
 from .test_console_api import FAST, api
 
 SCREENSHOT = ROOT / "docs" / "console-group.png"
+UTC_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
 MATRIX = ROOT / "tests" / "integration" / "scripts" / "matrix_consumer.py"
 
 
@@ -46,6 +48,11 @@ def texts(driver: Any, css: str) -> list[str]:
 def attrs(driver: Any, css: str, name: str) -> list[str | None]:
     script = "return Array.from(document.querySelectorAll(arguments[0]), e => e.getAttribute(arguments[1]));"
     return list(driver.execute_script(script, css, name))
+
+
+def hrefs(driver: Any, css: str) -> list[str]:
+    """The links' resolved addresses."""
+    return list(driver.execute_script("return Array.from(document.querySelectorAll(arguments[0]), e => e.href);", css))
 
 
 def count(driver: Any, css: str) -> int:
@@ -155,6 +162,13 @@ def test_groups_page_then_a_killed_member_on_the_timeline(tmp_path: Path, browse
         assert len(triggers) >= 4 and {"member_joined", "member_expired", "member_left"} <= set(
             triggers
         )
+        # times in one format, with the zone; the rebalance table fits a 1400 px window
+        start_cells = texts(browser, "#rebalances tbody tr td:first-child")
+        assert start_cells and all(UTC_TIME.fullmatch(t) for t in start_cells), start_cells
+        until(browser, "the status time", lambda d: UTC_TIME.search(texts(d, "#status")[0]))
+        assert browser.execute_script(
+            "return document.documentElement.scrollWidth <= window.innerWidth"
+        ), "the group page is wider than the window"
         shot = tmp_path / SCREENSHOT.name
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         if os.environ.get("KCOORD_UPDATE_SCREENSHOT") == "1":
@@ -295,16 +309,101 @@ def test_stuck_flag_kip848_groups_and_the_topics_page(tmp_path: Path, browser: A
         click(browser, 'th[data-key="group"]')  # sorted by group already: now descending
         until(browser, "the sort", lambda d: attrs(d, rows, "data-group") == ["slow", "kip"])
 
-        # the topics page: partitions with their offsets and the groups reading them
+        # the topics page: one row per topic, its partitions (offsets, groups) when expanded
         click(browser, "#nav-topics")
-        row = '#topics-table tr[data-topic="orders"][data-partition="0"]'
-        until(browser, "the topics page", lambda d: count(d, row) == 1)
-        [text] = texts(browser, row)
-        assert "orders" in text and "slow" in text
+        topic_row = '#topics-table tr.topic[data-topic="orders"]'
+        until(browser, "the topics page", lambda d: count(d, topic_row) == 1)
+        assert hrefs(browser, topic_row + " td.groups a") == [url + "?stuck_ms=300#/group/slow"]
+        assert texts(browser, topic_row + " td.groups a") == ["slow"]
+        click(browser, topic_row + " button.expand")
+        row = '#topics-table tr.partition[data-topic="orders"][data-partition="0"]'
+        until(browser, "the partitions", lambda d: count(d, row) == 1)
+        assert hrefs(browser, row + " td.groups a") == [url + "?stuck_ms=300#/group/slow"]
+        assert texts(browser, row + " td.groups")[0] == "slow"  # a link, not ",http://..."
     finally:
         if sleeper is not None and sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait(10)
         for m in members:
             m.stop()
+        broker.stop()
+
+
+def committed_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, as AdminClient's OffsetFetch answers them."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(20)
+    return {(tp.topic, tp.partition): tp.offset for tp in got.topic_partitions if tp.offset >= 0}
+
+
+def test_topics_page_message_browser_and_group_actions(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    broker = BrokerProcess(tmp_path / "data", FAST, metrics_port=free_port()).start()
+    url = f"http://127.0.0.1:{broker.metrics_port}/"
+    try:
+        create_topic(broker.bootstrap, "orders", 2)
+        records = [(0, b"k%d" % i, json.dumps({"item": "book", "n": i}).encode()) for i in range(5)]
+        produce_confluent(broker.bootstrap, "orders", [*records, (1, None, b"\x00\xff")], "none")
+        commit(broker.bootstrap, "billing", {("orders", 0): 1, ("orders", 1): 0})
+        commit(broker.bootstrap, "doomed", {("orders", 0): 2})
+
+        # topics: internal ones folded, __consumer_offsets one row when shown
+        browser.get(url + "#/topics")
+        row = '#topics-table tr.topic[data-topic="orders"]'
+        until(browser, "the topics page", lambda d: count(d, row) == 1)
+        assert count(browser, '#topics-table tr[data-topic="__consumer_offsets"]') == 0
+        assert hrefs(browser, row + " td.groups a") == [url + "#/group/billing", url + "#/group/doomed"]
+        click(browser, "#internal-toggle")
+        until(browser, "internal topics", lambda d: count(d, '#topics-table tr[data-topic="__consumer_offsets"]') == 1)
+
+        # the message browser: keys, values as JSON, text or hex
+        click(browser, row + " a.browse")
+        until(browser, "the newest messages", lambda d: count(d, "#messages tbody tr") == 5)
+        first = '#messages tr[data-offset="0"]'
+        assert texts(browser, first + " .key") == ["k0"]
+        [shown] = texts(browser, first + " .value pre.json")
+        assert json.loads(shown) == {"item": "book", "n": 0} and "\n" in shown  # pretty-printed
+        assert UTC_TIME.fullmatch(texts(browser, first + " .timestamp")[0])
+        assert texts(browser, first + " .ts-type") == ["CreateTime"]
+        browser.execute_script("const f = document.getElementById('msg-format'); f.value = 'hex';"
+                               "f.dispatchEvent(new Event('change'));")  # fmt: skip
+        until(browser, "hex", lambda d: texts(d, first + " .key code.hex") == ["6b 30"])
+        browser.execute_script("document.getElementById('msg-mode').value = 'offset';"
+                               "document.getElementById('msg-value').value = '3';")  # fmt: skip
+        click(browser, "#msg-load")
+        until(browser, "from offset 3", lambda d: attrs(d, "#messages tbody tr", "data-offset") == ["3", "4"])
+        browser.execute_script("document.getElementById('msg-partition').value = '1';"
+                               "document.getElementById('msg-value').value = '0';")  # fmt: skip
+        click(browser, "#msg-load")
+        until(browser, "partition 1", lambda d: texts(d, "#messages tbody tr .value") == ["00 ff"])
+
+        # reset: the dry run shows the new offsets and changes nothing; the confirmation does
+        browser.get(url + "#/group/billing")
+        until(browser, "the actions", lambda d: count(d, "#reset-preview") == 1)
+        until(browser, "the sparkline", lambda d: count(d, "#lag-sparkline polyline") == 1)
+        browser.execute_script("document.getElementById('reset-to').value = 'offset';"
+                               "document.getElementById('reset-value').value = '3';")  # fmt: skip
+        click(browser, "#reset-preview")
+        plan = '#reset-plan tr[data-topic="orders"]'
+        until(browser, "the dry run", lambda d: count(d, plan) == 2)
+        assert texts(browser, plan + '[data-partition="0"] .current') == ["1"]
+        assert texts(browser, plan + '[data-partition="0"] .new') == ["3"]
+        assert texts(browser, plan + '[data-partition="1"] .new') == ["1"]  # kept within the log
+        assert committed_offsets(broker.bootstrap, "billing") == {("orders", 0): 1, ("orders", 1): 0}
+        click(browser, "#reset-confirm")
+        until(browser, "the reset", lambda d: count(d, "#reset-done tbody tr") == 2)
+        assert texts(browser, "#reset-done .error") == ["NONE", "NONE"]
+        assert committed_offsets(broker.bootstrap, "billing") == {("orders", 0): 3, ("orders", 1): 1}
+
+        # delete a group, confirmed
+        browser.get(url + "#/group/doomed")
+        until(browser, "doomed's page", lambda d: count(d, "#delete-group") == 1)
+        click(browser, "#delete-group")
+        click(browser, "#delete-group-confirm")
+        until(browser, "deleted", lambda d: "deleted" in texts(d, "#action-message")[0])
+        assert api(broker, "/api/groups/doomed")[0] == 404
+        assert committed_offsets(broker.bootstrap, "doomed") == {}
+    finally:
         broker.stop()

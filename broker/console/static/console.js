@@ -1,10 +1,15 @@
 // kcoord console: plain JavaScript, no build step. Reads /api/* and redraws every POLL_MS.
+// Every time shown is UTC, as "2026-11-27 16:20:05 UTC" (time()); durations are relative.
+// actions.js (a group's actions and lag sparkline) and messages.js (the message browser) use
+// the helpers here; they load after this file, so start() runs once the page is parsed.
 "use strict";
 
 const POLL_MS = 2000;
 const view = document.getElementById("view");
 const status = document.getElementById("status");
-const ui = { sort: { key: "group", dir: 1 }, filter: "", type: "", onlyStuck: false };
+const extra = document.getElementById("extra"); // a page's forms, not redrawn by the polls
+const ui = { sort: { key: "group", dir: 1 }, filter: "", type: "", onlyStuck: false,
+  showInternal: false, expanded: new Set() };
 let timer = null;
 let generation = 0; // drops answers of a page the user has left
 
@@ -16,7 +21,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -44,7 +49,8 @@ function seconds(v) {
 }
 
 function time(ms) {
-  return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", "") : "–";
+  if (ms === null || ms === undefined || ms < 0) return "–";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
 async function getJSON(path) {
@@ -228,39 +234,63 @@ function groupPage(g) {
       "Moved", "Reason"].map((h) => el("th", {}, h)))),
     el("tbody", {}, g.rebalances.slice().reverse().map((e) => el("tr", { "data-trigger": e.trigger },
       el("td", {}, time(e.start_ms)), el("td", {}, time(e.end_ms)), el("td", { class: "num" }, e.duration_ms + " ms"),
-      el("td", {}, e.trigger), el("td", {}, e.member ?? "–"), el("td", { class: "num" }, e.generation),
+      el("td", {}, e.trigger), el("td", { class: "wrap" }, e.member ?? "–"), el("td", { class: "num" }, e.generation),
       el("td", { class: "num" }, `${e.members_before} → ${e.members_after}`), el("td", { class: "num" }, e.partitions_moved),
-      el("td", {}, e.reason)))));
+      el("td", { class: "wrap" }, e.reason)))));
   return [
     el("h1", {}, "Group ", el("span", { id: "group-name" }, g.group),
       g.stuck ? el("span", { class: "flag" }, " stuck rebalancing") : null),
     cards,
     el("h2", {}, "Rebalance timeline"), el("div", { id: "timeline" }, timeline(g)),
-    el("h2", {}, "Members"), members,
-    el("h2", {}, "Partitions"), partitions,
-    el("h2", {}, "Rebalances (newest first)"), events,
+    el("h2", {}, "Lag (messages), recent"), lagSparkline(g.lag_history),
+    el("h2", {}, "Members"), el("div", { class: "scroll" }, members),
+    el("h2", {}, "Partitions"), el("div", { class: "scroll" }, partitions),
+    el("h2", {}, "Rebalances (newest first)"), el("div", { class: "scroll" }, events),
   ];
 }
 
 // ---- topics -----------------------------------------------------------------------------------
+function groupLinks(names, total) {
+  return [names.map((name, i) => [i ? ", " : "", el("a", { href: "#/group/" + encodeURIComponent(name) }, name)]),
+    total > names.length ? ` … (${total} in all)` : ""];
+}
+
 function topicsPage(data) {
   const rows = [];
+  const internal = data.topics.filter((t) => t.internal).length;
   for (const t of data.topics) {
+    if (t.internal && !ui.showInternal) continue;
+    const open = ui.expanded.has(t.topic);
+    const groups = [...new Set(t.partitions.flatMap((p) => p.groups))].sort();
+    const groupCount = Math.max(groups.length, ...t.partitions.map((p) => p.group_count));
+    rows.push(el("tr", { class: "topic", "data-topic": t.topic },
+      el("td", {}, el("button", { class: "expand", "aria-expanded": String(open), title: "partitions",
+        onclick: () => { open ? ui.expanded.delete(t.topic) : ui.expanded.add(t.topic); render(); } }, open ? "▾" : "▸"),
+      " ", t.topic, t.internal ? el("span", { class: "muted" }, " (internal)") : null),
+      el("td", { class: "num" }, t.partition_count), el("td", { class: "num" }, "–"),
+      el("td", { class: "num log-end" }, t.partitions.reduce((n, p) => n + p.log_end - p.log_start, 0)),
+      el("td", { class: "num" }, t.size_bytes),
+      el("td", { class: "groups" }, groupLinks(groups, groupCount)),
+      el("td", {}, el("a", { class: "browse", href: "#/messages/" + encodeURIComponent(t.topic) + "/0" }, "messages"))));
+    if (!open) continue;
     for (const p of t.partitions) {
-      rows.push(el("tr", { "data-topic": t.topic, "data-partition": p.partition },
-        el("td", {}, t.topic + (t.internal ? " (internal)" : "")), el("td", { class: "num" }, p.partition),
-        el("td", { class: "num" }, p.log_start), el("td", { class: "num" }, p.log_end),
-        el("td", { class: "num" }, p.size_bytes),
-        el("td", {}, p.groups.map((name, i) => [i ? ", " : "", el("a", { href: "#/group/" + encodeURIComponent(name) }, name)]),
-          p.group_count > p.groups.length ? ` … (${p.group_count} in all)` : "")));
+      rows.push(el("tr", { class: "partition", "data-topic": t.topic, "data-partition": p.partition },
+        el("td", { class: "indent" }, `partition ${p.partition}`), el("td", { class: "num" }, p.partition),
+        el("td", { class: "num" }, `${p.log_start} – ${p.log_end}`), el("td", { class: "num" }, p.log_end - p.log_start),
+        el("td", { class: "num" }, p.size_bytes), el("td", { class: "groups" }, groupLinks(p.groups, p.group_count)),
+        el("td", {}, el("a", { class: "browse", href: `#/messages/${encodeURIComponent(t.topic)}/${p.partition}` }, "messages"))));
     }
   }
+  const toggle = el("label", {}, el("input", { id: "internal-toggle", type: "checkbox", checked: ui.showInternal,
+    onchange: (e) => { ui.showInternal = e.target.checked; render(); } }), ` show internal topics (${internal})`);
   return [
     el("h1", {}, "Topics"),
-    el("p", { class: "muted" }, `${data.total} topics` + (data.truncated ? " (partitions list truncated)" : "")),
-    el("table", { id: "topics-table" },
-      el("thead", {}, el("tr", {}, ["Topic", "Partition", "Log start", "Log end", "Size (bytes)", "Groups"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, rows)),
+    el("div", { class: "controls" }, toggle, el("span", { class: "muted" },
+      `${data.total} topics` + (data.truncated ? " (partitions list truncated)" : ""))),
+    el("div", { class: "scroll" }, el("table", { id: "topics-table" },
+      el("thead", {}, el("tr", {}, ["Topic", "Partitions", "Offsets", "Messages", "Size (bytes)", "Groups", ""]
+        .map((h, i) => el("th", { class: i >= 1 && i <= 4 ? "num" : "" }, h)))),
+      el("tbody", {}, rows))),
   ];
 }
 
@@ -271,6 +301,10 @@ function route() {
   const hash = location.hash || "#/groups";
   if (hash.startsWith("#/group/")) return { page: "group", id: decodeURIComponent(hash.slice(8)) };
   if (hash === "#/topics") return { page: "topics" };
+  if (hash.startsWith("#/messages/")) {
+    const [topic, partition] = hash.slice(11).split("/");
+    return { page: "messages", topic: decodeURIComponent(topic || ""), partition: Number(partition || 0) };
+  }
   return { page: "groups" };
 }
 
@@ -284,12 +318,13 @@ function render(keepFocus) {
   else if (r.page === "topics") nodes = topicsPage(last);
   else nodes = last.missing ? [el("h1", {}, "No group ", r.id)] : groupPage(last);
   view.replaceChildren(...nodes);
+  if (r.page === "group" && !last.missing && !extra.hasChildNodes()) extra.replaceChildren(...groupActions(last));
   if (focused) {
     const again = document.getElementById(focused);
     if (again) { again.focus(); if (caret !== null && again.setSelectionRange) again.setSelectionRange(caret, caret); }
   }
   document.getElementById("nav-groups").classList.toggle("active", r.page !== "topics");
-  document.getElementById("nav-topics").classList.toggle("active", r.page === "topics");
+  document.getElementById("nav-topics").classList.toggle("active", r.page === "topics" || r.page === "messages");
 }
 
 // Each poll's timings (fetch and parse, then render), newest last, for bench/console.py.
@@ -317,7 +352,7 @@ async function poll() {
     if (timings.length > 100) timings.shift();
     // the frame after the render has been laid out and painted
     requestAnimationFrame(() => setTimeout(() => { entry.painted_ms = performance.now(); }, 0));
-    status.textContent = "updated " + new Date().toLocaleTimeString();
+    status.textContent = "updated " + time(Date.now());
     document.body.dataset.updated = String(Date.now());
   } catch (e) {
     status.textContent = "update failed: " + e.message;
@@ -329,9 +364,30 @@ function start() {
   generation += 1;
   clearTimeout(timer);
   last = null;
+  extra.replaceChildren();
+  const r = route();
+  if (r.page === "messages") { // loaded on demand, not polled
+    view.replaceChildren();
+    extra.replaceChildren(...messagesPage(r.topic, r.partition));
+    document.getElementById("nav-topics").classList.add("active");
+    document.getElementById("nav-groups").classList.remove("active");
+    return;
+  }
   view.replaceChildren(el("p", {}, "Loading…"));
   poll();
 }
 
+// ---- actions (POST with the session's CSRF token) ---------------------------------------------
+let session = null;
+
+async function post(path, body) {
+  if (session === null) session = await getJSON("/api/session");
+  const r = await fetch(path, { method: "POST", cache: "no-store", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": session.csrf_token } });
+  const answer = await r.json().catch(() => ({ error: "HTTP " + r.status }));
+  if (!r.ok) throw new Error(answer.error || "HTTP " + r.status);
+  return answer;
+}
+
 window.addEventListener("hashchange", start);
-start();
+window.addEventListener("DOMContentLoaded", start);
