@@ -273,6 +273,7 @@ class Broker:
                     self.member.figures if self.member is not None else None,
                     shares=self.share,
                     share_state=self.share_state,
+                    view=self.view,
                 )
             )
         self.handlers: dict[int, Handler] = {

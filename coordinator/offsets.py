@@ -148,6 +148,11 @@ class OffsetManager:
         self._retention_token = 0
         self.committed_count = 0
         """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
+        self.expired_count = 0
+        """Offsets removed by the retention check since start (Kafka's offset-expiration-count)."""
+        self.deleted_count = 0
+        """Offsets removed by OffsetDelete since start (Kafka's offset-deletion-count; not those
+        of groups deleted whole by DeleteGroups, which Kafka does not count either)."""
         timers.register(
             RETENTION_TIMER,
             TimerKind(live=self._retention_live, fire=self._on_retention_timer),
@@ -418,6 +423,7 @@ class OffsetManager:
         removed = list(found)
         if any_eligible:
             self._remove(req.group_id, removed, now_ms)
+            self.deleted_count += len(removed)
             log.info("group %s: %d offsets deleted by OffsetDelete", req.group_id, len(removed))
         op.reply(handle, OffsetDeleteResponse(ErrorCode.none, tuple(results)))
 
@@ -505,6 +511,7 @@ class OffsetManager:
                         expired.append(tp)
             expired_total += len(expired)
             self._remove(group_id, expired, now_ms)
+        self.expired_count += expired_total
         if expired_total:
             log.info("partition %d: %d offsets expired", self.partition, expired_total)
 

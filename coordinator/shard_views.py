@@ -75,6 +75,16 @@ class ShardViews:
         return self.offsets.committed_count
 
     @property
+    def offsets_expired(self) -> int:
+        """Offsets removed by the retention check since start (a metrics counter)."""
+        return self.offsets.expired_count
+
+    @property
+    def offsets_deleted(self) -> int:
+        """Offsets removed by OffsetDelete since start (a metrics counter)."""
+        return self.offsets.deleted_count
+
+    @property
     def share_rebalances(self) -> int:
         """Share-group epoch bumps since start (a metrics counter, as Kafka counts share
         rebalances)."""

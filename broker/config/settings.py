@@ -280,6 +280,14 @@ SETTINGS: dict[str, Setting] = {
             0,
         ),
         Setting(
+            "metrics.max.partitions",
+            int,
+            10000,
+            "Partitions that get kafka_topic_partition_* series in /metrics (whole topics in"
+            ' order); the others are summed into topic="__other__".',
+            0,
+        ),
+        Setting(
             "metrics.max.connections",
             int,
             100,

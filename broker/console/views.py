@@ -8,7 +8,7 @@ history. Big reads (every group, every topic) pause for the event loop every
 Lag is the partition's high watermark (what Fetch reports) minus the committed offset, counted
 from the log start offset when the commit is below it (as ``/metrics`` counts it); lag in time
 is the age of the oldest unconsumed record: now minus the timestamp of the record at the
-committed offset (:class:`RecordTimes`).
+committed offset. Both are computed as ``/metrics`` computes them (broker/metrics/lag.py).
 
 Share groups (KIP-932) are listed beside the others with type ``share``; their rows and page
 come from broker/console/share_views.py.
@@ -25,9 +25,9 @@ from kcoord.coordinator.consumer.group import ASSIGNING, RECONCILING, ConsumerGr
 from kcoord.coordinator.consumer.target import preferred_assignor
 from kcoord.coordinator.rebalances import as_json, decode_assignment
 from kcoord.coordinator.share.group import ShareGroup
-from kcoord.protocol.records import decode_batch
 from kcoord.storage.engine import Log
 
+from ..metrics.lag import RecordTimes, partition_lag
 from ..net.offload import SLICE, pause
 from .history import LagHistory
 from .share_views import describe_share_group, share_summary
@@ -53,48 +53,6 @@ GROUPS_PER_PARTITION = 20
 """Groups named per partition on the topics page (the count is always given)."""
 
 
-class RecordTimes:
-    """The timestamp of the record at an offset, read from the partition's log and kept
-    (at most ``max_entries``, then forgotten all at once). A lookup that would read the log
-    after ``budget`` reads in one answer gives None instead, so that no answer reads much."""
-
-    def __init__(self, max_entries: int = 100_000) -> None:
-        self.max_entries = max_entries
-        self._known: dict[tuple[str, int, int], int | None] = {}
-
-    def timestamp(
-        self, topic: str, partition: int, plog: Log, offset: int, budget: list[int]
-    ) -> int | None:
-        key = (topic, partition, offset)
-        if key in self._known:
-            return self._known[key]
-        if budget[0] <= 0:
-            return None
-        budget[0] -= 1
-        found = _read_timestamp(plog, offset)
-        if len(self._known) >= self.max_entries:
-            self._known.clear()
-        self._known[key] = found
-        return found
-
-
-def _read_timestamp(plog: Log, offset: int) -> int | None:
-    try:
-        data = plog.read(offset, 1)
-        if not data:
-            return None
-        batch = decode_batch(data, verify_crc=False)
-    except Exception:  # an offline log, a batch we cannot read: no lag in time then
-        return None
-    header = batch.header
-    if header.log_append_time:
-        return header.max_timestamp
-    for record in batch.records:
-        if header.base_offset + record.offset_delta >= offset:
-            return header.base_timestamp + record.timestamp_delta
-    return None
-
-
 @dataclass(slots=True)
 class ConsoleState:
     """What the console reads: the group runtime (shards and rebalance history), the topics,
@@ -115,16 +73,8 @@ class ConsoleState:
 def _partition_lag(
     state: ConsoleState, topic: str, partition: int, offset: int, now: int, budget: list[int]
 ) -> tuple[Log | None, int | None, float | None]:
-    """(log, lag in messages, lag in seconds) of a committed offset."""
-    plog = state.topics.partition(topic, partition)
-    if plog is None or offset < 0:
-        return plog, None, None
-    start = plog.log_start_offset
-    behind = max(plog.flushed_offset - max(offset, start), 0)
-    if behind == 0:
-        return plog, 0, 0.0
-    ts = state.times.timestamp(topic, partition, plog, max(offset, start), budget)
-    return plog, behind, None if ts is None else max(now - ts, 0) / 1000.0
+    """(log, lag in messages, lag in seconds) of a committed offset (broker/metrics/lag.py)."""
+    return partition_lag(state.topics, state.times, topic, partition, offset, now, budget)
 
 
 def _kind(group: ClassicGroup | ConsumerGroup) -> str:

@@ -11,18 +11,24 @@ Two kinds of metrics:
   latency by API, completed rebalances and their duration, log append and fsync latency, the
   load time of each ``__consumer_offsets`` partition;
 - state metrics, computed at scrape time from the shards (:class:`_CoordinatorCollector`):
-  groups by state, committed offsets, and kafka_exporter's consumer-group series
-  (``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag``,
-  ``kafka_consumergroup_members``, with its labels ``consumergroup``, ``topic``, ``partition``).
-  Lag is the partition's high watermark (what Fetch reports) minus the committed offset, or
-  minus the log start offset when that is later (records deleted by DeleteRecords or retention
-  are not waiting to be consumed). Only
-  ``metrics.max.groups`` groups get series of their own, the others are summed into
+  groups by state, committed, expired and deleted offsets, and kafka_exporter's consumer-group
+  series (``kafka_consumergroup_current_offset``, ``kafka_consumergroup_lag``,
+  ``kafka_consumergroup_members``, with its labels ``consumergroup``, ``topic``, ``partition``)
+  with ``kafka_consumergroup_lag_seconds`` beside them (lag as broker/metrics/lag.py computes
+  it). Only ``metrics.max.groups`` groups get series of their own, the others are summed into
   ``consumergroup="__other__"`` (see broker/metrics/group_state.py for the rule);
+- kafka_exporter's broker and topic series (``kafka_brokers``, ``kafka_topic_partitions``,
+  ``kafka_topic_partition_*``), bounded by ``metrics.max.partitions``, each partition reported
+  by its leader only in a cluster (broker/metrics/topic_series.py);
 - share groups (KIP-932): groups by state, members, and per share partition the records in
   flight, acquired and archived, bounded the same way (broker/metrics/share_state.py), beside
   counters the share layer keeps (acknowledgements by type, lock timeouts, share requests) and
   two event histograms (share partition load time, share-state write latency).
+
+Completed rebalances count by group, group type and trigger
+(``kcoord_group_rebalances_total{group,type,trigger}``): the first ``metrics.max.groups`` groups
+to rebalance get series of their own (kept for the broker's life, as a counter's series must
+be), every later one counts under ``group="__other__"``.
 
 Label values that clients choose are bounded the same way: the principals refused by the ACLs
 (``kcoord_authorization_denied_total``) get series of their own for the first
@@ -63,14 +69,16 @@ from ..console.views import ConsoleState
 from ..net.offload import off_loop
 from ..services import MetricsHooks
 from ..txn.data import OpenTxns
-from .group_state import GroupSeries, GroupsSnapshot, read_groups
+from .group_state import OTHER, GroupsSnapshot, group_metrics, read_groups
 from .http import Answer, HttpConnections, HttpLimits, Request
+from .lag import RecordTimes
 from .share_state import SharesSnapshot, read_shares, share_metrics
+from .topic_series import TopicsSnapshot, read_topics, topic_metrics
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from ..cluster.view import MemberFigures
+    from ..cluster.view import ClusterView, MemberFigures
     from ..config import Config
     from ..data.topics import TopicStore
     from ..groups.runtime import GroupRuntime
@@ -127,6 +135,8 @@ class CoordinatorState:
     """The share partitions held here and the share counters (the console reads them too)."""
     share_state: ShareStateRuntime | None = None
     """The share coordinator (``__share_group_state``'s pruning)."""
+    view: ClusterView | None = None
+    """The live nodes and who leads each partition (the topic series); None: no topic series."""
 
 
 class BrokerMetrics:
@@ -163,7 +173,12 @@ class BrokerMetrics:
             registry=r,
         )
         self.rebalances = Counter(
-            "kcoord_group_rebalances", "Completed rebalances (classic and consumer groups).", registry=r
+            "kcoord_group_rebalances",
+            "Completed rebalances (classic and consumer groups) by group (the first"
+            f' metrics.max.groups groups to rebalance, the others as "{OTHER}"), group type and'
+            " trigger.",
+            ["group", "type", "trigger"],
+            registry=r,
         )
         self.rebalance_duration = Histogram(
             "kcoord_group_rebalance_duration_seconds",
@@ -214,6 +229,9 @@ class BrokerMetrics:
         self._coordinator = _CoordinatorCollector()
         r.register(self._coordinator)
         self._denied_principals: set[str] = set()
+        self._rebalanced_groups: set[str] = set()
+        self.record_times = RecordTimes()
+        """Timestamps read for lag in seconds, shared by the scrapes and the web console."""
         self._requests_by_key: dict[int, Counter] = {}
         self._latency_by_key: dict[int, Histogram] = {}
 
@@ -272,7 +290,15 @@ class BrokerMetrics:
         self.response(api_key, time.perf_counter() - started)
 
     def rebalance(self, done: RebalanceCompleted) -> None:
-        self.rebalances.inc()
+        group, known = done.group_id, self._rebalanced_groups
+        if group not in known:
+            source = self._coordinator.source
+            cap = int(source.config["metrics.max.groups"]) if source is not None else 0
+            if len(known) < cap:
+                known.add(group)
+            else:
+                group = OTHER
+        self.rebalances.labels(group, done.group_type, done.trigger).inc()
         self.rebalance_duration.observe(done.duration_ms / 1000.0)
         self.rebalance_by_trigger.labels(done.trigger, done.group_type).observe(
             done.duration_ms / 1000.0
@@ -285,18 +311,21 @@ class BrokerMetrics:
         collector = self._coordinator
         source = collector.source
         assert source is not None, "BrokerMetrics.observe() comes before the first scrape"
+        max_groups = int(source.config["metrics.max.groups"])
         snapshot = await read_groups(
-            source.runtime, source.topics, int(source.config["metrics.max.groups"])
+            source.runtime, source.topics, max_groups, self.record_times, _now_ms()
         )
-        shares = await read_shares(
-            source.runtime, source.shares, int(source.config["metrics.max.groups"])
-        )
+        shares = await read_shares(source.runtime, source.shares, max_groups)
+        topics = None
+        if source.view is not None:
+            max_partitions = int(source.config["metrics.max.partitions"])
+            topics = await read_topics(source.topics, source.view, max_partitions)
         # collected right away: no other scrape can come between
-        collector.snapshot, collector.shares = snapshot, shares
+        collector.snapshot, collector.shares, collector.topics = snapshot, shares, topics
         try:
             collected = _Collected(list(self.registry.collect()))
         finally:
-            collector.snapshot = collector.shares = None
+            collector.snapshot = collector.shares = collector.topics = None
         return await off_loop(generate_latest, collected)
 
 
@@ -317,6 +346,7 @@ class _CoordinatorCollector(Collector):
         self.source: CoordinatorState | None = None
         self.snapshot: GroupsSnapshot | None = None
         self.shares: SharesSnapshot | None = None
+        self.topics: TopicsSnapshot | None = None
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; nothing to check at registration
@@ -325,62 +355,10 @@ class _CoordinatorCollector(Collector):
         source = self.source
         assert source is not None
         runtime = source.runtime
-        by_state = GaugeMetricFamily(
-            "kcoord_groups", "Classic groups by state.", labels=["state"]
-        )
-        consumer_by_state = GaugeMetricFamily(
-            "kcoord_consumer_groups", "KIP-848 consumer groups by state.", labels=["state"]
-        )
-        commits = CounterMetricFamily(
-            "kcoord_offset_commits", "Partition offsets committed (OffsetCommit) since start."
-        )
-        offsets = GaugeMetricFamily("kcoord_offsets", "Committed offsets held, all groups.")
-        loaded = GaugeMetricFamily(
-            "kcoord_offsets_partitions_loaded", "__consumer_offsets partitions loaded and serving."
-        )
-        partitions = GaugeMetricFamily(
-            "kcoord_offsets_partitions", "Partitions of __consumer_offsets (coordinator shards)."
-        )
-        members = GaugeMetricFamily(
-            "kafka_consumergroup_members",
-            "Amount of members in a consumer group",
-            labels=["consumergroup"],
-        )
-        current = GaugeMetricFamily(
-            "kafka_consumergroup_current_offset",
-            "Current Offset of a ConsumerGroup at Topic/Partition",
-            labels=["consumergroup", "topic", "partition"],
-        )
-        current_sum = GaugeMetricFamily(
-            "kafka_consumergroup_current_offset_sum",
-            "Current Offset of a ConsumerGroup at Topic for all partitions",
-            labels=["consumergroup", "topic"],
-        )
-        lag = GaugeMetricFamily(
-            "kafka_consumergroup_lag",
-            "Current Approximate Lag of a ConsumerGroup at Topic/Partition",
-            labels=["consumergroup", "topic", "partition"],
-        )
-        lag_sum = GaugeMetricFamily(
-            "kafka_consumergroup_lag_sum",
-            "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
-            labels=["consumergroup", "topic"],
-        )
-        snap = self.snapshot
-        if snap is not None:
-            for state, n in snap.states.items():
-                by_state.add_metric([state.value], n)
-            for name, n in snap.consumer_states.items():
-                consumer_by_state.add_metric([name], n)
-            commits.add_metric([], snap.committed)
-            offsets.add_metric([], snap.offsets)
-            loaded.add_metric([], snap.loaded)
-            partitions.add_metric([], snap.partitions)
-            groups = snap.groups if snap.other is None else [*snap.groups, snap.other]
-            for g in groups:
-                _add_group(g, members, current, current_sum, lag, lag_sum)
-        yield from (by_state, consumer_by_state, commits, offsets, loaded, partitions)
-        yield from (members, current, current_sum, lag, lag_sum)
+        if self.snapshot is not None:
+            yield from group_metrics(self.snapshot)
+        if self.topics is not None:
+            yield from topic_metrics(self.topics)
         yield GaugeMetricFamily(
             "kcoord_producer_ids",
             "Idempotent producer states held for de-duplication (one per partition written).",
@@ -438,29 +416,6 @@ def _transaction_metrics(partitions: list[OpenTxns]) -> Iterator[Metric]:
     yield age
 
 
-def _add_group(
-    g: GroupSeries,
-    members: GaugeMetricFamily,
-    current: GaugeMetricFamily,
-    current_sum: GaugeMetricFamily,
-    lag: GaugeMetricFamily,
-    lag_sum: GaugeMetricFamily,
-) -> None:
-    """kafka_exporter's series of one group (partitions in topic, partition order)."""
-    gid = g.group_id
-    members.add_metric([gid], g.members)
-    sums: dict[str, list[int]] = {}
-    for topic, partition, offset, behind in g.partitions:
-        current.add_metric([gid, topic, str(partition)], offset)
-        lag.add_metric([gid, topic, str(partition)], behind)
-        topic_sums = sums.setdefault(topic, [0, 0])
-        topic_sums[0] += offset
-        topic_sums[1] += behind
-    for topic, (c_sum, l_sum) in sums.items():
-        current_sum.add_metric([gid, topic], c_sum)
-        lag_sum.add_metric([gid, topic], l_sum)
-
-
 # HTTP -------------------------------------------------------------------------------------------
 class MetricsServer:
     """``/metrics`` (Prometheus text format), ``/healthz`` (200 while the Kafka listener is up)
@@ -499,7 +454,13 @@ class MetricsServer:
         if self._console is None and self.metrics.state is not None:
             source = self.metrics.state
             self._console = Console(
-                ConsoleState(source.runtime, source.topics, _now_ms, shares=source.shares)
+                ConsoleState(
+                    source.runtime,
+                    source.topics,
+                    _now_ms,
+                    self.metrics.record_times,
+                    shares=source.shares,
+                )
             )
         return self._console
 

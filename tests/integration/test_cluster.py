@@ -229,6 +229,19 @@ def test_three_nodes_agree_on_leaders_and_spread_partitions_and_coordinators(
                 check_epochs(b, part.partition_index, part.leader_epoch)
             else:
                 assert part.error_code == ErrorCode.not_leader_or_follower, part
+    # kafka_exporter's series: each partition from its leader only, the cluster-wide ones alike
+    reported: dict[int, list[int]] = {}
+    for n, b in cluster.nodes.items():
+        samples = scrape(b)
+        assert value(samples, "kafka_brokers") == 3
+        assert value(samples, "kafka_topic_partitions", topic="spread") == 6
+        for i in range(6):
+            offset = value(samples, "kafka_topic_partition_current_offset", topic="spread", partition=str(i))
+            if offset is not None:
+                assert offset == 10
+                assert value(samples, "kafka_topic_partition_leader", topic="spread", partition=str(i)) == n
+                reported.setdefault(i, []).append(n)
+    assert reported == {i: [leaders[i]] for i in range(6)}
 
 
 def check_epochs(b: BrokerProcess, partition: int, epoch: int) -> None:

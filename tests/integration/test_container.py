@@ -153,7 +153,7 @@ def test_prometheus_scrapes_the_metrics_port_of_the_broker_service() -> None:
     targets = [t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
     assert f"kcoord:{metrics_port}" in targets
     published = {p.split(":")[-1] for p in doc["services"]["kcoord"]["ports"]}
-    assert {"9092", metrics_port} <= published
+    assert {"19092", metrics_port} <= published  # the EXTERNAL listener for the host, /metrics
 
 
 def test_dockerfile_runs_kcoord_serve_as_non_root_with_a_volume_and_a_healthcheck() -> None:
@@ -223,6 +223,8 @@ def test_image_command_starts_from_a_fresh_venv(tmp_path: Path) -> None:
         argv[argv.index(flag) + 1] = value
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update({k: str(v) for k, v in compose()["services"]["kcoord"]["environment"].items()})
+    # One listener on the free port given to --port, instead of the compose file's two.
+    del env["KCOORD_LISTENERS"], env["KCOORD_LISTENER_SECURITY_PROTOCOL_MAP"]
     env["KCOORD_ADVERTISED_LISTENERS"] = f"127.0.0.1:{port}"
     log = tmp_path / "broker.log"
     with open(log, "wb") as out:

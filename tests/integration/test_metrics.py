@@ -4,16 +4,29 @@ the start-up load progress.
 The sequence: K standalone offset commits (one partition each) into an Empty group, N members
 joining at once (one initial delayed rebalance), then lag L from known produced and committed
 offsets, then more records.
+
+On one broker shared by the module (:func:`shared`): kafka_exporter's topic series after known
+produces and a DeleteRecords, lag in seconds, OffsetDelete counted, and every metric the Grafana
+dashboard (deploy/grafana/) queries found in a real scrape.
 """
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.unit.test_dashboard import dashboard_metric_names
 
 from .clients import create_topic, produce_confluent
 from .groups import ConfluentMember, settle, wait_balanced
@@ -46,6 +59,12 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
 def test_metric_values_after_a_known_sequence(tmp_path: Path) -> None:
     # A 2 s initial delay gathers the N members into one rebalance (E3).
     settings = {"group.initial.rebalance.delay.ms": 2000, "group.min.session.timeout.ms": 1000}
@@ -70,7 +89,7 @@ def test_metric_values_after_a_known_sequence(tmp_path: Path) -> None:
         assert value(s, "kcoord_request_latency_seconds_count", api="OffsetCommit") == len(commits)
         assert value(s, "kcoord_offsets") == 3
         assert value(s, "kcoord_groups", state="Empty") == 1
-        assert value(s, "kcoord_group_rebalances_total") == 0
+        assert total(s, "kcoord_group_rebalances_total") == 0
         assert value(s, "kcoord_log_append_seconds_count") >= len(commits)  # type: ignore[operator]
         assert value(s, "kcoord_log_flush_seconds_count") >= 1  # type: ignore[operator]
 
@@ -83,7 +102,10 @@ def test_metric_values_after_a_known_sequence(tmp_path: Path) -> None:
         )
         s = scrape(broker)
         assert value(s, "kafka_consumergroup_members", consumergroup="mg") == 3
-        assert value(s, "kcoord_group_rebalances_total") == 1
+        assert total(s, "kcoord_group_rebalances_total") == 1
+        assert value(
+            s, "kcoord_group_rebalances_total", group="mg", type="classic", trigger="member_joined"
+        ) == 1
         assert value(s, "kcoord_group_rebalance_duration_seconds_count") == 1
         assert value(s, "kcoord_groups", state="PreparingRebalance") == 0
         assert value(s, "kcoord_requests_total", api="JoinGroup") >= 3  # type: ignore[operator]
@@ -118,7 +140,8 @@ def test_metric_values_after_a_known_sequence(tmp_path: Path) -> None:
         )
         s = scrape(broker)
         assert value(s, "kcoord_groups", state="Empty") == 1
-        assert value(s, "kcoord_group_rebalances_total") >= 2  # type: ignore[operator]
+        assert total(s, "kcoord_group_rebalances_total", group="mg") >= 2
+        assert total(s, "kcoord_group_rebalances_total", group="mg", trigger="member_left") >= 1
     finally:
         for m in members:
             m.stop()
@@ -171,3 +194,86 @@ def test_healthz_and_readyz_follow_serving_and_loading() -> None:
     shards[1].loaded = True
     assert server.answer("GET", "/readyz?verbose") == (200, "text/plain; charset=utf-8", b"ready\n")
     assert server.answer("POST", "/metrics")[0] == 405
+
+
+# One broker for the tests below ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data = tmp_path_factory.mktemp("metrics") / "data"
+    broker = BrokerProcess(data, {"group.initial.rebalance.delay.ms": 0}, metrics_port=free_port())
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_topic_series_as_kafka_exporter_shows_them(shared: BrokerProcess) -> None:
+    create_topic(shared.bootstrap, "ts", 3)
+    produce_confluent(shared.bootstrap, "ts", [(p, b"k", b"v") for p in range(3) for _ in range(p + 4)], "none")
+    s = scrape(shared)
+    assert value(s, "kafka_brokers") == 1
+    assert value(s, "kafka_broker_info", id="0", address=shared.bootstrap) == 1
+    assert value(s, "kafka_topic_partitions", topic="ts") == 3
+    for p in range(3):
+        part = {"topic": "ts", "partition": str(p)}
+        assert value(s, "kafka_topic_partition_current_offset", **part) == p + 4
+        assert value(s, "kafka_topic_partition_oldest_offset", **part) == 0
+        assert value(s, "kafka_topic_partition_leader", **part) == 0  # node.id
+        assert value(s, "kafka_topic_partition_replicas", **part) == 1
+        assert value(s, "kafka_topic_partition_in_sync_replica", **part) == 1
+        assert value(s, "kafka_topic_partition_leader_is_preferred", **part) == 1
+        assert value(s, "kafka_topic_partition_under_replicated_partition", **part) == 0
+
+    admin = AdminClient({"bootstrap.servers": shared.bootstrap})
+    futures = admin.delete_records([TopicPartition("ts", 1, 3)], request_timeout=10)
+    next(iter(futures.values())).result(timeout=30)
+    s = scrape(shared)
+    assert value(s, "kafka_topic_partition_oldest_offset", topic="ts", partition="1") == 3
+    assert value(s, "kafka_topic_partition_current_offset", topic="ts", partition="1") == 5
+
+
+def test_lag_in_seconds_and_offset_deletions(shared: BrokerProcess) -> None:
+    create_topic(shared.bootstrap, "ls", 2)
+    produced = time.time()
+    produce_confluent(shared.bootstrap, "ls", [(0, b"k", b"v")] * 5, "none")
+    commit(shared.bootstrap, "lagging", {("ls", 0): 2, ("ls", 1): 0})
+    part = {"consumergroup": "lagging", "topic": "ls"}
+
+    def seconds() -> float | None:
+        return value(scrape(shared), "kafka_consumergroup_lag_seconds", **part, partition="0")
+
+    # the record at offset 2 was appended at `produced` or a few ms later
+    wait_for(lambda: (seconds() or 0) > 0, 10, what="lag in seconds > 0")
+    s = scrape(shared)
+    lag_seconds = value(s, "kafka_consumergroup_lag_seconds", **part, partition="0")
+    assert lag_seconds is not None and 0 < lag_seconds <= time.time() - produced + 1
+    assert value(s, "kafka_consumergroup_lag", **part, partition="0") == 3
+    assert value(s, "kafka_consumergroup_lag_seconds", **part, partition="1") == 0  # nothing behind
+
+    assert value(s, "kcoord_offset_deletions_total") == 0
+    assert value(s, "kcoord_offset_expirations_total") == 0
+    # OffsetDelete (confluent-kafka's AdminClient has none; kafka-python's has)
+    admin = KafkaAdminClient(bootstrap_servers=shared.bootstrap)
+    try:
+        admin.delete_group_offsets("lagging", [KafkaTopicPartition("ls", 1)])
+    finally:
+        admin.close()
+    s = scrape(shared)
+    assert value(s, "kcoord_offset_deletions_total") == 1
+    assert value(s, "kafka_consumergroup_lag", **part, partition="1") is None
+
+
+def test_every_metric_the_dashboard_queries_is_exported(shared: BrokerProcess) -> None:
+    """Names from the code itself: the families of a real scrape (those without samples yet
+    included), with the sample names Prometheus stores for each type."""
+    assert shared.metrics_port is not None
+    status, text = get(shared.metrics_port, "/metrics")
+    assert status == 200
+    exported: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        exported.add(family.name)
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+        exported.update(family.name + x for x in suffixes.get(family.type, []))
+    missing = dashboard_metric_names() - exported
+    assert not missing, f"the dashboard queries metrics kcoord does not export: {sorted(missing)}"

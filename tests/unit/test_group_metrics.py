@@ -11,7 +11,9 @@ import pytest
 
 from kcoord.broker.metrics import group_state as group_metrics
 from kcoord.broker.metrics.group_state import OTHER, GroupSeries, read_groups
+from kcoord.broker.metrics.lag import RecordTimes
 from kcoord.coordinator.classic.group import GroupState
+from kcoord.coordinator.config import GroupConfig
 from tests.unit.test_group_harness import Harness
 
 END = 10  # every existing partition's log end offset
@@ -105,3 +107,37 @@ async def test_reading_pauses_for_the_loop_every_slice(monkeypatch: pytest.Monke
     monkeypatch.setattr(group_metrics, "pause", pause)
     snap = await snapshot(h, 100)
     assert len(snap.groups) == 7 and len(pauses) == 3
+
+
+class _Times(RecordTimes):
+    """Every record's timestamp is its offset in seconds."""
+
+    def timestamp(self, topic: str, partition: int, plog: Any, offset: int, budget: list[int]) -> int:
+        return offset * 1000
+
+
+async def test_lag_seconds_of_own_groups_and_of_other_at_its_smallest_offset() -> None:
+    h = Harness()
+    h.commit({("t", 0): 0}, group="b")  # lag 10: series of its own
+    h.commit({("t", 0): 5}, group="a")
+    h.commit({("t", 0): 2, ("t", 1): END}, group="c")
+    snap = await read_groups(runtime(h), Topics(), 1, _Times(), 100_000)  # type: ignore[arg-type]
+    assert [g.group_id for g in snap.groups] == ["b"]
+    assert snap.groups[0].seconds == {("t", 0): 100.0}
+    # __other__: the furthest behind of a and c (offset 2); nothing behind on t-1
+    assert snap.other is not None and snap.other.seconds == {("t", 0): 98.0, ("t", 1): 0.0}
+    assert (await snapshot(h, 1)).groups[0].seconds == {}  # no times: no lag in seconds
+
+
+async def test_offsets_expired_and_deleted_are_counted_as_kafka_counts_them() -> None:
+    h = Harness(GroupConfig(offsets_retention_ms=100_000, offsets_retention_check_interval_ms=10_000))
+    h.commit({("t", 0): 1, ("t", 1): 1}, group="old")
+    h.commit({("t", 0): 1, ("t", 1): 1, ("u", 0): 1}, group="d")
+    h.offset_delete({"t": [0, 1, 2]}, group="d")  # t-2 has no offset: not counted
+    assert (h.shard.offsets_expired, h.shard.offsets_deleted) == (0, 2)
+    h.tick(50_000)
+    h.commit({("u", 0): 2}, group="d")
+    h.tick(55_000)  # "old"'s offsets are past retention, d's u-0 (renewed) is not
+    assert (h.shard.offsets_expired, h.shard.offsets_deleted) == (2, 2)
+    snap = await snapshot(h, 10)
+    assert (snap.expired, snap.deleted) == (2, 2)
