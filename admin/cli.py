@@ -32,6 +32,7 @@ from .group_flags import (
 )
 from .groups import groups_delete, groups_describe, groups_list
 from .offsets import offsets_delete, offsets_reset
+from .output import quiet_when_pipe_closes
 from .produce import add_produce_parser, produce
 from .security import read_command_config
 from .shares import add_share_parsers, share_delete_offsets, share_reset_offsets
@@ -185,6 +186,14 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # librdkafka's or the system's: one line, no traceback
         print(f"Error: {_one_line(e)}", file=sys.stderr)
         return 1
+
+
+def main(argv: list[str]) -> int:
+    """``kcoord COMMAND ...`` for the commands of this package, without the broker's modules
+    (the entry point's fast path: kcoord/entry.py)."""
+    parser = argparse.ArgumentParser(prog="kcoord")
+    add_parsers(parser.add_subparsers(dest="command", required=True))
+    return quiet_when_pipe_closes(lambda: run(parser.parse_args(argv)))
 
 
 def _one_line(e: BaseException) -> str:

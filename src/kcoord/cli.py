@@ -16,12 +16,13 @@ import asyncio
 import gc
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
 
 from . import compiled
+from .admin import COMMANDS as ADMIN_COMMANDS
+from .admin.output import quiet_when_pipe_closes
 from .broker.cluster.identity import DataDirInUse, NodeIdInUse
 from .broker.config import Config, ConfigError
 from .broker.net.binding import ListenError
@@ -60,9 +61,6 @@ DESCRIPTION = (
     " transactions and cluster administer a running broker (or Apache Kafka) over the Kafka"
     " protocol; produce and consume write and read records."
 )
-ADMIN_COMMANDS = (
-    "groups", "offsets", "share", "topics", "transactions", "cluster", "produce", "consume"
-)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -197,16 +195,7 @@ def _show_value(value: object) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        status = _run(argv)
-        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
-        return status
-    except BrokenPipeError:
-        # The reader went away (`kcoord topics describe T | head -1`): not an error of ours.
-        # What is still buffered goes nowhere, so that the interpreter's exit does not fail on
-        # it again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return quiet_when_pipe_closes(lambda: _run(argv))
 
 
 def _run(argv: Sequence[str] | None) -> int:
