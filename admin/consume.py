@@ -219,8 +219,9 @@ def consume(args: argparse.Namespace, security: dict[str, str]) -> int:
                     not_at_end.discard((msg.topic(), msg.partition()))
                     continue
                 raise AdminError(f"consuming {args.topic!r}: {err.name()}: {err.str()}")
-            not_at_end.add((msg.topic(), msg.partition()))
-            out.write(render(args, _record(msg)))
+            record = _record(msg)
+            not_at_end.add((record.topic, record.partition))
+            out.write(render(args, record))
             printed += 1
         out.flush()
     finally:

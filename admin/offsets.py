@@ -243,6 +243,8 @@ def offsets_reset(admin: Admin, args: argparse.Namespace) -> int:
 def offsets_delete(admin: Admin, args: argparse.Namespace) -> int:
     from kcoord.protocol.errors import ErrorCode
 
+    if not args.topic:
+        raise ValueError("deleting offsets needs --topic T[:P,...]")
     group = admin.describe(args.group)
     committed = admin.committed(args.group)
     partitions: set[tuple[str, int]] = set()

@@ -37,9 +37,9 @@ def add_produce_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def parse_headers(items: Iterable[str]) -> list[tuple[str, bytes]]:
+def parse_headers(items: Iterable[str]) -> list[tuple[str, str | bytes | None]]:
     """``NAME=VALUE`` items as record headers; ValueError if one has no ``=`` or no name."""
-    out = []
+    out: list[tuple[str, str | bytes | None]] = []
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:

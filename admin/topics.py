@@ -60,7 +60,7 @@ def topics_describe(admin: Admin, args: argparse.Namespace) -> int:
         {"name": name, "value": value, "source": _SOURCES.get(source, source.lower())}
         for name, value, source in configs
     ]
-    partition_rows = [
+    partition_rows: list[dict[str, Any]] = [
         {
             "partition": p.partition,
             "leader": p.leader,

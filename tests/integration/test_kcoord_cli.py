@@ -25,7 +25,8 @@ from .test_admin_cli import FAST, OFFSETS_HEADER, commit, consumer_view
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path_factory.mktemp("kcoord-cli") / "data", FAST).start()
+    settings: dict[str, object] = dict(FAST)
+    b = BrokerProcess(tmp_path_factory.mktemp("kcoord-cli") / "data", settings).start()
     yield b
     b.stop()
 
