@@ -12,7 +12,8 @@ from typing import Any
 
 def quiet_when_pipe_closes(command: Callable[[], int]) -> int:
     """Run ``command``; if its reader went away (``kcoord topics describe T | head -1``), end
-    quietly with status 0, as ``head``'s users expect: not an error of ours."""
+    quietly (no traceback, nothing on stderr) with status 1, as Python's documentation advises
+    (a tool killed by SIGPIPE would end with 141)."""
     try:
         status = command()
         sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
@@ -21,7 +22,7 @@ def quiet_when_pipe_closes(command: Callable[[], int]) -> int:
         # What is still buffered goes nowhere, so that the interpreter's exit does not fail on
         # it again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return 1
 
 
 def _cell(value: Any) -> str:

@@ -6,7 +6,8 @@ configuration and where each value came from; ``kcoord groups ...``, ``kcoord of
 protocol; ``kcoord produce`` and ``kcoord consume`` write and read records.
 
 The help texts are plain (:data:`DESCRIPTION`), not this docstring's markup. A reader that goes
-away (``kcoord topics list | head -1``) ends the command quietly, with status 0.
+away (``kcoord topics list | head -1``) ends the command quietly, with status 1 and nothing on
+stderr.
 """
 
 from __future__ import annotations
