@@ -3,12 +3,14 @@
 arguments, and running a parsed command.
 
 :func:`add_parsers` is the hook ``kcoord/cli.py`` calls to add the subcommands to the
-``kcoord`` parser, and :func:`run` runs one once parsed. Output follows kafka-consumer-groups.sh:
+``kcoord`` parser, and :func:`run` runs one once parsed; :func:`main` is the entry point's fast
+path for them. Output follows kafka-consumer-groups.sh:
 the same columns (GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST
 CLIENT-ID; ``--members``; ``--state``), ``-`` where there is no value, notes on stderr;
 ``--json`` prints the same rows as JSON instead. ``kcoord groups`` also takes
 kafka-consumer-groups.sh's own flags (admin/group_flags.py).
-Exit status: 0 done, 1 refused or failed, 2 bad usage.
+Exit status: 0 done, 1 refused or failed, 2 bad usage; a failure is one line on stderr
+(``Error: ...``), never a traceback.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def record_json(r: Record) -> dict[str, Any]:
 def render(args: argparse.Namespace, r: Record) -> bytes:
     if args.fmt is not None:
         return format_record(args.fmt, r)
-    if args.output_format == "json":
+    if args.output_format == "json" or args.json:  # --json: as the other commands take it
         return json.dumps(record_json(r)).encode() + b"\n"
     key = (r.key or b"") + args.key_separator.encode() if args.key_separator else b""
     return key + (r.value or b"") + b"\n"
