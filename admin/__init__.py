@@ -11,5 +11,11 @@ parser hook of :mod:`admin.cli`; confluent-kafka is imported only when a command
 Modules: ``cli`` (the subcommands' arguments and dispatch), ``client`` (the admin calls, over
 the AdminClient and one raw request), ``groups`` (``kcoord groups list|describe|delete``),
 ``offsets`` (``kcoord offsets reset|delete``), ``output`` (tables, JSON and notes as
-kafka-consumer-groups.sh prints them).
+kafka-consumer-groups.sh prints them), ``group_flags`` (kafka-consumer-groups.sh's own flags),
+``topics`` and ``topic_commands`` (``kcoord topics ...``), ``produce`` and ``consume`` (kcat-like
+``kcoord produce|consume``), and the share-group, transaction and cluster commands.
 """
+
+COMMANDS = ("groups", "offsets", "share", "topics", "transactions", "cluster", "produce", "consume")
+"""The ``kcoord`` commands of this package (the entry point runs them without the broker's
+modules: kcoord/entry.py)."""

@@ -90,7 +90,8 @@ class Admin:
             }
         )
 
-    def _wait(self, future: Any, what: str) -> Any:
+    def wait(self, future: Any, what: str) -> Any:
+        """The result of an AdminClient future, or an AdminError saying what failed."""
         try:
             return future.result(timeout=self.timeout)
         except Exception as e:
@@ -98,7 +99,7 @@ class Admin:
 
     def list_groups(self) -> list[tuple[str, str, str]]:
         """(group id, state, type) of every group, by group id."""
-        result = self._wait(
+        result = self.wait(
             self.client.list_consumer_groups(request_timeout=self.timeout), "listing groups"
         )
         if result.errors:
@@ -110,7 +111,7 @@ class Admin:
 
     def describe(self, group_id: str) -> Group:
         futures = self.client.describe_consumer_groups([group_id], request_timeout=self.timeout)
-        d = self._wait(futures[group_id], f"describing group {group_id!r}")
+        d = self.wait(futures[group_id], f"describing group {group_id!r}")
         members = tuple(
             Member(
                 member_id=m.member_id,
@@ -186,7 +187,7 @@ class Admin:
         futures = self.client.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group_id)], request_timeout=self.timeout
         )
-        result = self._wait(futures[group_id], f"fetching offsets of group {group_id!r}")
+        result = self.wait(futures[group_id], f"fetching offsets of group {group_id!r}")
         return {
             (tp.topic, tp.partition): tp.offset
             for tp in result.topic_partitions or []
@@ -202,7 +203,7 @@ class Admin:
             return {}
         futures = self.client.list_offsets(request, request_timeout=self.timeout)
         return {
-            (tp.topic, tp.partition): self._wait(f, f"listing offsets of {tp.topic}-{tp.partition}").offset
+            (tp.topic, tp.partition): self.wait(f, f"listing offsets of {tp.topic}-{tp.partition}").offset
             for tp, f in futures.items()
         }
 
@@ -230,7 +231,7 @@ class Admin:
 
         resource = ConfigResource(ResourceType[kind], name)
         futures = self.client.describe_configs([resource], request_timeout=self.timeout)
-        entries = self._wait(futures[resource], f"describing the configs of {what}")
+        entries = self.wait(futures[resource], f"describing the configs of {what}")
         return sorted((e.name, e.value, ConfigSource(e.source).name) for e in entries.values())
 
     def alter_topic_configs(self, topic: str, changes: list[tuple[str, str, str | None]]) -> None:
@@ -259,13 +260,13 @@ class Admin:
         ]
         resource = ConfigResource(ResourceType[kind], name, incremental_configs=entries)
         futures = self.client.incremental_alter_configs([resource], request_timeout=self.timeout)
-        self._wait(futures[resource], f"changing the configs of {what}")
+        self.wait(futures[resource], f"changing the configs of {what}")
 
     def topic_partitions(self, topic: str) -> list[int]:
         from confluent_kafka import TopicCollection
 
         futures = self.client.describe_topics(TopicCollection([topic]), request_timeout=self.timeout)
-        d = self._wait(futures[topic], f"describing topic {topic!r}")
+        d = self.wait(futures[topic], f"describing topic {topic!r}")
         return sorted(p.id for p in d.partitions)
 
     def alter(self, group_id: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -277,7 +278,7 @@ class Admin:
         futures = self.client.alter_consumer_group_offsets(
             [request], request_timeout=self.timeout
         )
-        result = self._wait(futures[group_id], f"committing offsets of group {group_id!r}")
+        result = self.wait(futures[group_id], f"committing offsets of group {group_id!r}")
         failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
         if failed:
             tp = failed[0]

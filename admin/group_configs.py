@@ -15,6 +15,7 @@ import argparse
 from typing import Any
 
 from .client import Admin
+from .group_flags import add_group_selection
 from .output import print_json, print_table
 from .topics import config_changes
 
@@ -26,9 +27,11 @@ def add_group_config_parsers(gsub: Any, common: argparse.ArgumentParser) -> None
     p = gsub.add_parser(
         "describe-config", parents=[common], help="a group's configs (set on it, or the broker's)"
     )
-    p.add_argument("group", metavar="GROUP")
+    p.add_argument("group", nargs="?", metavar="GROUP")
+    add_group_selection(p, all_groups=False)
     p = gsub.add_parser("alter-config", parents=[common], help="change a group's configs")
-    p.add_argument("group", metavar="GROUP")
+    p.add_argument("group", nargs="?", metavar="GROUP")
+    add_group_selection(p, all_groups=False)
     p.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="set a config (repeatable)"
     )

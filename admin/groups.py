@@ -134,6 +134,8 @@ def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
 
     out: list[dict[str, Any]] = []
     status = 0
+    verbose = bool(getattr(args, "verbose", False))
+    kafka = verbose or bool(getattr(args, "kafka_layout", False))  # Kafka 4's columns
     tables: list[tuple[list[str], list[list[Any]]]] = []
     for gid in args.group:
         group = admin.describe(gid)
@@ -156,7 +158,9 @@ def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
             row = state_row(group)
             out.append(row)
             c = row["coordinator"]
-            if group.type == "consumer":
+            if kafka:
+                tables.append(kafka_state_table(group, verbose))
+            elif group.type == "consumer":
                 tables.append(
                     (
                         ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "GROUP-EPOCH",
@@ -181,6 +185,9 @@ def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
         if args.view == "members":
             rows = member_rows(group)
             out.extend(rows)
+            if kafka:
+                tables.append(kafka_member_table(group, verbose))
+                continue
             headers = ["GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID",
                        "#PARTITIONS", "ASSIGNMENT"]
             if group.type == "consumer":
@@ -215,6 +222,46 @@ def groups_describe(admin: Admin, args: argparse.Namespace) -> int:
                 print()
             print_table(headers, cells)
     return status
+
+
+def kafka_assignment(assignment: tuple[tuple[str, int], ...] | None) -> str:
+    """``topic:0,1;other:2`` as Kafka 4's --members --verbose prints an assignment."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in assignment or ():
+        by_topic.setdefault(t, []).append(p)
+    text = ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items()))
+    return text or "-"
+
+
+def kafka_member_table(group: Group, verbose: bool) -> tuple[list[str], list[list[Any]]]:
+    """kafka-consumer-groups.sh --describe --members [--verbose]: GROUP-INSTANCE-ID only when a
+    member has one; with --verbose each member's epoch and assignment, current and target."""
+    instance = any(m.group_instance_id for m in group.members)
+    headers = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if instance else []), "HOST",
+               "CLIENT-ID", "#PARTITIONS"]  # fmt: skip
+    if verbose:
+        headers += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+    cells = []
+    for m in group.members:
+        row: list[Any] = [group.group_id, m.member_id]
+        row += [m.group_instance_id] if instance else []
+        row += [m.host, m.client_id, len(m.assignment)]
+        if verbose:
+            target_epoch = group.assignment_epoch if m.target is not None else None
+            row += [m.epoch, kafka_assignment(m.assignment), target_epoch, kafka_assignment(m.target)]
+        cells.append(row)
+    return headers, cells
+
+
+def kafka_state_table(group: Group, verbose: bool) -> tuple[list[str], list[list[Any]]]:
+    """kafka-consumer-groups.sh --describe --state [--verbose]."""
+    cid, host, port = group.coordinator
+    headers = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+    row: list[Any] = [group.group_id, f"{host}:{port}  ({cid})", group.assignor, group.state]
+    if verbose:
+        headers += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+        row += [group.group_epoch, group.assignment_epoch]
+    return [*headers, "#MEMBERS"], [[*row, len(group.members)]]
 
 
 def groups_delete(admin: Admin, args: argparse.Namespace) -> int:

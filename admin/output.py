@@ -1,11 +1,28 @@
-"""What the commands print: tables as kafka-consumer-groups.sh prints them, JSON, and notes."""
+"""What the commands print: tables as kafka-consumer-groups.sh prints them, JSON, and notes;
+and a reader that goes away (``| head``) ending a command quietly."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
+
+
+def quiet_when_pipe_closes(command: Callable[[], int]) -> int:
+    """Run ``command``; if its reader went away (``kcoord topics describe T | head -1``), end
+    quietly (no traceback, nothing on stderr) with status 1, as Python's documentation advises
+    (a tool killed by SIGPIPE would end with 141)."""
+    try:
+        status = command()
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        # What is still buffered goes nowhere, so that the interpreter's exit does not fail on
+        # it again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _cell(value: Any) -> str:

@@ -105,7 +105,7 @@ def list_share_groups(admin: Admin) -> dict[str, str]:
     """Every share group's id and state (ListGroups v5 to each broker of the cluster)."""
     from kcoord.protocol.apis import ApiKey
 
-    cluster = admin._wait(
+    cluster = admin.wait(
         admin.client.describe_cluster(request_timeout=admin.timeout), "describing the cluster"
     )
     out: dict[str, str] = {}

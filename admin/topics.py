@@ -1,9 +1,12 @@
 """``kcoord topics describe|alter-config``: a topic's configs, as DescribeConfigs reports them,
-and changing them with IncrementalAlterConfigs (like ``kafka-configs.sh --entity-type topics``).
+and changing them with IncrementalAlterConfigs (like ``kafka-configs.sh --entity-type topics``);
+the ``topics`` parser, whose other subcommands are in admin/topic_commands.py.
 
-``describe`` prints each config's value and where it comes from (``topic``: the topic's own
-override; ``broker``: a broker setting; ``default``: the built-in default) plus the partitions'
-log start and end offsets. ``alter-config`` takes ``--set NAME=VALUE``, ``--delete NAME`` (back
+``describe`` prints kafka-topics.sh --describe's lines (the topic: id, partition count,
+replication factor, configs not at their default; a line per partition: leader, replicas,
+in-sync replicas, and its log start and end offsets), then each config's value and where it
+comes from (``topic``: the topic's own override; ``broker``: a broker setting; ``default``: the
+built-in default). ``alter-config`` takes ``--set NAME=VALUE``, ``--delete NAME`` (back
 to the broker's default), ``--append NAME=V`` and ``--subtract NAME=V`` (list configs such as
 ``cleanup.policy``), each repeatable, all sent in one request.
 """
@@ -15,6 +18,7 @@ from typing import Any
 
 from .client import Admin, AdminError
 from .output import print_json, print_table
+from .topic_commands import add_topic_workflow_parsers, describe_topics
 
 _SOURCES = {
     "DYNAMIC_TOPIC_CONFIG": "topic",
@@ -26,10 +30,13 @@ _SOURCES = {
 
 
 def add_topic_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
-    topics = sub.add_parser("topics", help="describe topics' configs and change them")
+    topics = sub.add_parser(
+        "topics", help="list, create, delete and describe topics, add partitions, change configs"
+    )
     tsub = topics.add_subparsers(dest="action", required=True)
+    add_topic_workflow_parsers(tsub, common)
     p = tsub.add_parser(
-        "describe", parents=[common], help="a topic's configs and partitions' offsets"
+        "describe", parents=[common], help="a topic's partitions, offsets and configs"
     )
     p.add_argument("topic", metavar="TOPIC")
     p = tsub.add_parser("alter-config", parents=[common], help="change a topic's configs")
@@ -44,27 +51,66 @@ def add_topic_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def topics_describe(admin: Admin, args: argparse.Namespace) -> int:
+    [info] = describe_topics(admin, [args.topic])
     configs = admin.topic_configs(args.topic)
-    partitions = [(args.topic, p) for p in admin.topic_partitions(args.topic)]
+    partitions = [(args.topic, p.partition) for p in info.partitions]
     starts = admin.log_start_offsets(partitions)
     ends = admin.log_end_offsets(partitions)
     config_rows = [
         {"name": name, "value": value, "source": _SOURCES.get(source, source.lower())}
         for name, value, source in configs
     ]
-    partition_rows = [
-        {"partition": p, "log_start_offset": starts.get((t, p)), "log_end_offset": ends.get((t, p))}
-        for t, p in partitions
+    partition_rows: list[dict[str, Any]] = [
+        {
+            "partition": p.partition,
+            "leader": p.leader,
+            "replicas": list(p.replicas),
+            "isr": list(p.isr),
+            "log_start_offset": starts.get((args.topic, p.partition)),
+            "log_end_offset": ends.get((args.topic, p.partition)),
+        }
+        for p in info.partitions
     ]
     if args.json:
-        print_json({"topic": args.topic, "configs": config_rows, "partitions": partition_rows})
+        print_json(
+            {
+                "topic": args.topic,
+                "topic_id": info.topic_id,
+                "internal": info.internal,
+                "configs": config_rows,
+                "partitions": partition_rows,
+            }
+        )
         return 0
-    print_table(["CONFIG", "VALUE", "SOURCE"], [list(r.values()) for r in config_rows])
-    print()
-    print_table(
-        ["PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET"], [list(r.values()) for r in partition_rows]
+    replication = max((len(p.replicas) for p in info.partitions), default=0)
+    overrides = ",".join(
+        f"{name}={value}" for name, value, source in configs if source != "DEFAULT_CONFIG"
     )
+    print(
+        f"Topic: {args.topic}"
+        + (f"\tTopicId: {info.topic_id}" if info.topic_id else "")
+        + f"\tPartitionCount: {len(info.partitions)}\tReplicationFactor: {replication}"
+        + f"\tConfigs: {overrides}"
+    )
+    for r in partition_rows:
+        print(
+            f"\tTopic: {args.topic}\tPartition: {r['partition']}"
+            f"\tLeader: {'none' if r['leader'] is None else r['leader']}"
+            f"\tReplicas: {_ids(r['replicas'])}\tIsr: {_ids(r['isr'])}"
+            f"\tLogStartOffset: {_cell(r['log_start_offset'])}"
+            f"\tLogEndOffset: {_cell(r['log_end_offset'])}"
+        )
+    print()
+    print_table(["CONFIG", "VALUE", "SOURCE"], [list(r.values()) for r in config_rows])
     return 0
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(map(str, ids))
+
+
+def _cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def config_changes(

@@ -1,8 +1,13 @@
 """The ``kcoord`` command line.
 
 ``kcoord serve`` runs the broker in the foreground; ``kcoord config`` prints the effective
-configuration and where each value came from; ``kcoord groups ...`` and ``kcoord offsets ...``
-administer consumer groups of a running broker (or of Apache Kafka) over the Kafka protocol.
+configuration and where each value came from; ``kcoord groups ...``, ``kcoord offsets ...``,
+``kcoord topics ...`` and the rest administer a running broker (or Apache Kafka) over the Kafka
+protocol; ``kcoord produce`` and ``kcoord consume`` write and read records.
+
+The help texts are plain (:data:`DESCRIPTION`), not this docstring's markup. A reader that goes
+away (``kcoord topics list | head -1``) ends the command quietly, with status 1 and nothing on
+stderr.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import asyncio
 import gc
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
 
 from . import compiled
+from .admin import COMMANDS as ADMIN_COMMANDS
+from .admin.output import quiet_when_pipe_closes
 from .broker.cluster.identity import DataDirInUse, NodeIdInUse
 from .broker.config import Config, ConfigError
 from .broker.net.binding import ListenError
@@ -50,8 +56,16 @@ def _settings_parent() -> argparse.ArgumentParser:
     return parent
 
 
+DESCRIPTION = (
+    "kcoord serve runs the broker in the foreground; kcoord config prints the effective"
+    " configuration and where each value came from; groups, offsets, share, topics,"
+    " transactions and cluster administer a running broker (or Apache Kafka) over the Kafka"
+    " protocol; produce and consume write and read records."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kcoord", description=__doc__)
+    parser = argparse.ArgumentParser(prog="kcoord", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     settings = _settings_parent()
     serve = sub.add_parser(
@@ -182,13 +196,7 @@ def _show_value(value: object) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return _run(argv)
-    except BrokenPipeError:
-        # The reader went away (`kcoord config | head`): not an error of ours. What is still
-        # buffered goes nowhere, so that the interpreter's exit does not fail on it again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+    return quiet_when_pipe_closes(lambda: _run(argv))
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -221,7 +229,7 @@ def _run(argv: Sequence[str] | None) -> int:
         return build_main(["--if-stale"] if args.if_stale else [])
     if args.command == "users":
         return run_users(args)
-    if args.command in ("groups", "offsets", "share", "topics", "transactions", "cluster"):
+    if args.command in ADMIN_COMMANDS:
         from kcoord.admin.cli import run as run_admin
 
         return run_admin(args)
