@@ -163,9 +163,6 @@ def list_segments(
             indexes.add(base)
         else:
             leftovers.append(e.name)
-    if end is not None:
-        logs = {b: n for b, n in logs.items() if b < end[0]} | {end[0]: end[1]}
-        indexes = {b for b in indexes if b <= end[0]}
     problems = [
         Problem(
             f"{dirname}/{segment_name(base)}{LOG_SUFFIX}",
@@ -182,6 +179,8 @@ def list_segments(
                 + " (start the broker once to finish the swap); read the .log files only",
             )
         )
+    if end is not None:
+        logs = {b: n for b, n in logs.items() if b < end[0]} | {end[0]: end[1]}
     bases = sorted(logs)
     refs = [
         SegmentRef(data_dir, dirname, log_partition, b, logs[b], i == len(bases) - 1, end)
