@@ -48,7 +48,7 @@ from kcoord.protocol.records import decode_records
 
 from . import fs
 from .consumer_groups import STATE_FIELDS, consumer_row
-from .logs import Problem, ScanStats, SegmentRef, scan_batches
+from .logs import Problem, ScanStats, SegmentRef, read_end, scan_batches
 from .postgres import PgRun, read_batches, txn_outcomes
 from .share_groups import share_row
 from .txn import TxnOutcomes, outcomes
@@ -186,7 +186,7 @@ def _reading(run: Run, scan: ScanStats) -> Iterator[Iterable[tuple[BatchHeader, 
     except FileNotFoundError:
         raise SegmentError(Problem(run.name, "segment file missing (listed, then gone)")) from None
     try:
-        yield scan_batches(f, scan, allow_torn_tail=run.last)
+        yield scan_batches(f, scan, end=read_end(run, f), allow_torn_tail=run.last)
     finally:
         f.close()
 

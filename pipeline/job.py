@@ -26,6 +26,10 @@ Tables under ``out``:
   ``log_end_offset - max(committed, log_start_offset)``, and in time, the age (at ``as_of``) of
   the oldest unconsumed record. Offsets of topics without a log there have null lag.
 
+Every table is read from one snapshot of the logs (``pipeline.snapshot``), fixed when the job
+starts: a broker writing meanwhile adds nothing to any of them, and ``as_of`` is the time the
+snapshot was taken.
+
 Unreadable segments are skipped and named in ``summary.json``, in the report and by the CLI
 (exit status 3), never silently.
 """
@@ -53,6 +57,7 @@ from .logs import first_record_at_or_after, topic_names
 from .postgres import is_postgres_url
 from .share_groups import SHARE_MEMBER_TYPE
 from .share_state import REPLAY_COLUMNS, REPLAY_SCHEMA, share_state_mapper
+from .snapshot import OPTION, Snapshot, take
 from .source import register
 
 TABLES = (
@@ -129,7 +134,7 @@ def _lookups(
                 if key not in cache:
                     cache[key] = first_at_or_after(r, start)
                 found = cache[key]
-                if found is not None:
+                if found is not None and found[0] < end:  # not past the snapshot's end
                     offset, ts = found
             out.append(
                 {
@@ -330,16 +335,22 @@ def run_job(
     *,
     as_of_ms: int | None = None,
     report: bool = True,
+    snapshot: Snapshot | None = None,
 ) -> Summary:
     """Read ``source`` (a data directory, or a ``postgresql://`` URL of the database of a
-    broker with ``storage.url``), write the tables (and the report) under ``out``."""
+    broker with ``storage.url``) as of ``snapshot`` (taken now if not given), write the tables
+    (and the report) under ``out``. ``as_of_ms`` replaces the snapshot's time as the lag's
+    clock (for reproducible tables)."""
     started = time.monotonic()
     register(spark)
-    as_of_ms = int(time.time() * 1000) if as_of_ms is None else as_of_ms
+    snapshot = take(source) if snapshot is None else snapshot
+    as_of_ms = snapshot.taken_ms if as_of_ms is None else as_of_ms
     on_postgres = is_postgres_url(source)
     summary = Summary(redacted(source) if on_postgres else source, out, as_of_ms)
+    fixed = snapshot.to_json()
 
     def load(reader: DataFrameReader) -> DataFrame:
+        reader = reader.option(OPTION, fixed)
         return reader.option("url", source).load() if on_postgres else reader.load(source)
 
     def write(df: DataFrame, name: str) -> None:

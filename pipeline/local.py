@@ -24,20 +24,26 @@ from .logs import (
     Problem,
     first_record_at_or_after,
     offsets_segments,
-    partition_dirs,
+    parse_partition_dir,
     topic_log,
     topic_names,
 )
+from .snapshot import Snapshot, take
 
 
-def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None = None) -> dict[str, Any]:
-    """Compute the tables; write them as ``<out>/<table>.parquet`` if ``out`` is given.
+def python_pass(
+    data_dir: str, out: str | None = None, *, as_of_ms: int | None = None,
+    snapshot: Snapshot | None = None,
+) -> dict[str, Any]:
+    """Compute the tables from ``snapshot`` (``pipeline.snapshot``; taken now if not given);
+    write them as ``<out>/<table>.parquet`` if ``out`` is given.
 
-    Returns row counts, problems and timings.
+    Returns row counts, problems and timings; ``as_of_ms`` is the snapshot's time unless given.
     """
     started = time.monotonic()
-    as_of_ms = int(time.time() * 1000) if as_of_ms is None else as_of_ms
-    refs, problems = offsets_segments(data_dir, OFFSETS_TOPIC)
+    snapshot = take(data_dir) if snapshot is None else snapshot
+    as_of_ms = snapshot.taken_ms if as_of_ms is None else as_of_ms
+    refs, problems = offsets_segments(data_dir, OFFSETS_TOPIC, snapshot.ends)
     if out is not None and fs.is_local(out):
         os.makedirs(out, exist_ok=True)
     writer = None
@@ -86,9 +92,9 @@ def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None =
     epochs = list(replay_epochs(consumer, topic_names(data_dir)))
 
     logs = {
-        (t, p): topic_log(data_dir, t, p, d)
-        for t, p, d in partition_dirs(data_dir)
-        if not t.startswith("__")
+        parsed: topic_log(data_dir, *parsed, d, end)
+        for d, end in snapshot.ends.items()
+        if end is not None and (parsed := parse_partition_dir(d)) and not parsed[0].startswith("__")
     }
     lag_rows = []
     found_at: dict[tuple[str, int], tuple[int, int] | None] = {}
@@ -106,7 +112,7 @@ def python_pass(data_dir: str, out: str | None = None, *, as_of_ms: int | None =
                 if where not in found_at:
                     found_at[where] = first_record_at_or_after(data_dir, tl.dirname, tl.segments, effective)
                 found = found_at[where]
-                if found is not None:
+                if found is not None and found[0] < tl.log_end_offset:
                     row["oldest_unconsumed_timestamp"] = found[1]
         lag_rows.append(row)
 

@@ -36,6 +36,11 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 _SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.log\.swap|\.log\.cleaned)$")
 _INDEX_ENTRY = struct.Struct(">ii")
 _ANY_TIMESTAMP = -(2**63)  # any timestamp
+NO_SEGMENTS = "partition directory without segment files"
+
+PartitionEnd = tuple[int, int]
+"""Where a run stops reading one partition (``pipeline.snapshot``): the base offset of its last
+segment when the run started, and that segment's length in bytes then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +59,9 @@ class SegmentRef:
     dirname: str  # "<topic>-<partition>"
     log_partition: int
     base_offset: int
-    size: int  # as listed
+    size: int  # as listed (the last segment: its length in the run's snapshot, if any)
     last: bool  # the partition's active segment: a torn final batch is a write in flight
+    end: PartitionEnd | None = None  # the partition's end in the snapshot; None: the files' end
 
     @property
     def name(self) -> str:
@@ -84,11 +90,29 @@ def partition_dirs(data_dir: str) -> list[tuple[str, int, str]]:
     """
     out = []
     for e in fs.list_dir(data_dir):
-        m = _PARTITION_DIR.match(e.name)
-        if e.is_dir and m:
-            out.append((m.group(1), int(m.group(2)), e.name))
+        parsed = parse_partition_dir(e.name)
+        if e.is_dir and parsed:
+            out.append((*parsed, e.name))
     out.sort(key=lambda t: (t[0], t[1]))
     return out
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a ``<topic>-<partition>`` directory name, or None."""
+    m = _PARTITION_DIR.match(name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def partition_ends(data_dir: str) -> dict[str, PartitionEnd | None]:
+    """The end of every partition directory now (None: it has no segment file), by name."""
+    ends: dict[str, PartitionEnd | None] = {}
+    for _topic, partition, dirname in partition_dirs(data_dir):
+        try:
+            refs, _ = list_segments(data_dir, dirname, partition)
+        except FileNotFoundError:
+            continue  # deleted while listed
+        ends[dirname] = (refs[-1].base_offset, refs[-1].size) if refs else None
+    return ends
 
 
 def topic_names(data_dir: str) -> dict[str, str]:
@@ -111,12 +135,24 @@ def topic_names(data_dir: str) -> dict[str, str]:
     return names
 
 
-def list_segments(data_dir: str, dirname: str, log_partition: int) -> tuple[list[SegmentRef], list[Problem]]:
-    """The segments of one partition directory, oldest first, and what looks wrong there."""
+def list_segments(
+    data_dir: str, dirname: str, log_partition: int, end: PartitionEnd | None = None
+) -> tuple[list[SegmentRef], list[Problem]]:
+    """The segments of one partition directory, oldest first, and what looks wrong there.
+
+    With ``end`` (the partition's end in a snapshot) the list stops there: segments rolled
+    since are left out and the snapshot's last segment is the last, with its length then (it
+    is named even if it is gone: reading it then says so)."""
     logs: dict[int, int] = {}
     indexes: set[int] = set()
     leftovers: list[str] = []
-    for e in fs.list_dir(fs.join(data_dir, dirname)):
+    try:
+        entries = fs.list_dir(fs.join(data_dir, dirname))
+    except FileNotFoundError:
+        if end is None:
+            raise
+        entries = []
+    for e in entries:
         m = _SEGMENT_FILE.match(e.name)
         if not m or e.is_dir:
             continue
@@ -143,24 +179,48 @@ def list_segments(data_dir: str, dirname: str, log_partition: int) -> tuple[list
                 + " (start the broker once to finish the swap); read the .log files only",
             )
         )
+    if end is not None:
+        logs = {b: n for b, n in logs.items() if b < end[0]} | {end[0]: end[1]}
     bases = sorted(logs)
     refs = [
-        SegmentRef(data_dir, dirname, log_partition, b, logs[b], i == len(bases) - 1)
+        SegmentRef(data_dir, dirname, log_partition, b, logs[b], i == len(bases) - 1, end)
         for i, b in enumerate(bases)
     ]
     return refs, problems
 
 
-def offsets_segments(data_dir: str, topic: str = OFFSETS_TOPIC) -> tuple[list[SegmentRef], list[Problem]]:
-    """Every segment of every ``__consumer_offsets-N`` directory, and the listing problems."""
+def read_end(ref: SegmentRef, f: fs.RandomAccess) -> int:
+    """How far the segment ``ref`` (open as ``f``) is read: its partition's last segment up to
+    its length in the snapshot (never past the file's end), any other to the file's end."""
+    size = f.size()
+    return min(ref.size, size) if ref.last and ref.end is not None else size
+
+
+def offsets_segments(
+    data_dir: str, topic: str = OFFSETS_TOPIC, ends: dict[str, PartitionEnd | None] | None = None
+) -> tuple[list[SegmentRef], list[Problem]]:
+    """Every segment of every ``__consumer_offsets-N`` directory, and the listing problems;
+    with ``ends`` (a snapshot's, :func:`partition_ends`), its directories up to their ends."""
     refs: list[SegmentRef] = []
     problems: list[Problem] = []
-    for t, partition, dirname in partition_dirs(data_dir):
+    dirs: list[tuple[str, int, str, PartitionEnd | None]]
+    if ends is None:
+        dirs = [(t, partition, dirname, None) for t, partition, dirname in partition_dirs(data_dir)]
+    else:
+        dirs = sorted(
+            (*parsed, dirname, end)
+            for dirname, end in ends.items()
+            if (parsed := parse_partition_dir(dirname)) is not None
+        )
+    for t, partition, dirname, end in dirs:
         if t != topic:
             continue
-        r, p = list_segments(data_dir, dirname, partition)
+        if ends is not None and end is None:
+            problems.append(Problem(dirname, NO_SEGMENTS))
+            continue
+        r, p = list_segments(data_dir, dirname, partition, end)
         if not r and not p:
-            p = [Problem(dirname, "partition directory without segment files")]
+            p = [Problem(dirname, NO_SEGMENTS)]
         refs += r
         problems += p
     return refs, problems
@@ -284,18 +344,20 @@ def checkpointed_starts(data_dir: str) -> dict[tuple[str, int], int]:
         return {}
 
 
-def topic_log(data_dir: str, topic: str, partition: int, dirname: str) -> TopicLog:
+def topic_log(
+    data_dir: str, topic: str, partition: int, dirname: str, end: PartitionEnd | None = None
+) -> TopicLog:
     """Log start offset (the first segment's base, or the checkpointed log start when later)
-    and log end offset (after the last complete batch) of one topic partition, read from its
-    segment headers."""
+    and log end offset (after the last complete batch, up to ``end`` if given) of one topic
+    partition, read from its segment headers."""
     out = TopicLog(topic, partition, dirname)
     try:
-        refs, _ = list_segments(data_dir, dirname, partition)
+        refs, _ = list_segments(data_dir, dirname, partition, end)
     except FileNotFoundError:
         out.problem = "partition directory vanished"
         return out
     if not refs:
-        out.problem = "no segment files"
+        out.problem = NO_SEGMENTS
         return out
     out.segments = [r.base_offset for r in refs]
     out.log_start_offset = refs[0].base_offset
@@ -307,7 +369,7 @@ def topic_log(data_dir: str, topic: str, partition: int, dirname: str) -> TopicL
         out.problem = f"{last.name} vanished"
         return out
     try:
-        size = f.size()
+        size = read_end(last, f)
         start = 0
         entries = [e for e in _index_entries(data_dir, dirname, last.base_offset) if e[1] < size]
         if entries:

@@ -5,6 +5,8 @@ engine's tables (``storage.postgres.schema``). This module owns everything the p
 from the database, in plain Python so that the Spark executors, the driver and the tests share
 it:
 
+* :func:`live_partitions` (driver): every live partition's log start and end, the run's
+  snapshot (``pipeline.snapshot``);
 * :func:`offsets_runs` (driver): the ``__consumer_offsets`` partitions as :class:`PgRun` s, runs
   of batches by offset range (:data:`RUN_OFFSETS` offsets each), the unit of work that a segment
   file is for a data directory;
@@ -16,8 +18,9 @@ it:
 Only rows of partitions that are ``NOT deleted`` count. A partition's log start is its row's
 ``log_start``: rows wholly below it (not yet removed by retention) are not read, and records
 below it in a batch that straddles it are left out (:attr:`PgRun.min_offset`). Its log end is
-``next_offset`` as the driver read it: runs stop there, so the job sees one cut of each
-partition even while the broker goes on writing.
+``next_offset`` as the driver read it at the start of the job (one statement for every
+partition): runs stop there, so every table of the job sees the same cut of each partition
+even while the broker goes on writing.
 
 Each process opens its own connections from the URL; every statement is parameterised. A
 psycopg error reaches the caller as an ``OSError`` whose message has no password in it.
@@ -118,17 +121,29 @@ def plan_runs(
     return runs
 
 
-def offsets_runs(url: str, topic: str, step: int = RUN_OFFSETS) -> list[PgRun]:
-    """The runs of every live partition of ``topic`` (empty partitions have none)."""
+PartitionRow = tuple[str, int, int, int, int]
+"""A live partition: topic, partition, row id, log start, log end (``next_offset``)."""
+
+
+def live_partitions(url: str) -> list[PartitionRow]:
+    """Every live partition, read in one statement (so one consistent cut of them all)."""
     with connect(url) as conn:
         rows = conn.execute(
-            "SELECT partition, id, log_start, next_offset FROM partitions"
-            " WHERE topic = %s AND NOT deleted ORDER BY partition",
-            (topic,),
+            "SELECT topic, partition, id, log_start, next_offset FROM partitions"
+            " WHERE NOT deleted ORDER BY topic, partition"
         ).fetchall()
+    return [(str(t), int(p), int(i), int(s), int(e)) for t, p, i, s, e in rows]
+
+
+def offsets_runs(
+    url: str, topic: str, step: int = RUN_OFFSETS, partitions: list[PartitionRow] | None = None
+) -> list[PgRun]:
+    """The runs of every live partition of ``topic`` (empty partitions have none), as
+    ``partitions`` (a snapshot's) has them, or as they are now."""
     runs: list[PgRun] = []
-    for partition, row_id, log_start, end in rows:
-        runs += plan_runs(url, topic, partition, row_id, log_start, end, step)
+    for t, partition, row_id, log_start, end in (live_partitions(url) if partitions is None else partitions):
+        if t == topic:
+            runs += plan_runs(url, topic, partition, row_id, log_start, end, step)
     return runs
 
 
@@ -220,18 +235,14 @@ def txn_outcomes(run: PgRun) -> dict[int, bool]:
 # --------------------------------------------------------------------------- topic logs
 
 
-def topic_logs(url: str) -> list[TopicLog]:
+def topic_logs(url: str, partitions: list[PartitionRow] | None = None) -> list[TopicLog]:
     """Log start and end of every live topic partition (internal ``__*`` topics excluded),
-    from the ``partitions`` rows. ``dirname`` is ``<topic>-<partition>`` as in a data
-    directory, and ``segments`` holds the log start alone: the rows are one run."""
-    with connect(url) as conn:
-        rows = conn.execute(
-            "SELECT topic, partition, log_start, next_offset FROM partitions"
-            " WHERE NOT deleted ORDER BY topic, partition"
-        ).fetchall()
+    from the ``partitions`` rows (``partitions``: a snapshot's, else read now). ``dirname``
+    is ``<topic>-<partition>`` as in a data directory, and ``segments`` holds the log start
+    alone: the rows are one run."""
     return [
         TopicLog(topic, partition, f"{topic}-{partition}", start, end, [start])
-        for topic, partition, start, end in rows
+        for topic, partition, _id, start, end in (live_partitions(url) if partitions is None else partitions)
         if not topic.startswith("__")
     ]
 

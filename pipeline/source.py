@@ -18,6 +18,10 @@ read the same way, one input partition per segment file, each record a row of
 ``kcoord_topic_logs``: log start and end offset of every topic partition directory (internal
 ``__*`` topics excluded), a few directories per input partition.
 
+Each reads up to the partition ends of ``.option("snapshot", Snapshot.to_json())``
+(``pipeline.snapshot``; the job gives all its reads the same one), or of a snapshot it takes
+when Spark plans the read if it has none.
+
 All read a broker's PostgreSQL database instead when given ``.option("url",
 "postgresql://...")`` and no path (``pipeline.postgres``): ``kcoord_offsets`` and
 ``kcoord_share_state`` then have one input partition per run of ``batches`` rows (a range of
@@ -48,9 +52,18 @@ from .decode import (
     spark_ddl,
     state_batch,
 )
-from .logs import OFFSETS_TOPIC, Problem, offsets_segments, partition_dirs, topic_log
+from .logs import (
+    NO_SEGMENTS,
+    OFFSETS_TOPIC,
+    Problem,
+    TopicLog,
+    offsets_segments,
+    parse_partition_dir,
+    topic_log,
+)
 from .postgres import is_postgres_url, offsets_runs, topic_logs
 from .share_state import SHARE_LOG_SCHEMA, SHARE_STATE_TOPIC, segment_share_state, share_state_batch
+from .snapshot import OPTION, given_or_taken
 
 VIEWS = ("commits", "state")
 SHARE_VIEW = "share_state"  # the reader's view of __share_group_state
@@ -103,6 +116,7 @@ class OffsetsLogSource(DataSource):
             self.options.get("view", "commits"),
             self.options.get("topic", OFFSETS_TOPIC),
             url,
+            self.options.get(OPTION),
         )
 
 
@@ -110,18 +124,21 @@ class InternalLogReader(DataSourceReader):
     """The segments (or database runs) of one internal topic, ``__consumer_offsets`` or
     ``__share_group_state``, decoded as one of the views."""
 
-    def __init__(self, data_dir: str, view: str, topic: str, url: str | None = None) -> None:
+    def __init__(
+        self, data_dir: str, view: str, topic: str, url: str | None = None, snapshot: str | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.view = view
         self.topic = topic
         self.url = url
+        self.snapshot = snapshot  # Snapshot.to_json(), or None
 
     def partitions(self) -> Sequence[InputPartition]:
+        snap = given_or_taken(self.snapshot, self.url or self.data_dir)
         if self.url is not None:
-            return [InputPartition(r) for r in offsets_runs(self.url, self.topic)] or [
-                InputPartition([])
-            ]
-        refs, problems = offsets_segments(self.data_dir, self.topic)
+            runs = offsets_runs(self.url, self.topic, partitions=snap.rows)
+            return [InputPartition(r) for r in runs] or [InputPartition([])]
+        refs, problems = offsets_segments(self.data_dir, self.topic, snap.ends)
         # Empty files (every partition starts with one) hold nothing: no task for them.
         parts: list[InputPartition] = [InputPartition(r) for r in refs if r.size > 0]
         if problems:
@@ -167,7 +184,7 @@ class ShareStateLogSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         data_dir, url = _where(self.options)
-        return InternalLogReader(data_dir, SHARE_VIEW, SHARE_STATE_TOPIC, url)
+        return InternalLogReader(data_dir, SHARE_VIEW, SHARE_STATE_TOPIC, url, self.options.get(OPTION))
 
 
 class TopicLogsSource(DataSource):
@@ -179,18 +196,24 @@ class TopicLogsSource(DataSource):
         return spark_ddl(TOPIC_LOG_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TopicLogsReader(*_where(self.options))
+        return TopicLogsReader(*_where(self.options), self.options.get(OPTION))
 
 
 class TopicLogsReader(DataSourceReader):
-    def __init__(self, data_dir: str, url: str | None = None) -> None:
+    def __init__(self, data_dir: str, url: str | None = None, snapshot: str | None = None) -> None:
         self.data_dir = data_dir
         self.url = url
+        self.snapshot = snapshot  # Snapshot.to_json(), or None
 
     def partitions(self) -> Sequence[InputPartition]:
+        snap = given_or_taken(self.snapshot, self.url or self.data_dir)
         if self.url is not None:
-            return [InputPartition(None)]  # one query answers for every partition
-        dirs = [d for d in partition_dirs(self.data_dir) if not d[0].startswith("__")]
+            return [InputPartition(snap.rows)]  # the snapshot's rows answer for every partition
+        dirs = sorted(
+            (*parsed, dirname, end)
+            for dirname, end in snap.ends.items()
+            if (parsed := parse_partition_dir(dirname)) is not None and not parsed[0].startswith("__")
+        )
         step = TOPIC_DIRS_PER_PARTITION
         return [InputPartition(dirs[i : i + step]) for i in range(0, len(dirs), step)] or [
             InputPartition([])
@@ -198,9 +221,13 @@ class TopicLogsReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.url is not None:
-            logs = topic_logs(self.url)
+            logs = topic_logs(self.url, partition.value)
         else:
-            logs = [topic_log(self.data_dir, t, p, d) for t, p, d in partition.value]
+            logs = [
+                TopicLog(t, p, d, problem=NO_SEGMENTS) if end is None
+                else topic_log(self.data_dir, t, p, d, end)
+                for t, p, d, end in partition.value
+            ]
         rows = []
         for t in logs:
             rows.append(

@@ -5,8 +5,9 @@ count only once that producer's next COMMIT marker follows them in the partition
 if the next marker is an ABORT or none was written (the coordinator keeps them pending, so no
 reader may show them). The marker is usually in the same segment, but may be in a later one:
 :class:`TxnOutcomes` finds it, reading batch headers (and only the markers' bodies) of this
-segment and, for producers still unresolved, of the partition's later segments. Nothing is
-read for a segment without transactional batches.
+segment and, for producers still unresolved, of the partition's later segments (up to the
+run's snapshot: a marker written since does not count). Nothing is read for a segment without
+transactional batches.
 
 :func:`resolve` is the rule itself, over any run of batches: the PostgreSQL source
 (``pipeline.postgres``) feeds it rows instead of segment files.
@@ -21,7 +22,7 @@ from kcoord.protocol.control import decode_marker
 from kcoord.protocol.key_values import decode_key_values
 
 from . import fs
-from .logs import SegmentRef, _walk_headers, list_segments
+from .logs import SegmentRef, _walk_headers, list_segments, read_end
 
 
 def _markers_and_txns(
@@ -37,7 +38,7 @@ def _markers_and_txns(
     except FileNotFoundError:
         return txns, markers
     try:
-        for pos, h in _walk_headers(f, 0, f.size()):
+        for pos, h in _walk_headers(f, 0, read_end(ref, f)):
             if not h.is_transactional:
                 continue
             if not h.is_control:
@@ -111,7 +112,7 @@ def outcomes(ref: SegmentRef) -> dict[int, bool]:
     txns, markers = _markers_and_txns(ref, None)
 
     def later(wanted: set[int]) -> Iterator[tuple[int, int, bool]]:
-        for seg in list_segments(ref.data_dir, ref.dirname, ref.log_partition)[0]:
+        for seg in list_segments(ref.data_dir, ref.dirname, ref.log_partition, ref.end)[0]:
             if seg.base_offset > ref.base_offset:
                 yield from _markers_and_txns(seg, wanted)[1]
 

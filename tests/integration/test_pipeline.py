@@ -415,3 +415,47 @@ def test_cli_names_and_skips_corrupt_and_missing_segments(tmp_path: Path) -> Non
     assert sorted((r["group"], r["offset"]) for r in latest) == [("fine", 7), ("torn", 9)]
     page = (out / "report" / "index.html").read_text()
     assert "2 problem(s)" in page and "__consumer_offsets-1/00000000000000000000.log" in page
+
+
+# ----------------------------------------------------------------------------- a growing log
+
+
+def test_one_run_reads_one_snapshot_while_the_log_grows(tmp_path: Path, spark: Any, monkeypatch: Any) -> None:
+    """Issue 31: a broker appending while the job runs added to some of its tables and not
+    to others (the printed commit count was not the Parquet's), and the report showed records
+    newer than its "as of". Here commits of a group "late" are appended to the active segment
+    after the first table was written and before the others are read."""
+    import time
+
+    import pyarrow.parquet as pq
+
+    from kcoord.pipeline import job
+    from kcoord.protocol.batch import set_base_offset
+    from kcoord.protocol.record_encoding import encode_kv_batch
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    segment = _write_offsets(data, 0, [_commit("early", "t", 0, 1), _commit("early", "t", 1, 2)], T0)
+    later = int(time.time() * 1000) + 3_600_000
+    real_topic_names = job.topic_names
+    appended: list[int] = []
+
+    def topic_names_while_the_broker_writes(source: str) -> dict[str, str]:
+        batch = bytearray(encode_kv_batch([_commit("late", "t", 0, 5), _commit("late", "t", 2, 6)], later))
+        set_base_offset(batch, 0, 2)
+        with segment.open("ab") as f:
+            f.write(bytes(batch))
+        appended.append(int(time.time() * 1000))
+        return real_topic_names(source)
+
+    monkeypatch.setattr(job, "topic_names", topic_names_while_the_broker_writes)
+    summary = job.run_job(spark, str(data), str(out), report=False)
+    assert appended, "the log did not grow during the run"
+
+    tables = {name: pq.read_table(out / name).to_pylist() for name in job.TABLES}
+    assert summary.rows["offset_commits"] == len(tables["offset_commits"]) == 2
+    assert summary.totals["offset_commits"] == 2 and summary.totals["records"] == 2
+    for name in ("offset_commits", "offsets_latest", "consumer_lag"):
+        assert {r["group"] for r in tables[name]} == {"early"}, name
+    assert summary.as_of_ms <= appended[0]
+    newest = max(r["commit_time"].timestamp() * 1000 for r in tables["offsets_latest"])
+    assert newest <= summary.as_of_ms
