@@ -46,6 +46,9 @@ class Setting:
         if self.type is int:
             low = f" >= {self.minimum}" if self.minimum is not None else ""
             return f"an integer{low}"
+        if self.type is float:
+            low = f" >= {self.minimum}" if self.minimum is not None else ""
+            return f"a number{low}"
         return "a string"
 
 

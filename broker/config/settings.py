@@ -458,6 +458,10 @@ def parse_value(setting: Setting, raw: Any) -> Any:
             if isinstance(raw, bool):
                 raise ValueError
             value = int(raw)
+        elif t is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
         else:
             value = str(raw)
             if setting.choices is not None:

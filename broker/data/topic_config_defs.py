@@ -12,8 +12,9 @@ small brokers and tests can roll segments quickly.
 ``honoured`` says whether kcoord acts on a topic's value (docs/storage.md lists them); the
 others are accepted, stored and described exactly as Kafka does, and change nothing here:
 kcoord has one replica per partition, no tiered storage and no throttled replication.
-``broker_setting`` names kcoord's broker setting that gives the default (DescribeConfigs
-source STATIC_BROKER_CONFIG when it was set); without one, Kafka's default applies.
+``broker_setting`` names kcoord's broker setting that gives the default, Kafka's synonym
+(DescribeConfigs source STATIC_BROKER_CONFIG when it was set); configs Kafka has no broker
+synonym for take Kafka's default.
 """
 
 from __future__ import annotations
@@ -127,9 +128,8 @@ class TopicConfigDef:
     honoured: bool
     doc: str
     broker_setting: str | None = None
-    """kcoord's broker setting giving the default (else Kafka's default applies)."""
-    synonym: str | None = None
-    """Kafka's broker config for it, when kcoord has no such setting."""
+    """kcoord's broker setting giving the default, under Kafka's name for it (else Kafka's
+    default applies: the configs Kafka has no broker synonym for)."""
 
     def parse(self, value: str) -> object:
         """The value typed as Kafka parses it (after trimming); ConfigProblem."""
@@ -182,11 +182,8 @@ def _d(
     *,
     honoured: bool = False,
     broker: str | None = None,
-    synonym: str | None = None,
 ) -> TopicConfigDef:
-    return TopicConfigDef(
-        name, kind, text_of(default), validator, honoured, doc, broker, synonym
-    )
+    return TopicConfigDef(name, kind, text_of(default), validator, honoured, doc, broker)
 
 
 _DAY = 86_400_000
@@ -216,23 +213,23 @@ DEFS: dict[str, TopicConfigDef] = {
            "How long compaction keeps a tombstone (compact policy).", honoured=True,
            broker="log.cleaner.delete.retention.ms"),
         _d("file.delete.delay.ms", TYPE_LONG, 60000, at_least(0), _ACCEPTED,
-           synonym="log.segment.delete.delay.ms"),
+           broker="log.segment.delete.delay.ms"),
         _d("flush.messages", TYPE_LONG, LONG_MAX, at_least(1),
            "Accepted and stored; the broker's log.flush.interval.messages applies.",
            broker="log.flush.interval.messages"),
         _d("flush.ms", TYPE_LONG, LONG_MAX, at_least(0), _ACCEPTED,
-           synonym="log.flush.interval.ms"),
+           broker="log.flush.interval.ms"),
         _d("follower.replication.throttled.replicas", TYPE_LIST, "", _replicas, _ACCEPTED),
         _d("index.interval.bytes", TYPE_INT, 4096, at_least(0),
            "Accepted and stored; the broker's log.index.interval.bytes applies.",
            broker="log.index.interval.bytes"),
         _d("leader.replication.throttled.replicas", TYPE_LIST, "", _replicas, _ACCEPTED),
         _d("local.retention.bytes", TYPE_LONG, -2, at_least(-2), _ACCEPTED,
-           synonym="log.local.retention.bytes"),
+           broker="log.local.retention.bytes"),
         _d("local.retention.ms", TYPE_LONG, -2, at_least(-2), _ACCEPTED,
-           synonym="log.local.retention.ms"),
+           broker="log.local.retention.ms"),
         _d("max.compaction.lag.ms", TYPE_LONG, LONG_MAX, at_least(1), _ACCEPTED,
-           synonym="log.cleaner.max.compaction.lag.ms"),
+           broker="log.cleaner.max.compaction.lag.ms"),
         _d("max.message.bytes", TYPE_INT, 1048588, at_least(0),
            "The largest record batch a Produce may append to the topic (MESSAGE_TOO_LARGE).",
            honoured=True, broker="message.max.bytes"),
@@ -249,14 +246,14 @@ DEFS: dict[str, TopicConfigDef] = {
            " stamps each batch with its clock when appending.", honoured=True,
            broker="log.message.timestamp.type"),
         _d("min.cleanable.dirty.ratio", TYPE_DOUBLE, 0.5, between(0, 1), _ACCEPTED,
-           synonym="log.cleaner.min.cleanable.ratio"),
+           broker="log.cleaner.min.cleanable.ratio"),
         _d("min.compaction.lag.ms", TYPE_LONG, 0, at_least(0), _ACCEPTED,
-           synonym="log.cleaner.min.compaction.lag.ms"),
+           broker="log.cleaner.min.compaction.lag.ms"),
         _d("min.insync.replicas", TYPE_INT, 1, at_least(1),
            "With acks=all, the in-sync replicas a write needs, capped (as Kafka caps it) at the"
            " partition's replicas: kcoord has one, so writes always have enough.",
            honoured=True, broker="min.insync.replicas"),
-        _d("preallocate", TYPE_BOOLEAN, False, None, _ACCEPTED, synonym="log.preallocate"),
+        _d("preallocate", TYPE_BOOLEAN, False, None, _ACCEPTED, broker="log.preallocate"),
         _d("remote.log.copy.disable", TYPE_BOOLEAN, False, None, _ACCEPTED),
         _d("remote.log.delete.on.disable", TYPE_BOOLEAN, False, None, _ACCEPTED),
         _d("remote.storage.enable", TYPE_BOOLEAN, False, _no_remote,
@@ -271,14 +268,14 @@ DEFS: dict[str, TopicConfigDef] = {
         _d("segment.bytes", TYPE_INT, 1 << 30, at_least(1024), "Roll a segment past this size.",
            honoured=True, broker="log.segment.bytes"),
         _d("segment.index.bytes", TYPE_INT, 10 << 20, at_least(4), _ACCEPTED,
-           synonym="log.index.size.max.bytes"),
+           broker="log.index.size.max.bytes"),
         _d("segment.jitter.ms", TYPE_LONG, 0, at_least(0), _ACCEPTED,
-           synonym="log.roll.jitter.ms"),
+           broker="log.roll.jitter.ms"),
         _d("segment.ms", TYPE_LONG, 7 * _DAY, at_least(1),
            "The active segment is rolled once its first record is this old.", honoured=True,
            broker="log.roll.ms"),
         _d("unclean.leader.election.enable", TYPE_BOOLEAN, False, None, _ACCEPTED,
-           synonym="unclean.leader.election.enable"),
+           broker="unclean.leader.election.enable"),
     )
 }
 

@@ -254,7 +254,7 @@ class TopicConfigs:
         out = []
         for n, d in sorted(DEFS.items()):
             default, default_source = self._default(d)
-            synonyms = [(d.broker_setting or d.synonym or n, default, default_source)]
+            synonyms = [(d.broker_setting or n, default, default_source)]
             if n in own:
                 synonyms.insert(0, (n, own[n], SOURCE_TOPIC))
             value, source = synonyms[0][1], synonyms[0][2]

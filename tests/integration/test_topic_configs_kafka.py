@@ -227,12 +227,16 @@ def test_broker_describes_the_topic_defaults_under_kafkas_names(broker: BrokerPr
     assert got["log.message.timestamp.after.max.ms"] == ("3600000", "DEFAULT_CONFIG")
     assert got["log.message.timestamp.before.max.ms"] == (str(2**63 - 1), "DEFAULT_CONFIG")
     assert got["message.max.bytes"] == ("1048588", "DEFAULT_CONFIG")
+    assert got["unclean.leader.election.enable"] == ("false", "DEFAULT_CONFIG")  # accepted only
+    assert got["log.cleaner.min.cleanable.ratio"] == ("0.5", "DEFAULT_CONFIG")
     with RawClient(broker.port) as c:
         r = c.request(ApiKey.DESCRIBE_CONFIGS, 4, resources=[dict(
             resource_type=4, resource_name="0", configuration_keys=None)],
             include_synonyms=False, include_documentation=False)  # fmt: skip
     types = {x.name: x.config_type for x in r.results[0].configs}
-    # Kafka's types: INT 3, LONG 5, LIST 7, STRING 2
+    # Kafka's types: BOOLEAN 1, STRING 2, INT 3, LONG 5, DOUBLE 6, LIST 7
     assert types["message.max.bytes"] == 3 and types["log.segment.bytes"] == 3
     assert types["log.retention.bytes"] == 5 and types["log.cleanup.policy"] == 7
     assert types["compression.type"] == 2 and types["min.insync.replicas"] == 3
+    assert types["log.cleaner.min.cleanable.ratio"] == 6  # DOUBLE
+    assert types["unclean.leader.election.enable"] == 1  # BOOLEAN
