@@ -19,6 +19,8 @@ from kcoord.broker.data.topic_configs import (
     builtin_defaults,
     check_overrides,
 )
+from kcoord.protocol.append_rules import AppendRules
+from kcoord.protocol.compression import Compression
 from kcoord.storage.file_engine import FileEngine
 
 
@@ -153,3 +155,25 @@ def test_an_unreadable_file_leaves_the_defaults(tmp_path: Path, caplog: Any) -> 
     configs.read()
     assert configs.overrides(uuid.uuid4(), "t") == {}
     assert "could not be read" in caplog.text
+
+
+def test_the_produce_rules_follow_the_topics_configs(tmp_path: Path) -> None:
+    broker: dict[str, tuple[Any, bool]] = {"compression.zstd.level": (7, False)}
+
+    def lookup(name: str) -> tuple[Any, bool]:
+        return broker.get(name) or builtin_defaults(name)
+
+    configs = TopicConfigs(FileEngine(tmp_path, fsync=False), lookup)
+    tid = uuid.uuid4()
+    assert configs.settings(tid, "t").rules == AppendRules(after_max_ms=3_600_000, max_bytes=1048588)
+    configs.set(tid, "t", check_overrides([
+        ("compression.type", "zstd"), ("message.timestamp.type", "LogAppendTime"),
+        ("cleanup.policy", "compact"), ("max.message.bytes", "5000"),
+    ]))  # fmt: skip
+    assert configs.settings(tid, "t").rules == AppendRules(
+        keys_required=True, log_append_time=True, after_max_ms=3_600_000,
+        codec=Compression.ZSTD, level=7, max_bytes=5000,
+    )  # fmt: skip
+    configs.set(tid, "t", {"compression.type": "gzip", "cleanup.policy": ""})
+    s = configs.settings(tid, "t")
+    assert (s.rules.codec, s.rules.level, s.delete, s.compact) == (Compression.GZIP, None, False, False)
