@@ -61,14 +61,23 @@ LOG_SETTINGS: list[Setting] = [
         -1,
         "Default compression.gzip.level of topics: 1..9, or -1 (zlib's default).",
         -1,
+        maximum=9,
     ),
-    Setting("compression.lz4.level", int, 9, "Default compression.lz4.level of topics: 1..17.", 1),
+    Setting(
+        "compression.lz4.level",
+        int,
+        9,
+        "Default compression.lz4.level of topics: 1..17.",
+        1,
+        maximum=17,
+    ),
     Setting(
         "compression.zstd.level",
         int,
         3,
         "Default compression.zstd.level of topics: -131072..22.",
         -131072,
+        maximum=22,
     ),
     Setting(
         "min.insync.replicas",
@@ -146,6 +155,7 @@ LOG_SETTINGS: list[Setting] = [
         0.5,
         "Default min.cleanable.dirty.ratio of topics (no effect).",
         0,
+        maximum=1,
     ),
     Setting("log.preallocate", bool, False, "Default preallocate of topics (no effect)."),
     Setting(

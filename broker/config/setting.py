@@ -24,6 +24,8 @@ class Setting:
     """With ``choices``: exactly one of them (e.g. ``compression.type``), not a list."""
     secret: bool = False
     """A secret whose name does not say so (see :attr:`sensitive`)."""
+    maximum: int | None = None
+    """For a number: the largest value accepted (e.g. ``compression.lz4.level``)."""
 
     @property
     def sensitive(self) -> bool:
@@ -43,12 +45,11 @@ class Setting:
             return f"a comma-separated list of {', '.join(self.choices)}"
         if self.type is bool:
             return "true or false"
-        if self.type is int:
+        if self.type in (int, float):
             low = f" >= {self.minimum}" if self.minimum is not None else ""
-            return f"an integer{low}"
-        if self.type is float:
-            low = f" >= {self.minimum}" if self.minimum is not None else ""
-            return f"a number{low}"
+            high = f" <= {self.maximum}" if self.maximum is not None else ""
+            joined = " and" if low and high else ""
+            return f"{'an integer' if self.type is int else 'a number'}{low}{joined}{high}"
         return "a string"
 
 

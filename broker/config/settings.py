@@ -476,9 +476,15 @@ def parse_value(setting: Setting, raw: Any) -> Any:
         raise ConfigError(
             f"setting {setting.name!r}: {raw!r} is not valid; allowed values: {setting.allowed()}"
         ) from None
-    if setting.minimum is not None and isinstance(value, int) and value < setting.minimum:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if setting.minimum is not None and number and value < setting.minimum:
         raise ConfigError(
             f"setting {setting.name!r}: {value} is below the minimum {setting.minimum};"
+            f" allowed values: {setting.allowed()}"
+        )
+    if setting.maximum is not None and number and value > setting.maximum:
+        raise ConfigError(
+            f"setting {setting.name!r}: {value} is above the maximum {setting.maximum};"
             f" allowed values: {setting.allowed()}"
         )
     return value
