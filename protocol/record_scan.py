@@ -1,12 +1,14 @@
 """Walking the records of a batch without building record objects.
 
-``protocol.records`` decodes records into objects; this module only walks them, for the two
+``protocol.records`` decodes records into objects; this module only walks them, for the
 callers that must touch every record of a possibly large batch but keep nothing:
 
 * :func:`check_layout` -- the Produce path's exact check of the records section (after
   decompression): the header's record count, every record's length, every varint, the key,
   value and header lengths within their record, offset deltas 0..n-1 in order, and nothing
   left over. Raises :class:`LayoutError` naming the first bad record.
+* :func:`first_timestamp_outside` -- the Produce path's check of a topic's timestamp window
+  (``protocol.append_rules``) on a records section already checked.
 * :func:`batch_first_at_or_after` and :func:`batch_max_timestamp` -- the search inside the
   one stored batch that ListOffsets (and the pipeline's lag in time) decodes: decompression
   bounded by ``protocol.compression``, then only lengths, timestamp and offset deltas are read.
@@ -217,6 +219,22 @@ def _walk_deltas(data: Buffer, start: int, end: int, count: int) -> Iterator[tup
             pos = record_end
     except IndexError:
         raise CorruptBatch("truncated record") from None
+
+
+def first_timestamp_outside(
+    data: Buffer, start: int, end: int, count: int, base: int, low: int | None, high: int | None
+) -> tuple[int, int] | None:
+    """(index, timestamp) of the first record of ``data[start:end]`` (a checked records
+    section, timestamps relative to ``base``) timestamped before ``low`` or after ``high``
+    (None: no such bound); records without a timestamp (-1) are never outside. Raises
+    CorruptBatch."""
+    for index, (_od, td) in enumerate(_walk_deltas(data, start, end, count)):
+        ts = base + td
+        if ts == -1:
+            continue
+        if (low is not None and ts < low) or (high is not None and ts > high):
+            return index, ts
+    return None
 
 
 def _varint_any(data: Buffer, pos: int, limit_bytes: int = 10) -> tuple[int, int]:

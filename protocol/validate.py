@@ -18,6 +18,8 @@ those rules, as two steps:
 
 Both raise :class:`Refused` with the partition's error code, a short message for the
 response's ``error_message`` and, where Kafka gives them, ``record_errors``.
+The rules that depend on the topic's configs (timestamps, LogAppendTime, compression.type)
+follow in ``protocol.append_rules``, on the section :func:`check_records` returns.
 
 Where kcoord is stricter than Kafka (each noted at its rule): Kafka accepts any offset deltas
 in an uncompressed batch and rewrites a compressed batch whose inner offsets are not 0..n-1;
@@ -139,10 +141,11 @@ def _old_magic(magic: int) -> Refused:
 
 def check_records(
     header: BatchHeader, records: Buffer, limit: int, keys_required: bool = False
-) -> None:
+) -> tuple[Buffer, int, int]:
     """Decompress (at most ``limit`` bytes) and check every record of the batch that
     :func:`check_batch` accepted; ``keys_required``: a compacted topic's batch, whose records
-    must all have a key (Kafka's LogValidator: INVALID_RECORD). Raises Refused."""
+    must all have a key (Kafka's LogValidator: INVALID_RECORD). Returns the records section
+    as (buffer, start, end). Raises Refused."""
     if header.compression == Compression.NONE:
         data: Buffer = records
         start, end = HEADER_SIZE, header.size
@@ -167,6 +170,7 @@ def check_records(
         # (compressed) by Kafka; kcoord stores the batch verbatim, so it refuses them.
         errors = ((exc.index, exc.detail),) if exc.index >= 0 else ()
         raise Refused(ErrorCode.invalid_record, str(exc), errors) from None
+    return data, start, end
 
 
 def needs_worker(header: BatchHeader, inline_bytes: int) -> bool:

@@ -1,13 +1,14 @@
 """DescribeConfigs, IncrementalAlterConfigs and AlterConfigs: topic configs (and the broker's
 settings, read-only) as Kafka's admin clients see them.
 
-Topics (resource type 2): every topic config kcoord honours (``broker/data/topic_configs.py``) with
+Topics (resource type 2): every topic config Kafka has (``broker/data/topic_config_defs.py``) with
 its value and source (the topic's own override, else the broker's setting or its default) and,
 when asked, its synonyms and documentation. IncrementalAlterConfigs SETs, DELETEs (back to the
 broker's default), APPENDs to or SUBTRACTs from (``cleanup.policy``, a list) a topic's
 overrides; AlterConfigs replaces them all. A change is written to ``topic-configs.json`` before
 it is answered and applies at once (``segment.bytes`` to the next roll, the retention configs
-at the next retention pass, ``broker/data/retention.py``).
+at the next retention pass, ``broker/data/retention.py``, the Produce ones to the next batch).
+Unknown names and values Kafka would refuse are INVALID_CONFIG with Kafka's wording.
 
 Groups (resource type 32, Kafka's GROUP config resource, ``broker/groups/group_configs.py``): every
 group config with the group's value (GROUP_CONFIG) or the broker's (DEFAULT_CONFIG), for any
@@ -18,7 +19,9 @@ are checked together (INVALID_CONFIG), written to ``group-configs.json`` before 
 apply at the members' next heartbeat. DESCRIBE_CONFIGS / ALTER_CONFIGS on the group are needed
 (GROUP_AUTHORIZATION_FAILED).
 
-The broker (resource type 4, named by its node id) describes its settings, all read-only: they
+The broker (resource type 4, named by its node id) describes its settings (those backing topic
+configs under Kafka's names and types: ``log.retention.ms``, ``compression.type``,
+``min.insync.replicas``, ``log.message.timestamp.type``, ...), all read-only: they
 are set at start (``kcoord serve --set``), so altering them is refused with INVALID_REQUEST, as
 Kafka refuses a setting that cannot change dynamically. A secret setting (``Setting.sensitive``,
 e.g. ``ssl.key.password``) is answered as Kafka answers its password-type configs: a null value,
@@ -36,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
 
-from ..data.topic_configs import (
+from ..data.topic_config_defs import (
+    BROKER_TYPES,
     DEFS,
     TYPE_LIST,
     TYPE_LONG,
@@ -144,7 +148,9 @@ class ConfigApi:
             syn = ((name, None, source),)
             return (name, None, True, source, _PASSWORD, row["doc"], syn, True)
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        if isinstance(value, bool):
+        if name in BROKER_TYPES:  # a topic config's default: the topic config's type
+            kind = BROKER_TYPES[name]
+        elif isinstance(value, bool):
             kind = _BOOLEAN
         elif isinstance(value, int):
             kind = TYPE_LONG if name.endswith((".ms", ".bytes")) else _INT
@@ -239,7 +245,7 @@ class ConfigApi:
             seen.add(c.name)
             d = DEFS.get(c.name)
             if d is None:
-                _checked([(c.name, c.value)])  # the message naming what kcoord supports
+                _checked([(c.name, c.value)])  # Kafka's "Unknown topic config name"
                 continue
             op = c.config_operation
             if op == SET:
@@ -250,7 +256,8 @@ class ConfigApi:
                 if d.type != TYPE_LIST:
                     raise _Refused(
                         ErrorCode.invalid_config,
-                        f"{c.name}: {'append' if op == APPEND else 'subtract'} is only for list configs",
+                        f"Config value {'append' if op == APPEND else 'subtract'} is not allowed"
+                        f" for config key: {c.name}",
                     )
                 items = [p for p in effective[c.name].split(",") if p]
                 given = [p.strip() for p in (c.value or "").split(",") if p.strip()]
@@ -261,7 +268,7 @@ class ConfigApi:
                 wanted[c.name] = _checked([(c.name, ",".join(items))])[c.name]
             else:
                 raise _Refused(ErrorCode.invalid_request, f"unknown config operation {op}")
-        return wanted
+        return _checked(wanted.items())  # the configs together (compaction lags)
 
     async def _alter_group(self, r: Any, incremental: bool, validate_only: bool) -> None:
         """IncrementalAlterConfigs or AlterConfigs of one group (module docstring)."""

@@ -1,79 +1,22 @@
-"""Every setting: its name, type, default, checks and whether it is secret; parsing one value."""
+"""Every setting: its name, type, default and checks (the topics' defaults are in
+``log_settings``); parsing one value."""
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import Any
 
+from .log_settings import LOG_SETTINGS
+from .setting import ConfigError, Setting, is_secret_name
 
-class ConfigError(ValueError):
-    """A setting that does not exist or whose value is not acceptable."""
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    name: str
-    type: type
-    default: Any
-    doc: str
-    minimum: int | None = None
-    choices: tuple[str, ...] | None = None
-    """For a string setting: a comma-separated list of these (e.g. ``log.cleanup.policy``)."""
-    secret: bool = False
-    """A secret whose name does not say so (see :attr:`sensitive`)."""
-
-    @property
-    def sensitive(self) -> bool:
-        """Whether the value is a secret: never shown, by DescribeConfigs (a null value marked
-        sensitive, as Kafka answers its password-type configs) nor by ``kcoord config``.
-
-        Decided here, by name as well as by flag, so that a secret setting added later under
-        one of Kafka's names (``ssl.keystore.password``, ``sasl.jaas.config``, ...) is hidden
-        without anyone remembering to say so."""
-        return self.secret or is_secret_name(self.name)
-
-    def allowed(self) -> str:
-        """The values this setting accepts, in words (for error messages and ``kcoord config``)."""
-        if self.choices is not None:
-            return f"a comma-separated list of {', '.join(self.choices)}"
-        if self.type is bool:
-            return "true or false"
-        if self.type is int:
-            low = f" >= {self.minimum}" if self.minimum is not None else ""
-            return f"an integer{low}"
-        return "a string"
-
-
-_SECRET_NAMES = frozenset(
-    # Kafka's password-type settings whose names hold no "password" or "secret"
-    {
-        "sasl.jaas.config",
-        "ssl.keystore.key",
-        "ssl.keystore.certificate.chain",
-        "ssl.truststore.certificates",
-    }
-)
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether a setting of this name holds a secret, as Kafka types it PASSWORD: any
-    ``*.password``, anything naming a secret, a JAAS configuration, an inline PEM key or store
-    (listener-prefixed forms included)."""
-    lowered = name.lower()
-    return (
-        lowered.endswith(".password")
-        or "secret" in lowered
-        or lowered.endswith(".jaas.config")
-        or any(lowered == n or lowered.endswith("." + n) for n in _SECRET_NAMES)
-    )
-
+__all__ = ["SETTINGS", "ConfigError", "Setting", "is_secret_name", "parse_value", "unknown_setting"]
 
 _INT_MAX = 2**31 - 1
 
 SETTINGS: dict[str, Setting] = {
     s.name: s
     for s in [
+        *LOG_SETTINGS,
         Setting("node.id", int, 0, "This broker's node id (also the controller id).", 0),
         Setting(
             "broker.heartbeat.interval.ms",
@@ -505,45 +448,6 @@ SETTINGS: dict[str, Setting] = {
             "How long tombstones survive compaction.",
             0,
         ),
-        # Retention of topics (the defaults of their topic configs, broker/data/topic_configs.py).
-        Setting(
-            "log.cleanup.policy",
-            str,
-            "delete",
-            "Default cleanup.policy of topics: delete (retention), compact, or compact,delete.",
-            choices=("compact", "delete"),
-        ),
-        Setting(
-            "log.retention.ms",
-            int,
-            604800000,
-            "Default retention.ms of topics: segments with only older records are deleted;"
-            " -1: no time limit.",
-            -1,
-        ),
-        Setting(
-            "log.retention.bytes",
-            int,
-            -1,
-            "Default retention.bytes of topics: oldest segments go while a partition stays at"
-            " least this big; -1: no size limit.",
-            -1,
-        ),
-        Setting(
-            "log.roll.ms",
-            int,
-            604800000,
-            "Default segment.ms of topics (__consumer_offsets too): roll the active segment once"
-            " its first record is this old.",
-            1,
-        ),
-        Setting(
-            "log.retention.check.interval.ms",
-            int,
-            300000,
-            "How often segments are rolled by time and deleted by retention.",
-            1,
-        ),
     ]
 }
 
@@ -562,19 +466,33 @@ def parse_value(setting: Setting, raw: Any) -> Any:
             if isinstance(raw, bool):
                 raise ValueError
             value = int(raw)
+        elif t is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
         else:
             value = str(raw)
             if setting.choices is not None:
                 items = [v.strip() for v in value.split(",") if v.strip()]
                 if not items or any(v not in setting.choices for v in items):
                     raise ValueError
+                if setting.single and len(items) != 1:
+                    raise ValueError
+                if setting.single:
+                    value = items[0]
     except (TypeError, ValueError):
         raise ConfigError(
             f"setting {setting.name!r}: {raw!r} is not valid; allowed values: {setting.allowed()}"
         ) from None
-    if setting.minimum is not None and isinstance(value, int) and value < setting.minimum:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if setting.minimum is not None and number and value < setting.minimum:
         raise ConfigError(
             f"setting {setting.name!r}: {value} is below the minimum {setting.minimum};"
+            f" allowed values: {setting.allowed()}"
+        )
+    if setting.maximum is not None and number and value > setting.maximum:
+        raise ConfigError(
+            f"setting {setting.name!r}: {value} is above the maximum {setting.maximum};"
             f" allowed values: {setting.allowed()}"
         )
     return value

@@ -248,7 +248,7 @@ class DataApi:
                         index=index,
                         error_code=o.error_code,
                         base_offset=o.base_offset,
-                        log_append_time=-1,
+                        log_append_time=o.log_append_time,
                         log_start_offset=plog.log_start_offset if plog is not None else -1,
                         record_errors=[
                             dict(batch_index=i, batch_index_error_message=m)
@@ -281,7 +281,8 @@ class DataApi:
         if plog is None:
             return None, Outcome(ErrorCode.unknown_topic_or_partition)
         records = records or b""
-        limit = topics.settings_of(topic).max_message_bytes  # the topic's, else the broker's
+        settings = topics.settings_of(topic)
+        limit = settings.max_message_bytes  # the topic's, else the broker's
         if len(records) > limit:
             return plog, Outcome(
                 ErrorCode.message_too_large,
@@ -306,8 +307,10 @@ class DataApi:
                     ErrorCode(error).name,
                 )
                 return plog, Outcome(error)
-        keyed = topics.settings_of(topic).compact  # Kafka refuses keyless records there
-        return plog, self.appender.submit(plog, (name, index), header, records, keyed, gate)
+        # the topic's rules: keys when compacted, timestamps, compression (protocol.append_rules);
+        # min.insync.replicas never refuses: Kafka caps it at the replicas, and there is one
+        rules = settings.rules
+        return plog, self.appender.submit(plog, (name, index), header, records, rules, gate)
 
     def _append_checked(
         self, plog: Log, where: tuple[str, int], h: BatchHeader, records: bytes
@@ -342,7 +345,9 @@ class DataApi:
             if code == ErrorCode.kafka_storage_error:
                 log.error("append to %s-%d failed: %r", topic, partition, e)
             return Outcome(code, message=f"append failed: {e}")
-        return Outcome(ErrorCode.none, base, must_sync=True)
+        stamped = parse_header(records)  # the batch as appended: LogAppendTime stamped in it?
+        lat = stamped.max_timestamp if stamped.log_append_time else -1
+        return Outcome(ErrorCode.none, base, must_sync=True, log_append_time=lat)
 
     def _legacy_produce(self, ctx: RequestContext, req: Any) -> Any:
         acks, topics = req

@@ -2,7 +2,8 @@
 order per partition.
 
 Each partition's records are checked by ``protocol.validate``: the header and CRC at once, then
-the records themselves. Checking the records of a big or compressed batch (decompressing
+the records themselves, with the topic's rules (``protocol.append_rules``: timestamps, and the
+batch stamped with LogAppendTime or re-encoded with the topic's compression.type). Checking the records of a big or compressed batch (decompressing
 megabytes and walking a million small records is seconds of Python) runs in a small pool of
 worker threads, so the event loop keeps serving; a small uncompressed batch is checked inline.
 
@@ -28,15 +29,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from kcoord.protocol.append_rules import PLAIN, AppendRules, accept
 from kcoord.protocol.batch import BatchHeader
 from kcoord.protocol.errors import ErrorCode
-from kcoord.protocol.validate import Refused, check_records, needs_worker
+from kcoord.protocol.validate import Refused, needs_worker
 from kcoord.storage.engine import Log
 
 log = logging.getLogger("kcoord.data")
@@ -63,6 +66,8 @@ class Outcome:
     message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()
     must_sync: bool = False
+    log_append_time: int = -1
+    """The time the broker stamped the batch with (a LogAppendTime topic's), else -1."""
 
 
 def refused(r: Refused) -> Outcome:
@@ -81,22 +86,26 @@ class _Pending:
         where: Where,
         header: BatchHeader,
         records: bytes,
-        check: asyncio.Future[Refused | None] | None,
+        check: asyncio.Future[Refused | bytes] | None,
         done: asyncio.Future[Outcome],
     ) -> None:
         self.where = where
         self.header = header
         self.records = records
-        self.check = check  # None: already checked
+        self.check = check  # None: already checked (records: the batch to append)
         self.done = done
 
 
-def _check(header: BatchHeader, records: bytes, limit: int, keyed: bool) -> Refused | None:
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check(header: BatchHeader, records: bytes, limit: int, rules: AppendRules) -> Refused | bytes:
+    """The batch to append (``records`` or the topic's rewrite of it), or why not."""
     try:
-        check_records(header, records, limit, keyed)
+        return accept(header, records, limit, rules, _now_ms())
     except Refused as r:
         return r
-    return None
 
 
 class Appender:
@@ -121,25 +130,26 @@ class Appender:
         where: Where,
         header: BatchHeader,
         records: bytes,
-        keyed: bool = False,
+        rules: AppendRules = PLAIN,
         gate: Awaitable[int] | None = None,
     ) -> Outcome | asyncio.Future[Outcome]:
-        """Check and append one partition's batch (``header`` from ``check_batch``; ``keyed``:
-        of a compacted topic, every record needs a key; ``gate``: module docstring): the
-        outcome now, or a future of it when the batch must wait for its gate, a check or
-        batches ahead of it."""
+        """Check and append one partition's batch (``header`` from ``check_batch``; ``rules``:
+        the topic's, ``protocol.append_rules``; ``gate``: module docstring): the outcome now,
+        or a future of it when the batch must wait for its gate, a check or batches ahead of
+        it."""
         chain = self._chains.get(plog)
-        check: asyncio.Future[Refused | None] | None = None
+        check: asyncio.Future[Refused | bytes] | None = None
         loop = asyncio.get_running_loop()
         if gate is not None:
-            check = asyncio.ensure_future(self._gated(gate, header, records, keyed))
+            check = asyncio.ensure_future(self._gated(gate, header, records, rules))
         elif needs_worker(header, self._inline_bytes):
-            check = loop.run_in_executor(self._pool(), _check, header, records, self._limit, keyed)
+            check = loop.run_in_executor(self._pool(), _check, header, records, self._limit, rules)
         else:
-            problem = _check(header, records, self._limit, keyed)
-            if problem is not None:
-                log.info("refused produce to %s-%d: %s", *where, problem.message)
-                return refused(problem)
+            checked = _check(header, records, self._limit, rules)
+            if isinstance(checked, Refused):
+                log.info("refused produce to %s-%d: %s", *where, checked.message)
+                return refused(checked)
+            records = checked
             if chain is None:
                 return self._append(plog, where, header, records)
         done: asyncio.Future[Outcome] = loop.create_future()
@@ -151,16 +161,16 @@ class Appender:
         return done
 
     async def _gated(
-        self, gate: Awaitable[int], header: BatchHeader, records: bytes, keyed: bool
-    ) -> Refused | None:
+        self, gate: Awaitable[int], header: BatchHeader, records: bytes, rules: AppendRules
+    ) -> Refused | bytes:
         code = await gate
         if code:
             return Refused(code, f"refused by the transaction coordinator: {ErrorCode(code).name.upper()}")
         if needs_worker(header, self._inline_bytes):
             return await asyncio.get_running_loop().run_in_executor(
-                self._pool(), _check, header, records, self._limit, keyed
+                self._pool(), _check, header, records, self._limit, rules
             )
-        return _check(header, records, self._limit, keyed)
+        return _check(header, records, self._limit, rules)
 
     def pending(self, plog: Log) -> int:
         """Batches of ``plog`` accepted but not yet appended or refused."""
@@ -205,10 +215,11 @@ class Appender:
             if error is not None:
                 log.error("checking a batch for %s failed", plog.name, exc_info=error)
                 return Outcome(ErrorCode.unknown_server_error, message="internal error")
-            problem = item.check.result()
-            if problem is not None:
-                log.info("refused produce to %s-%d: %s", *item.where, problem.message)
-                return refused(problem)
+            checked = item.check.result()
+            if isinstance(checked, Refused):
+                log.info("refused produce to %s-%d: %s", *item.where, checked.message)
+                return refused(checked)
+            item.records = checked
         try:
             return self._append(plog, item.where, item.header, item.records)
         except Exception:  # a bug: fail this batch, keep the chain moving

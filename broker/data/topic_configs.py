@@ -1,19 +1,13 @@
-"""Topic configs: the per-topic settings kcoord honours, with Kafka's names, types, defaults and
-checks; each topic's overrides, kept in the storage engine's document ``topic-configs.json``; and what a topic's
-settings are once the broker's defaults fill in what it does not override.
-
-| topic config | type | broker default (setting) | Kafka's default |
-|---|---|---|---|
-| ``cleanup.policy`` | list of ``delete``/``compact`` | ``log.cleanup.policy`` | delete |
-| ``retention.ms`` | long, -1: no limit | ``log.retention.ms`` | 604800000 (7 days) |
-| ``retention.bytes`` | long, -1: no limit | ``log.retention.bytes`` | -1 |
-| ``segment.ms`` | long >= 1 | ``log.roll.ms`` | 604800000 (7 days) |
-| ``segment.bytes`` | int >= 1024 | ``log.segment.bytes`` | 1073741824 |
-| ``delete.retention.ms`` | long >= 0 | ``log.cleaner.delete.retention.ms`` | 86400000 (1 day) |
-| ``max.message.bytes`` | int >= 0 | ``message.max.bytes`` | 1048588 |
+"""Topic configs: each topic's overrides, kept in the storage engine's document
+``topic-configs.json``, and what a topic's settings are once the broker's settings (or Kafka's
+defaults) fill in what it does not override. The configs themselves -- every name Kafka
+accepts, with its type, checks, default and broker setting -- are in ``topic_config_defs``;
+docs/storage.md says which kcoord honours.
 
 Overrides are set at CreateTopics and changed by IncrementalAlterConfigs/AlterConfigs
-(``broker/admin_api/configs.py``); ``broker/data/retention.py`` applies them. Internal topics carry the
+(``broker/admin_api/configs.py``); ``broker/data/retention.py`` applies the retention ones, the
+Produce path (``broker/data/api.py``, ``protocol/append_rules.py``) max.message.bytes,
+compression and timestamps. Internal topics carry the
 overrides Kafka gives them at creation (``__consumer_offsets``: ``cleanup.policy=compact`` and
 ``segment.bytes`` from ``offsets.topic.segment.bytes``), which may be overridden in turn.
 
@@ -32,126 +26,40 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kcoord.protocol.append_rules import CODEC_IDS, AppendRules
 from kcoord.storage.engine import Documents
 from kcoord.storage.files import describe_error
+
+from .topic_config_defs import (
+    DEFS,
+    ConfigProblem,
+    TopicConfigDef,
+    check_overrides,
+    text_of,
+)
+
+__all__ = [
+    "CONFIGS_FILE",
+    "DEFS",
+    "SOURCE_DEFAULT",
+    "SOURCE_STATIC_BROKER",
+    "SOURCE_TOPIC",
+    "ConfigProblem",
+    "ConfigValue",
+    "TopicConfigs",
+    "TopicSettings",
+    "builtin_defaults",
+    "check_overrides",
+]
 
 log = logging.getLogger("kcoord.topics")
 
 CONFIGS_FILE = "topic-configs.json"
 
-# DescribeConfigs' config sources and types (Kafka's DescribeConfigsResponse).
+# DescribeConfigs' config sources (Kafka's DescribeConfigsResponse.ConfigSource).
 SOURCE_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-TYPE_INT = 3
-TYPE_LONG = 5
-TYPE_LIST = 7
-
-POLICIES = ("compact", "delete")
-
-
-class ConfigProblem(ValueError):
-    """A config name kcoord does not know, or a value it does not accept (INVALID_CONFIG)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfigDef:
-    name: str
-    type: int  # TYPE_*
-    broker_setting: str
-    minimum: int
-    doc: str
-
-    def check(self, value: str | None) -> str:
-        """The value as stored, or ConfigProblem."""
-        if value is None:
-            raise ConfigProblem(f"{self.name}: a value is required")
-        text = value.strip()
-        if self.type == TYPE_LIST:
-            items = [p.strip().lower() for p in text.split(",") if p.strip()]
-            if not items or any(p not in POLICIES for p in items):
-                raise ConfigProblem(
-                    f"{self.name}: {value[:40]!r} is not valid; allowed: a comma-separated list"
-                    " of delete, compact"
-                )
-            return ",".join(dict.fromkeys(items))
-        try:
-            number = int(text)
-        except ValueError:
-            raise ConfigProblem(f"{self.name}: {value[:40]!r} is not a number") from None
-        top = 2**31 - 1 if self.type == TYPE_INT else 2**63 - 1
-        if not self.minimum <= number <= top:
-            raise ConfigProblem(f"{self.name}: {number} is out of range [{self.minimum}, {top}]")
-        return str(number)
-
-
-DEFS: dict[str, TopicConfigDef] = {
-    d.name: d
-    for d in (
-        TopicConfigDef(
-            "cleanup.policy",
-            TYPE_LIST,
-            "log.cleanup.policy",
-            0,
-            "delete: old segments are deleted (retention.ms, retention.bytes); compact: the newest"
-            " record per key is kept; both: compacted, and old segments deleted too.",
-        ),
-        TopicConfigDef(
-            "retention.ms",
-            TYPE_LONG,
-            "log.retention.ms",
-            -1,
-            "A segment whose newest record is older than this is deleted (delete policy);"
-            " -1: no time limit.",
-        ),
-        TopicConfigDef(
-            "retention.bytes",
-            TYPE_LONG,
-            "log.retention.bytes",
-            -1,
-            "Oldest segments are deleted while the partition stays at least this big (delete"
-            " policy); -1: no size limit.",
-        ),
-        TopicConfigDef(
-            "segment.ms",
-            TYPE_LONG,
-            "log.roll.ms",
-            1,
-            "The active segment is rolled once its first record is this old.",
-        ),
-        TopicConfigDef(
-            "segment.bytes", TYPE_INT, "log.segment.bytes", 1024, "Roll a segment past this size."
-        ),
-        TopicConfigDef(
-            "delete.retention.ms",
-            TYPE_LONG,
-            "log.cleaner.delete.retention.ms",
-            0,
-            "How long compaction keeps a tombstone (compact policy).",
-        ),
-        TopicConfigDef(
-            "max.message.bytes",
-            TYPE_INT,
-            "message.max.bytes",
-            0,
-            "The largest record batch a Produce may append to the topic (MESSAGE_TOO_LARGE).",
-        ),
-    )
-}
-
-
-def check_overrides(configs: Iterable[tuple[str, str | None]]) -> dict[str, str]:
-    """Topic config overrides as given (CreateTopics, AlterConfigs), checked; ConfigProblem if
-    a name is unknown or a value not accepted."""
-    out: dict[str, str] = {}
-    for name, value in configs:
-        d = DEFS.get(name)
-        if d is None:
-            raise ConfigProblem(
-                f"unknown topic config {name[:80]!r}; kcoord supports {', '.join(sorted(DEFS))}"
-            )
-        out[name] = d.check(value)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +73,16 @@ class TopicSettings:
     segment_bytes: int
     delete_retention_ms: int
     max_message_bytes: int
+    min_insync_replicas: int
+    compression_type: str
+    """``producer`` or the codec batches are stored with (``uncompressed``, ``gzip``, ...)."""
+    compression_level: int | None
+    """The level of that codec (None: the codec's default)."""
+    log_append_time: bool
+    timestamp_before_max_ms: int
+    timestamp_after_max_ms: int
+    rules: AppendRules
+    """What the Produce path applies to the topic's batches (from the configs above)."""
 
     @property
     def delete(self) -> bool:
@@ -282,17 +200,49 @@ class TopicConfigs:
         thread: a settings() racing with it may have remembered the old ones)."""
         self._settings = {}
 
+    def _default(self, d: TopicConfigDef) -> tuple[str, int]:
+        """The value a topic without an override has, and its source."""
+        if d.broker_setting is None:
+            return d.default, SOURCE_DEFAULT
+        value, is_default = self._broker(d.broker_setting)
+        return text_of(value), SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER
+
     def _compute(self, topic_id: uuid.UUID, name: str) -> TopicSettings:
         own = self.overrides(topic_id, name)
-        values = {n: own[n] if n in own else str(self._broker(d.broker_setting)[0]) for n, d in DEFS.items()}
+        values = {n: own[n] if n in own else self._default(d)[0] for n, d in DEFS.items()}
+        codec = values["compression.type"]
+        raw_level = values.get(f"compression.{codec}.level")
+        level = (
+            None if raw_level is None or (codec == "gzip" and raw_level == "-1") else int(raw_level)
+        )
+        policy = frozenset(p for p in values["cleanup.policy"].split(",") if p)
+        log_append_time = values["message.timestamp.type"] == "LogAppendTime"
+        before = int(values["message.timestamp.before.max.ms"])
+        after = int(values["message.timestamp.after.max.ms"])
+        rules = AppendRules(
+            keys_required="compact" in policy,
+            log_append_time=log_append_time,
+            before_max_ms=before,
+            after_max_ms=after,
+            codec=CODEC_IDS.get(codec),
+            level=level,
+            max_bytes=int(values["max.message.bytes"]),
+        )
         return TopicSettings(
-            cleanup_policy=frozenset(values["cleanup.policy"].split(",")),
+            cleanup_policy=policy,
             retention_ms=int(values["retention.ms"]),
             retention_bytes=int(values["retention.bytes"]),
             segment_ms=int(values["segment.ms"]),
             segment_bytes=int(values["segment.bytes"]),
             delete_retention_ms=int(values["delete.retention.ms"]),
             max_message_bytes=int(values["max.message.bytes"]),
+            min_insync_replicas=int(values["min.insync.replicas"]),
+            compression_type=codec,
+            compression_level=level,
+            log_append_time=log_append_time,
+            timestamp_before_max_ms=before,
+            timestamp_after_max_ms=after,
+            rules=rules,
         )
 
     def describe(
@@ -303,9 +253,8 @@ class TopicConfigs:
         own = self.overrides(topic_id, name) if own is None else own
         out = []
         for n, d in sorted(DEFS.items()):
-            broker_value, is_default = self._broker(d.broker_setting)
-            broker_source = SOURCE_DEFAULT if is_default else SOURCE_STATIC_BROKER
-            synonyms = [(d.broker_setting, str(broker_value), broker_source)]
+            default, default_source = self._default(d)
+            synonyms = [(d.broker_setting or n, default, default_source)]
             if n in own:
                 synonyms.insert(0, (n, own[n], SOURCE_TOPIC))
             value, source = synonyms[0][1], synonyms[0][2]

@@ -96,6 +96,9 @@ def test_unknown_kcoord_environment_variables_are_warned_about_not_fatal() -> No
 # Settings whose arbitrary sample value above is not valid on its own.
 VALID_SAMPLES = {
     "advertised.listeners": "h:1",
+    "compression.type": "zstd",
+    "log.cleaner.min.cleanable.ratio": "0.5",
+    "log.message.timestamp.type": "LogAppendTime",
     "group.consumer.assignors": "range",
     "group.consumer.migration.policy": "upgrade",
     "group.consumer.heartbeat.interval.ms": "6000",
@@ -136,6 +139,22 @@ def test_a_list_setting_accepts_only_its_choices() -> None:
     )
     with pytest.raises(ConfigError, match="a comma-separated list of compact, delete"):
         Config.load(overrides=["log.cleanup.policy=forever"])
+
+
+def test_a_setting_with_a_maximum_refuses_more() -> None:
+    assert Config.load(overrides=["compression.lz4.level=17"])["compression.lz4.level"] == 17
+    with pytest.raises(ConfigError, match=r"18 is above the maximum 17; allowed values: an integer >= 1 and <= 17"):
+        Config.load(overrides=["compression.lz4.level=18"])
+    assert Config.load(overrides=["log.cleaner.min.cleanable.ratio=0.25"])["log.cleaner.min.cleanable.ratio"] == 0.25
+    with pytest.raises(ConfigError, match="above the maximum 1"):
+        Config.load(overrides=["log.cleaner.min.cleanable.ratio=1.5"])
+
+
+def test_a_one_of_setting_accepts_exactly_one_choice() -> None:
+    assert Config.load(overrides=["compression.type= gzip"])["compression.type"] == "gzip"
+    for raw in ("gzip,lz4", "brotli", ""):
+        with pytest.raises(ConfigError, match="one of uncompressed, zstd, lz4, snappy, gzip, producer"):
+            Config.load(overrides=[f"compression.type={raw}"])
 
 
 def test_describe_lists_value_source_and_allowed_values() -> None:
