@@ -174,7 +174,12 @@ class ShareStateShard:
         else:
             base = UNINITIALIZED if old is None else old.state
             state = apply_write(base, StateWrite(value.start_offset, value.state_batches))
-            state = replace(state, leader_epoch=max(base.leader_epoch, value.leader_epoch))
+            # An update replayed without its snapshot (pruned) carries the epoch alone: the
+            # blank state's 0 is no epoch a snapshot ever held.
+            leader_epoch = value.leader_epoch if old is None else max(
+                base.leader_epoch, value.leader_epoch
+            )
+            state = replace(state, leader_epoch=leader_epoch)
             if old is None:  # its snapshot is not in the log (pruned before a tombstone)
                 self._held[key] = _Held(state, value.snapshot_epoch, 0, 1, False, offset)
             else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kcoord.coordinator.schema_errors import SchemaError
@@ -277,6 +277,10 @@ _calls = st.one_of(
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 3), st.lists(_calls, max_size=40))
+# Found by CI: an update replayed without its snapshot (pruned) must not lend the blank state's
+# leader epoch 0 to the snapshot that follows it.
+@example(1, [("initialize", K2, 0, 0), ("write", K, 0, 0, 0, []), ("write", K2, 0, -1, 0, []),
+             ("initialize", K2, 0, 0)])
 def test_replaying_the_records_gives_the_state_held(every: int, calls: list[tuple]) -> None:  # type: ignore[type-arg]
     live = ShareStateShard(snapshot_every=every)
     log: list[Record] = []
