@@ -28,6 +28,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from .debian import apt_install
+
 USER = "kcoord"
 REQUIRE_ENV = "KCOORDTEST_REQUIRE_POSTGRES"  # "1": no PostgreSQL fails the test, never skips it
 START_TIMEOUT_S = 60.0
@@ -51,17 +53,10 @@ def ensure_installed() -> Path | str:
     """:func:`find_binaries`, after installing Debian's postgresql if they are missing and we
     may (root, apt-get)."""
     found = find_binaries()
-    if isinstance(found, Path) or os.geteuid() != 0 or shutil.which("apt-get") is None:
+    if isinstance(found, Path):
         return found
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    lock = ["-o", "DPkg::Lock::Timeout=600"]  # another apt (podman's, chromium's) may hold it
-    for cmd in (["update", "-qq"], ["install", "-y", "-qq", "--no-install-recommends", "postgresql"]):
-        done = subprocess.run(
-            ["apt-get", *lock, *cmd], capture_output=True, text=True, env=env, timeout=1800
-        )
-        if done.returncode != 0:
-            return f"apt-get {' '.join(cmd)} failed: {done.stderr[-2000:]}"
-    return find_binaries()
+    failed = apt_install("postgresql")
+    return find_binaries() if failed is None else failed
 
 
 @contextlib.contextmanager

@@ -2,10 +2,13 @@
 created with Kafka's configs by confluent-kafka's and kafka-python's admin clients and described
 with their sources; refusals in Kafka's words; and the configs kcoord honours on the Produce
 path: LogAppendTime stamping, the CreateTime window, compression.type re-encoding stored
-batches, min.insync.replicas with one replica (as Kafka, capped at the replicas)."""
+batches, min.insync.replicas with one replica (as Kafka, capped at the replicas); and kcat
+(Debian's, installed by the test where missing) producing to and reading such a topic."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +38,7 @@ from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.batch import iter_headers
 from kcoord.protocol.compression import Compression
 
+from ..debian import program
 from .harness import BrokerProcess, stored_batches
 from .rawclient import RawClient
 
@@ -240,3 +244,41 @@ def test_broker_describes_the_topic_defaults_under_kafkas_names(broker: BrokerPr
     assert types["compression.type"] == 2 and types["min.insync.replicas"] == 3
     assert types["log.cleaner.min.cleanable.ratio"] == 6  # DOUBLE
     assert types["unclean.leader.election.enable"] == 1  # BOOLEAN
+
+
+# kcat (librdkafka's command-line client, Debian's kcat) --------------------------------------------
+@pytest.fixture(scope="module")
+def kcat() -> str:
+    return program("kcat", "kcat")
+
+
+def test_kcat_produces_to_and_consumes_from_a_topic_with_configs(
+    broker: BrokerProcess, kcat: str
+) -> None:
+    topic = "kcat-appended"
+    _create(broker, topic, {"message.timestamp.type": "LogAppendTime", "compression.type": "gzip"})
+    listed = json.loads(_kcat(kcat, broker, "-L", "-J", "-t", topic))
+    assert [(t["topic"], len(t["partitions"])) for t in listed["topics"]] == [(topic, 1)]
+    assert [b["id"] for b in listed["brokers"]] == [0]
+
+    before_ms = int(time.time() * 1000)
+    _kcat(kcat, broker, "-P", "-t", topic, "-K", ":", "-H", "origin=kcat", "-z", "lz4",
+          stdin="k1:v1\nk2:v2\n")  # fmt: skip
+    lines = _kcat(kcat, broker, "-C", "-t", topic, "-o", "beginning", "-e", "-J").splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["offset"], r["key"], r["payload"]) for r in records] == [(0, "k1", "v1"), (1, "k2", "v2")]
+    assert all(r["headers"] == ["origin", "kcat"] for r in records)
+    # Stamped by the broker on append (LogAppendTime), whatever time kcat's producer gave.
+    assert all(r["tstype"] == "logappend" and r["ts"] >= before_ms for r in records)
+    # Stored as the topic's codec, not the producer's lz4.
+    headers = [h for _, h in iter_headers(stored_batches(broker.data_dir, topic, 0))]
+    assert headers and {h.compression for h in headers} == {Compression.GZIP}
+
+
+def _kcat(kcat: str, broker: BrokerProcess, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [kcat, "-b", broker.bootstrap, "-m", "30", *args],
+        input=stdin, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
