@@ -26,6 +26,7 @@ from kcoord.protocol.responses import to_millis
 
 from ..data.topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC
 from ..net.connection import RequestContext
+from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 from .runtime import TxnRuntime
 
@@ -132,6 +133,9 @@ class TxnApi:
 
     # AddPartitionsToTxn ---------------------------------------------------------------------------
     def add_partitions_to_txn(self, ctx: RequestContext, req: Any) -> Any:
+        """AddPartitionsToTxn v0-v3 from a producer (v4+: :meth:`_from_broker`). Tens of
+        thousands of partition entries are checked in slices, the event loop served between
+        them, and their answer is built in the worker (broker/net/offload.py)."""
         if ctx.version >= 4:
             return self._from_broker(ctx, req)
         txn_id = req.v3_and_below_transactional_id
@@ -157,9 +161,24 @@ class TxnApi:
 
         if not ctx.allowed(Operation.WRITE, _TXN, txn_id):
             return all_(_E.transactional_id_authorization_failed)
+        check = self._refused(ctx, wanted)
+        if is_big(len(wanted)):
+            return self._add_many(txn_id, req, wanted, check, answer)
+        refused = run_now(check)
+        if refused:
+            return answer({tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted})
+        return self._add(txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                         wanted, all_)
+
+    def _refused(
+        self, ctx: RequestContext, wanted: list[TopicPartition]
+    ) -> Sliced[dict[TopicPartition, int]]:
+        """The partitions the producer may not add, with the error for each."""
         refused: dict[TopicPartition, int] = {}
         allowed_topics: dict[str, bool] = {}
-        for tp in wanted:
+        for n, tp in enumerate(wanted, 1):
+            if not n % SLICE:
+                yield
             topic = tp[0]
             if topic not in allowed_topics:
                 # Internal topics are never a client's to add (Kafka leaves them out of the
@@ -171,10 +190,27 @@ class TxnApi:
                 refused[tp] = _E.topic_authorization_failed
             elif not self.partition_exists(*tp):
                 refused[tp] = _E.unknown_topic_or_partition
+        return refused
+
+    async def _add_many(
+        self,
+        txn_id: str,
+        req: Any,
+        wanted: list[TopicPartition],
+        check: Sliced[dict[TopicPartition, int]],
+        answer: Callable[[dict[TopicPartition, int]], Any],
+    ) -> Any:
+        """AddPartitionsToTxn of many partition entries: checked in slices, answered from the
+        worker."""
+        refused = await run_sliced(check)
         if refused:
-            return answer({tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted})
-        return self._add(txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
-                         wanted, all_)
+            return await encoded_off_loop(lambda: answer(
+                {tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted}
+            ))
+        added = self._add(txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                          wanted, int)
+        code = int(await added) if inspect.isawaitable(added) else int(added)
+        return await encoded_off_loop(lambda: answer(dict.fromkeys(wanted, code)))
 
     def _add(
         self, txn_id: str, pid: int, epoch: int, partitions: Iterable[TopicPartition],
