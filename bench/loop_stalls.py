@@ -385,6 +385,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             # through the bench.
             "group.consumer.session.timeout.ms": 3_600_000,
             "group.consumer.max.session.timeout.ms": 3_600_000,
+            "max.broker.partitions": 20_000,  # the wide transaction's and the flips' topics
         }
         broker = BrokerProcess(data, settings, metrics_port=free_port()).start()
         try:

@@ -241,13 +241,18 @@ class TxnApi:
         return self._transactions(ctx, req)
 
     async def _transactions(self, ctx: RequestContext, req: Any) -> Any:
+        """Each transaction's partitions checked in slices (with the loop served in between)
+        once they are many, and the answer then built in the worker."""
         results = []
+        entries = 0
         for t in req.transactions:
             wanted: list[TopicPartition] = [(x.name, int(p)) for x in t.topics for p in x.partitions]
+            entries += len(wanted)
             codes: dict[TopicPartition, int]
             if t.verify_only:
-                codes = self._verify(t.transactional_id, int(t.producer_id), int(t.producer_epoch),
-                                     wanted)
+                verified = self._verify(t.transactional_id, int(t.producer_id),
+                                        int(t.producer_epoch), wanted)
+                codes = await run_sliced(verified) if is_big(len(wanted)) else run_now(verified)
             else:
                 codes = await self._add_for_broker(t.transactional_id, int(t.producer_id),
                                                    int(t.producer_epoch), wanted)
@@ -260,11 +265,14 @@ class TxnApi:
                 transactional_id=t.transactional_id,
                 topic_results=[dict(name=n, results_by_partition=rs) for n, rs in by_topic.items()],
             ))
+        if is_big(entries):
+            return await encoded_off_loop(lambda: ctx.respond(
+                throttle_time=0, error_code=0, results_by_transaction=results))
         return ctx.respond(throttle_time=0, error_code=0, results_by_transaction=results)
 
     def _verify(
         self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
-    ) -> dict[TopicPartition, int]:
+    ) -> Sliced[dict[TopicPartition, int]]:
         if not txn_id:
             return dict.fromkeys(wanted, _E.invalid_request)
         code = self.runtime.coordinator_error(txn_id)
@@ -272,7 +280,9 @@ class TxnApi:
             return dict.fromkeys(wanted, code)
         coordinator = self.runtime.coordinator
         out = {}
-        for tp in wanted:
+        for n, tp in enumerate(wanted, 1):
+            if not n % SLICE:
+                yield
             code = coordinator.verify_partition(txn_id, pid, epoch, tp)
             # The coordinator's own answer for a fenced epoch (Produce maps it back).
             out[tp] = _E.producer_fenced if code == _E.invalid_producer_epoch else code
@@ -281,8 +291,8 @@ class TxnApi:
     async def _add_for_broker(
         self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
-        missing = {tp: _E.unknown_topic_or_partition for tp in wanted
-                   if not self.partition_exists(*tp)}
+        exists = self._missing(wanted)
+        missing = await run_sliced(exists) if is_big(len(wanted)) else run_now(exists)
         if missing:
             return {tp: missing.get(tp, _E.operation_not_attempted) for tp in wanted}
         if not txn_id:
@@ -290,6 +300,15 @@ class TxnApi:
         answer: Any = self._add(txn_id, pid, epoch, wanted, int)
         code = int(await answer) if inspect.isawaitable(answer) else int(answer)
         return dict.fromkeys(wanted, code)
+
+    def _missing(self, wanted: list[TopicPartition]) -> Sliced[dict[TopicPartition, int]]:
+        missing: dict[TopicPartition, int] = {}
+        for n, tp in enumerate(wanted, 1):
+            if not n % SLICE:
+                yield
+            if not self.partition_exists(*tp):
+                missing[tp] = _E.unknown_topic_or_partition
+        return missing
 
     # AddOffsetsToTxn ------------------------------------------------------------------------------
     def add_offsets_to_txn(self, ctx: RequestContext, req: Any) -> Any:

@@ -12,7 +12,7 @@ work before it was cut into turns, was held for a session or more:
   in slices of a few milliseconds);
 * eight AddPartitionsToTxn of 99,000 partition entries each, pipelined on one connection (the
   entries are now checked in slices and the answers built in the worker, and a connection's pass
-  ends after any request that took a while).
+  ends after any request that took a while), then one verifying as many in the brokers' form.
 """
 
 from __future__ import annotations
@@ -172,3 +172,10 @@ def test_pipelined_add_partitions_of_99000_entries_fence_nobody(
         for a in answers[1:]:
             assert _codes(a) in ({0}, {int(ErrorCode.concurrent_transactions)}), _codes(a)
         assert _states(c, ["wide-add"]) == {"Ongoing"}
+        # The brokers' form (v4), verifying as many entries: every partition is in.
+        verified = c.request(ApiKey.ADD_PARTITIONS_TO_TXN, 4, transactions=[dict(
+            transactional_id="wide-add", producer_id=pid, producer_epoch=epoch, verify_only=True,
+            topics=fields["v3_and_below_topics"])])
+        results = verified.results_by_transaction[0].topic_results[0].results_by_partition
+        assert len(results) == WIDE_PARTITIONS
+        assert {int(p.partition_error_code) for p in results} == {0}
