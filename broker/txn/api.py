@@ -14,6 +14,7 @@ does.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -55,6 +56,9 @@ class TxnApi:
         self.runtime = runtime
         self.partition_exists = partition_exists
         self.group_partition = group_partition
+        self._checking = asyncio.Lock()
+        """Held while the entries of a big AddPartitionsToTxn are checked in slices: requests
+        of many entries pipelined together take turns, one slice per turn of the event loop."""
 
     # FindCoordinator (key type TRANSACTION) -------------------------------------------------------
     def partition_of(self, transactional_id: str) -> int:
@@ -202,7 +206,7 @@ class TxnApi:
     ) -> Any:
         """AddPartitionsToTxn of many partition entries: checked in slices, answered from the
         worker."""
-        refused = await run_sliced(check)
+        refused = await self._sliced(check)
         if refused:
             return await encoded_off_loop(lambda: answer(
                 {tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted}
@@ -252,7 +256,7 @@ class TxnApi:
             if t.verify_only:
                 verified = self._verify(t.transactional_id, int(t.producer_id),
                                         int(t.producer_epoch), wanted)
-                codes = await run_sliced(verified) if is_big(len(wanted)) else run_now(verified)
+                codes = await self._sliced(verified) if is_big(len(wanted)) else run_now(verified)
             else:
                 codes = await self._add_for_broker(t.transactional_id, int(t.producer_id),
                                                    int(t.producer_epoch), wanted)
@@ -292,7 +296,7 @@ class TxnApi:
         self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
         exists = self._missing(wanted)
-        missing = await run_sliced(exists) if is_big(len(wanted)) else run_now(exists)
+        missing = await self._sliced(exists) if is_big(len(wanted)) else run_now(exists)
         if missing:
             return {tp: missing.get(tp, _E.operation_not_attempted) for tp in wanted}
         if not txn_id:
@@ -300,6 +304,10 @@ class TxnApi:
         answer: Any = self._add(txn_id, pid, epoch, wanted, int)
         code = int(await answer) if inspect.isawaitable(answer) else int(answer)
         return dict.fromkeys(wanted, code)
+
+    async def _sliced(self, work: Sliced[dict[TopicPartition, int]]) -> dict[TopicPartition, int]:
+        async with self._checking:
+            return await run_sliced(work)
 
     def _missing(self, wanted: list[TopicPartition]) -> Sliced[dict[TopicPartition, int]]:
         missing: dict[TopicPartition, int] = {}

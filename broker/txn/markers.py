@@ -56,7 +56,8 @@ Where = tuple[str, int]
 MARKER_SLICE_S = 0.005
 """How long markers are appended before a pause for the event loop (an append is a write to
 the partition's segment: thousands in a row would hold every other client). By time, not by
-count: the transactions ending together each take their slice in one turn of the loop."""
+count, and one transaction at a time: the transactions ending together wait their turn rather
+than each taking a slice in the same turn of the loop."""
 
 
 class MarkerWriter:
@@ -73,6 +74,7 @@ class MarkerWriter:
         self.offsets_marker = offsets_marker
         self._clock = clock
         self.remote = remote
+        self._appending = asyncio.Lock()
 
     async def write_markers(
         self,
@@ -90,22 +92,23 @@ class MarkerWriter:
         written: dict[Where, Log] = {}
         delegated: list[Where] = []
         elsewhere: list[Where] = []
-        now_ms = int(self._clock() * 1000)
-        slice_started = time.perf_counter()
-        for n, where in enumerate(dict.fromkeys(partitions), 1):
-            if not n % 16 and time.perf_counter() - slice_started >= MARKER_SLICE_S:
-                await pause()  # a transaction over thousands of partitions: let others in
-                slice_started = time.perf_counter()
-            if forward and self.remote is not None and self._led_elsewhere(where):
-                elsewhere.append(where)
-                continue
-            if where[0] == OFFSETS_TOPIC:
-                delegated.append(where)
-                continue
-            code = self._append(where, producer_id, producer_epoch, commit, coordinator_epoch,
-                                now_ms, written)
-            if code is not None:
-                results[where] = code
+        async with self._appending:  # one transaction's slices at a time (MARKER_SLICE_S)
+            now_ms = int(self._clock() * 1000)
+            slice_started = time.perf_counter()
+            for n, where in enumerate(dict.fromkeys(partitions), 1):
+                if not n % 16 and time.perf_counter() - slice_started >= MARKER_SLICE_S:
+                    await pause()  # a transaction over thousands of partitions: let others in
+                    slice_started = time.perf_counter()
+                if forward and self.remote is not None and self._led_elsewhere(where):
+                    elsewhere.append(where)
+                    continue
+                if where[0] == OFFSETS_TOPIC:
+                    delegated.append(where)
+                    continue
+                code = self._append(where, producer_id, producer_epoch, commit,
+                                    coordinator_epoch, now_ms, written)
+                if code is not None:
+                    results[where] = code
         waits: list[tuple[list[Where], Awaitable[Any]]] = []
         if delegated:
             waits.extend(
