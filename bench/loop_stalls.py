@@ -14,12 +14,13 @@ offsets for any name). Then, each at a few sizes: OffsetCommit (partition entrie
 ``t``'s 16 partitions, a standalone group), OffsetFetch of every offset of ``wide`` (v7: the direct
 path, v8: the generic one), OffsetFetch v8 / DescribeGroups / DeleteGroups of many groups,
 ListGroups of all groups, OffsetDelete of many partitions, JoinGroup with big metadata, Metadata
-of many absent topics, Fetch and ListOffsets of many partition entries, and one ``/metrics``
-scrape. Then one client's bursts and wide requests: 1,000 JoinGroups pipelined on one
-connection (to new groups, then to one group), 1,000 KIP-848 members joining one group by
-pipelined ConsumerGroupHeartbeats (each join recomputes the target assignment over every member
-and partition), a subscription flipping back and forth in that group, EndTxn of a transaction over 8,000 partitions (a marker each) and AddPartitionsToTxn
-of 99,000 partition entries.
+of many absent topics, Fetch and ListOffsets of many partition entries; then one client's bursts
+and wide requests (issue 34, finding 11): 1,000 JoinGroups pipelined on one connection (to new
+groups, then to one group), 1,000 KIP-848 members joining one group by pipelined
+ConsumerGroupHeartbeats (each join recomputes the target assignment over every member and
+partition), a subscription flipping back and forth in that group, AddPartitionsToTxn of 99,000
+partition entries and the EndTxn of that transaction over 8,000 partitions (a marker each);
+and last one ``/metrics`` scrape.
 
     .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
 
@@ -281,16 +282,6 @@ def _codes(resp: Any) -> dict[int, int]:
 Record = Callable[[str, int, Callable[[], tuple[dict[str, Any], Any]]], None]
 
 
-def create_wide(bootstrap: str, topic: str, partitions: int) -> None:
-    """A topic of many partitions (creating thousands takes a while on a loaded machine)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=300,
-                                  request_timeout=300)
-    futures[topic].result(timeout=600)
-
-
 def pipelined_joins(bench: Bench, record: Record, n: int) -> None:
     """``n`` JoinGroup v3 requests pipelined on one connection: to ``n`` new groups, then ``n``
     new members of one group (each join of the burst rebalances the group again)."""
@@ -310,8 +301,8 @@ def subscription_flips(bench: Bench, record: Record, broker: BrokerProcess, memb
     """A KIP-848 group of ``members`` members subscribed to a topic of ``partitions``
     partitions; one member then subscribes to a second topic as big, and back, so the target
     assignment is computed over every member and partition at each flip."""
-    create_wide(broker.bootstrap, "flip-a", partitions)
-    create_wide(broker.bootstrap, "flip-b", partitions)
+    create_topic(broker.bootstrap, "flip-a", partitions, timeout=300)
+    create_topic(broker.bootstrap, "flip-b", partitions, timeout=300)
 
     def beat(i: int, epoch: int, topics: list[str] | None) -> dict[str, Any]:
         return dict(group_id="flips", member_id=f"member-{i:05d}-{'x' * 10}", member_epoch=epoch,
@@ -339,7 +330,7 @@ def wide_transactions(bench: Bench, record: Record, broker: BrokerProcess, parti
     wide: list[tuple[str, int]] = []  # (topic, partitions) over which the transaction runs
     for k in range(0, partitions, per_topic):
         wide.append((f"txn-wide-{k // per_topic}", min(per_topic, partitions - k)))
-        create_wide(broker.bootstrap, *wide[-1])
+        create_topic(broker.bootstrap, *wide[-1], timeout=300)
     _, init = bench.measure(22, 4, transactional_id="wide-txn", transaction_timeout=60000,
                             producer_id=-1, producer_epoch=-1)
     pid, epoch = int(init.producer_id), int(init.producer_epoch)

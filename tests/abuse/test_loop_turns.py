@@ -24,6 +24,7 @@ import pytest
 
 from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.errors import ErrorCode
+from tests.integration.clients import create_topic
 from tests.integration.harness import BrokerProcess, wait_for
 from tests.integration.rawclient import RawClient
 
@@ -100,12 +101,7 @@ def watch(abuse_broker: BrokerProcess, healthy: HealthyGroup,
 
 @pytest.fixture(scope="module")
 def wide_topic(abuse_broker: BrokerProcess) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": abuse_broker.bootstrap})
-    futures = admin.create_topics([NewTopic(WIDE, WIDE_PARTITIONS, 1)], operation_timeout=60,
-                                  request_timeout=60)
-    futures[WIDE].result(timeout=90)
+    create_topic(abuse_broker.bootstrap, WIDE, WIDE_PARTITIONS, timeout=60)
     return WIDE
 
 
