@@ -14,8 +14,13 @@ offsets for any name). Then, each at a few sizes: OffsetCommit (partition entrie
 ``t``'s 16 partitions, a standalone group), OffsetFetch of every offset of ``wide`` (v7: the direct
 path, v8: the generic one), OffsetFetch v8 / DescribeGroups / DeleteGroups of many groups,
 ListGroups of all groups, OffsetDelete of many partitions, JoinGroup with big metadata, Metadata
-of many absent topics, Fetch and ListOffsets of many partition entries, and one ``/metrics``
-scrape.
+of many absent topics, Fetch and ListOffsets of many partition entries; then one client's bursts
+and wide requests (issue 34, finding 11): 1,000 JoinGroups pipelined on one connection (to new
+groups, then to one group), 1,000 KIP-848 members joining one group by pipelined
+ConsumerGroupHeartbeats (each join recomputes the target assignment over every member and
+partition), a subscription flipping back and forth in that group, AddPartitionsToTxn of 99,000
+partition entries and the EndTxn of that transaction over 8,000 partitions (a marker each);
+and last one ``/metrics`` scrape.
 
     .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
 
@@ -201,6 +206,35 @@ class Bench:
             "stall_ms": round(stall * 1000, 1),
         }, response
 
+    def burst(self, frames: list[bytes], api_key: int, version: int) -> tuple[dict[str, Any], list[Any]]:
+        """Like :meth:`measure` for many requests pipelined on the one connection: all sent
+        at once, every answer read; ``latency_ms`` is until the last answer."""
+        data = b"".join(frames)
+        time.sleep(0.2)
+        self.pinger.reset()
+        started = time.perf_counter()
+        self.sock.sendall(data)
+        payloads = []
+        for _ in frames:
+            size = _SIZE.unpack(_exact(self.sock, 4))[0]
+            payloads.append(_exact(self.sock, size))
+        latency = time.perf_counter() - started
+        time.sleep(0.05)
+        stall = self.pinger.read()
+        return {
+            "request_bytes": len(data),
+            "response_bytes": sum(len(x) for x in payloads),
+            "latency_ms": round(latency * 1000, 1),
+            "stall_ms": round(stall * 1000, 1),
+        }, [decode(api_key, version, x) for x in payloads]
+
+    def frames(self, api_key: int, version: int, each: list[dict[str, Any]]) -> list[bytes]:
+        out = []
+        for fields in each:
+            self.correlation += 1
+            out.append(frame(api_key, version, self.correlation, **fields))
+        return out
+
     def scrape(self) -> dict[str, Any]:
         time.sleep(0.2)
         self.pinger.reset()
@@ -220,6 +254,11 @@ class Bench:
 def _codes(resp: Any) -> dict[int, int]:
     """Error code -> how many times it occurs, over the whole response."""
     out: dict[int, int] = {}
+    if isinstance(resp, list):  # the answers of a burst
+        for one in resp:
+            for code, n in _codes(one).items():
+                out[code] = out.get(code, 0) + n
+        return out
 
     def add(code: Any) -> None:
         out[int(code)] = out.get(int(code), 0) + 1
@@ -234,7 +273,81 @@ def _codes(resp: Any) -> dict[int, int]:
             add(g.error_code)
     for r in getattr(resp, "results", ()) or ():
         add(r.error_code)
+    for t in getattr(resp, "results_by_topic_v3_and_below", ()) or ():
+        for p in t.results_by_partition:
+            add(p.partition_error_code)
     return out
+
+
+Record = Callable[[str, int, Callable[[], tuple[dict[str, Any], Any]]], None]
+
+
+def pipelined_joins(bench: Bench, record: Record, n: int) -> None:
+    """``n`` JoinGroup v3 requests pipelined on one connection: to ``n`` new groups, then ``n``
+    new members of one group (each join of the burst rebalances the group again)."""
+    def join(group: str) -> dict[str, Any]:
+        return dict(group_id=group, session_timeout=10000, rebalance_timeout=10000, member_id="",
+                    group_instance_id=None, protocol_type="consumer",
+                    protocols=[dict(name="range", metadata=EMPTY_PROTOCOL)])
+
+    burst = bench.frames(11, 3, [join(f"burst-{i}") for i in range(n)])
+    record("JoinGroup v3 pipelined (distinct new groups)", n, lambda: bench.burst(burst, 11, 3))
+    burst = bench.frames(11, 3, [join("burst-one") for _ in range(n)])
+    record("JoinGroup v3 pipelined (one group)", n, lambda: bench.burst(burst, 11, 3))
+
+
+def subscription_flips(bench: Bench, record: Record, broker: BrokerProcess, members: int,
+                       partitions: int) -> None:
+    """A KIP-848 group of ``members`` members subscribed to a topic of ``partitions``
+    partitions; one member then subscribes to a second topic as big, and back, so the target
+    assignment is computed over every member and partition at each flip."""
+    create_topic(broker.bootstrap, "flip-a", partitions, timeout=300)
+    create_topic(broker.bootstrap, "flip-b", partitions, timeout=300)
+
+    def beat(i: int, epoch: int, topics: list[str] | None) -> dict[str, Any]:
+        return dict(group_id="flips", member_id=f"member-{i:05d}-{'x' * 10}", member_epoch=epoch,
+                    instance_id=None, rack_id=None, rebalance_timeout=60000,
+                    subscribed_topic_names=topics, subscribed_topic_regex=None,
+                    server_assignor=None, topic_partitions=[] if epoch == 0 else None)
+
+    joins = bench.frames(68, 1, [beat(i, 0, ["flip-a"]) for i in range(members)])
+    figures, answers = bench.burst(joins, 68, 1)
+    record("ConsumerGroupHeartbeat v1 joins pipelined (one group)", members,
+           lambda: ({"partitions": partitions, **figures}, answers))
+    epoch = int(answers[0].member_epoch)
+    for topics in (["flip-a", "flip-b"], ["flip-a"], ["flip-a", "flip-b"], ["flip-a"]):
+        figures, resp = bench.measure(68, 1, **beat(0, epoch, topics))
+        record("ConsumerGroupHeartbeat v1 subscription flip (members)", members,
+               lambda f={"partitions": 2 * partitions, **figures}, r=resp: (f, r))
+        epoch = int(resp.member_epoch) if resp.member_epoch > 0 else epoch
+
+
+def wide_transactions(bench: Bench, record: Record, broker: BrokerProcess, partitions: int,
+                      entries: int) -> None:
+    """AddPartitionsToTxn of ``entries`` partition entries cycling over ``partitions``
+    partitions, then EndTxn of that transaction (a marker written to each partition)."""
+    per_topic = 4_000  # max.partitions.per.request
+    wide: list[tuple[str, int]] = []  # (topic, partitions) over which the transaction runs
+    for k in range(0, partitions, per_topic):
+        wide.append((f"txn-wide-{k // per_topic}", min(per_topic, partitions - k)))
+        create_topic(broker.bootstrap, *wide[-1], timeout=300)
+    _, init = bench.measure(22, 4, transactional_id="wide-txn", transaction_timeout=60000,
+                            producer_id=-1, producer_epoch=-1)
+    pid, epoch = int(init.producer_id), int(init.producer_epoch)
+
+    def add(n: int) -> tuple[dict[str, Any], Any]:
+        topics = [dict(name=name, partitions=[i % size for i in range(n * size // partitions)])
+                  for name, size in wide]
+        return bench.measure(24, 3, v3_and_below_transactional_id="wide-txn",
+                             v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+                             v3_and_below_topics=topics)
+
+    def end() -> tuple[dict[str, Any], Any]:
+        return bench.measure(26, 3, transactional_id="wide-txn", producer_id=pid,
+                             producer_epoch=epoch, committed=True)
+
+    record("AddPartitionsToTxn v3 (partition entries)", entries, lambda: add(entries))
+    record("EndTxn v3 commit (partitions in the transaction)", partitions, end)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -256,7 +369,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         write_offsets(data, args.groups, args.wide)
         out["setup_write_s"] = round(time.perf_counter() - started, 1)
-        settings = {"group.initial.rebalance.delay.ms": 0, "log.cleaner.enable": "false"}
+        settings = {
+            "group.initial.rebalance.delay.ms": 0,
+            "log.cleaner.enable": "false",
+            # The flipping group's members join and never heartbeat again: they must last
+            # through the bench.
+            "group.consumer.session.timeout.ms": 3_600_000,
+            "group.consumer.max.session.timeout.ms": 3_600_000,
+            "max.broker.partitions": 20_000,  # the wide transaction's and the flips' topics
+        }
         broker = BrokerProcess(data, settings, metrics_port=free_port()).start()
         try:
             wait_for(lambda: "loaded __consumer_offsets:" in broker.log(), 600, what="load")
@@ -330,6 +451,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 record("ListOffsets v7 (partitions)", n, lambda lparts=lparts: bench.measure(
                     2, 7, replica_id=-1, isolation_level=0,
                     topics=[dict(name="t", partitions=lparts)]))
+            # One client's burst or one request over many partitions (issue 34, finding 11).
+            pipelined_joins(bench, record, args.joins)
+            subscription_flips(bench, record, broker, args.members, args.flip_partitions)
+            wide_transactions(bench, record, broker, args.txn_partitions, 99_000)
             figures = bench.scrape()
             results.setdefault("/metrics (groups held)", []).append({"size": args.groups - off, **figures})
             print("/metrics", json.dumps(figures), file=sys.stderr, flush=True)
@@ -347,6 +472,12 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=400_000)
     parser.add_argument("--wide", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute or so)")
+    parser.add_argument("--joins", type=int, default=1_000, help="JoinGroups of a burst")
+    parser.add_argument("--members", type=int, default=1_000, help="members of the flipping group")
+    parser.add_argument("--flip-partitions", type=int, default=1_000,
+                        help="partitions of each topic the flipping group subscribes to")
+    parser.add_argument("--txn-partitions", type=int, default=8_000,
+                        help="partitions of the wide transaction")
     args = parser.parse_args()
     print(json.dumps(run(args), indent=2))
 

@@ -168,10 +168,11 @@ class GroupShard(ShardViews):
         timers = self.timers.entries
         return timers[0][0] if timers else None
 
-    def advance(self, now_ms: int) -> Output:
-        """Fire every timer due at or before ``now_ms``, in deadline order."""
+    def advance(self, now_ms: int, limit: int | None = None) -> Output:
+        """Fire every timer due at or before ``now_ms``, in deadline order (at most ``limit``
+        of them: the others stay due, :meth:`next_wakeup` says so)."""
         self._op.begin()
-        self.timers.fire_due(now_ms)
+        self.timers.fire_due(now_ms, limit)
         return self._op.end()
 
     # ---- classic group requests (D-H) ---------------------------------------------------------

@@ -110,11 +110,14 @@ class Timers:
         Heartbeats leave it unchanged."""
         return self.entries[0][0] if self.entries else None
 
-    def fire_due(self, now_ms: int) -> None:
-        """Fire every live timer due at or before ``now_ms``, in deadline order."""
+    def fire_due(self, now_ms: int, limit: int | None = None) -> None:
+        """Fire every live timer due at or before ``now_ms``, in deadline order; at most
+        ``limit`` of them when given (the rest stay queued, due, for the next call: firing them
+        a turn later is what a busier machine would have done)."""
         entries = self.entries
         kinds = self._kinds
-        while entries and entries[0][0] <= now_ms:
+        left = -1 if limit is None else limit
+        while left and entries and entries[0][0] <= now_ms:
             entry = heapq.heappop(entries)
             kind = kinds[entry[2]]
             if not kind.live(entry):
@@ -124,6 +127,7 @@ class Timers:
                 self.push(moved, entry[2], entry[3], entry[4], entry[1])
             else:
                 kind.fire(entry, now_ms)
+                left -= 1
 
     def clear(self) -> None:
         self.entries.clear()

@@ -59,6 +59,8 @@ rebalance_log = logging.getLogger("kcoord.rebalance")
 """One structured line (logfmt) per completed rebalance."""
 
 _NO_REPLY = object()
+TIMERS_PER_TURN = 16
+"""Timers a shard fires in one turn of the event loop."""
 RELOAD_RETRY_S = 1.0
 
 
@@ -591,6 +593,8 @@ class GroupRuntime:
     def _fire(self, sr: ShardRuntime) -> None:
         sr.timer = None
         sr.timer_at = None
-        out = sr.shard.advance(now_ms())
+        # A bounded number per turn of the event loop: a thousand members whose sessions end
+        # together each rebalance their group; the rest fire a turn later (_reschedule).
+        out = sr.shard.advance(now_ms(), TIMERS_PER_TURN)
         self._process(sr, out)
 

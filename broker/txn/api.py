@@ -14,6 +14,7 @@ does.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -26,6 +27,7 @@ from kcoord.protocol.responses import to_millis
 
 from ..data.topic_names import INTERNAL_TOPICS, OFFSETS_TOPIC
 from ..net.connection import RequestContext
+from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 from .runtime import TxnRuntime
 
@@ -54,6 +56,9 @@ class TxnApi:
         self.runtime = runtime
         self.partition_exists = partition_exists
         self.group_partition = group_partition
+        self._checking = asyncio.Lock()
+        """Held while the entries of a big AddPartitionsToTxn are checked in slices: requests
+        of many entries pipelined together take turns, one slice per turn of the event loop."""
 
     # FindCoordinator (key type TRANSACTION) -------------------------------------------------------
     def partition_of(self, transactional_id: str) -> int:
@@ -132,6 +137,9 @@ class TxnApi:
 
     # AddPartitionsToTxn ---------------------------------------------------------------------------
     def add_partitions_to_txn(self, ctx: RequestContext, req: Any) -> Any:
+        """AddPartitionsToTxn v0-v3 from a producer (v4+: :meth:`_from_broker`). Tens of
+        thousands of partition entries are checked in slices, the event loop served between
+        them, and their answer is built in the worker (broker/net/offload.py)."""
         if ctx.version >= 4:
             return self._from_broker(ctx, req)
         txn_id = req.v3_and_below_transactional_id
@@ -157,9 +165,24 @@ class TxnApi:
 
         if not ctx.allowed(Operation.WRITE, _TXN, txn_id):
             return all_(_E.transactional_id_authorization_failed)
+        check = self._refused(ctx, wanted)
+        if is_big(len(wanted)):
+            return self._add_many(txn_id, req, wanted, check, answer)
+        refused = run_now(check)
+        if refused:
+            return answer({tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted})
+        return self._add(txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                         wanted, all_)
+
+    def _refused(
+        self, ctx: RequestContext, wanted: list[TopicPartition]
+    ) -> Sliced[dict[TopicPartition, int]]:
+        """The partitions the producer may not add, with the error for each."""
         refused: dict[TopicPartition, int] = {}
         allowed_topics: dict[str, bool] = {}
-        for tp in wanted:
+        for n, tp in enumerate(wanted, 1):
+            if not n % SLICE:
+                yield
             topic = tp[0]
             if topic not in allowed_topics:
                 # Internal topics are never a client's to add (Kafka leaves them out of the
@@ -171,10 +194,27 @@ class TxnApi:
                 refused[tp] = _E.topic_authorization_failed
             elif not self.partition_exists(*tp):
                 refused[tp] = _E.unknown_topic_or_partition
+        return refused
+
+    async def _add_many(
+        self,
+        txn_id: str,
+        req: Any,
+        wanted: list[TopicPartition],
+        check: Sliced[dict[TopicPartition, int]],
+        answer: Callable[[dict[TopicPartition, int]], Any],
+    ) -> Any:
+        """AddPartitionsToTxn of many partition entries: checked in slices, answered from the
+        worker."""
+        refused = await self._sliced(check)
         if refused:
-            return answer({tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted})
-        return self._add(txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
-                         wanted, all_)
+            return await encoded_off_loop(lambda: answer(
+                {tp: refused.get(tp, _E.operation_not_attempted) for tp in wanted}
+            ))
+        added = self._add(txn_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                          wanted, int)
+        code = int(await added) if inspect.isawaitable(added) else int(added)
+        return await encoded_off_loop(lambda: answer(dict.fromkeys(wanted, code)))
 
     def _add(
         self, txn_id: str, pid: int, epoch: int, partitions: Iterable[TopicPartition],
@@ -205,13 +245,18 @@ class TxnApi:
         return self._transactions(ctx, req)
 
     async def _transactions(self, ctx: RequestContext, req: Any) -> Any:
+        """Each transaction's partitions checked in slices (with the loop served in between)
+        once they are many, and the answer then built in the worker."""
         results = []
+        entries = 0
         for t in req.transactions:
             wanted: list[TopicPartition] = [(x.name, int(p)) for x in t.topics for p in x.partitions]
+            entries += len(wanted)
             codes: dict[TopicPartition, int]
             if t.verify_only:
-                codes = self._verify(t.transactional_id, int(t.producer_id), int(t.producer_epoch),
-                                     wanted)
+                verified = self._verify(t.transactional_id, int(t.producer_id),
+                                        int(t.producer_epoch), wanted)
+                codes = await self._sliced(verified) if is_big(len(wanted)) else run_now(verified)
             else:
                 codes = await self._add_for_broker(t.transactional_id, int(t.producer_id),
                                                    int(t.producer_epoch), wanted)
@@ -224,11 +269,14 @@ class TxnApi:
                 transactional_id=t.transactional_id,
                 topic_results=[dict(name=n, results_by_partition=rs) for n, rs in by_topic.items()],
             ))
+        if is_big(entries):
+            return await encoded_off_loop(lambda: ctx.respond(
+                throttle_time=0, error_code=0, results_by_transaction=results))
         return ctx.respond(throttle_time=0, error_code=0, results_by_transaction=results)
 
     def _verify(
         self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
-    ) -> dict[TopicPartition, int]:
+    ) -> Sliced[dict[TopicPartition, int]]:
         if not txn_id:
             return dict.fromkeys(wanted, _E.invalid_request)
         code = self.runtime.coordinator_error(txn_id)
@@ -236,7 +284,9 @@ class TxnApi:
             return dict.fromkeys(wanted, code)
         coordinator = self.runtime.coordinator
         out = {}
-        for tp in wanted:
+        for n, tp in enumerate(wanted, 1):
+            if not n % SLICE:
+                yield
             code = coordinator.verify_partition(txn_id, pid, epoch, tp)
             # The coordinator's own answer for a fenced epoch (Produce maps it back).
             out[tp] = _E.producer_fenced if code == _E.invalid_producer_epoch else code
@@ -245,8 +295,8 @@ class TxnApi:
     async def _add_for_broker(
         self, txn_id: str, pid: int, epoch: int, wanted: list[TopicPartition]
     ) -> dict[TopicPartition, int]:
-        missing = {tp: _E.unknown_topic_or_partition for tp in wanted
-                   if not self.partition_exists(*tp)}
+        exists = self._missing(wanted)
+        missing = await self._sliced(exists) if is_big(len(wanted)) else run_now(exists)
         if missing:
             return {tp: missing.get(tp, _E.operation_not_attempted) for tp in wanted}
         if not txn_id:
@@ -254,6 +304,19 @@ class TxnApi:
         answer: Any = self._add(txn_id, pid, epoch, wanted, int)
         code = int(await answer) if inspect.isawaitable(answer) else int(answer)
         return dict.fromkeys(wanted, code)
+
+    async def _sliced(self, work: Sliced[dict[TopicPartition, int]]) -> dict[TopicPartition, int]:
+        async with self._checking:
+            return await run_sliced(work)
+
+    def _missing(self, wanted: list[TopicPartition]) -> Sliced[dict[TopicPartition, int]]:
+        missing: dict[TopicPartition, int] = {}
+        for n, tp in enumerate(wanted, 1):
+            if not n % SLICE:
+                yield
+            if not self.partition_exists(*tp):
+                missing[tp] = _E.unknown_topic_or_partition
+        return missing
 
     # AddOffsetsToTxn ------------------------------------------------------------------------------
     def add_offsets_to_txn(self, ctx: RequestContext, req: Any) -> Any:

@@ -10,7 +10,9 @@ partition's epoch, which fences the older producer's later batches. The markers 
 ``__consumer_offsets`` partitions are not written here: they go to the injected
 ``offsets_marker`` (the group runtime's, which also makes the pending transactional offsets
 visible or drops them). The call returns once every marker written is durable (the same group
-fsync as Produce), with an error code per partition (0: written). In a cluster, the markers of
+fsync as Produce), with an error code per partition (0: written); the markers of a wide
+transaction are appended in slices of :data:`MARKER_SLICE_S`, the event loop served in
+between. In a cluster, the markers of
 partitions (``__consumer_offsets`` ones included) whose log here is a placeholder because another
 node leads them go to that node as WriteTxnMarkers (``broker.txn.remote``), unless the call is
 itself a WriteTxnMarkers from a peer: a node writes only what it leads, never forwards.
@@ -36,6 +38,7 @@ from kcoord.storage.offline import moved_away
 from ..data.topic_names import OFFSETS_TOPIC
 from ..data.topics import storage_error_code
 from ..net.connection import RequestContext
+from ..net.offload import pause
 from ..security.acl.model import CLUSTER_NAME, Operation, ResourceType
 
 if TYPE_CHECKING:
@@ -49,6 +52,12 @@ OffsetsMarker = Callable[[int, int, int, bool, int], Awaitable[int]]
 """(partition, producer id, producer epoch, commit, coordinator epoch) -> error code."""
 
 Where = tuple[str, int]
+
+MARKER_SLICE_S = 0.005
+"""How long markers are appended before a pause for the event loop (an append is a write to
+the partition's segment: thousands in a row would hold every other client). By time, not by
+count, and one transaction at a time: the transactions ending together wait their turn rather
+than each taking a slice in the same turn of the loop."""
 
 
 class MarkerWriter:
@@ -65,6 +74,7 @@ class MarkerWriter:
         self.offsets_marker = offsets_marker
         self._clock = clock
         self.remote = remote
+        self._appending = asyncio.Lock()
 
     async def write_markers(
         self,
@@ -82,18 +92,23 @@ class MarkerWriter:
         written: dict[Where, Log] = {}
         delegated: list[Where] = []
         elsewhere: list[Where] = []
-        now_ms = int(self._clock() * 1000)
-        for where in dict.fromkeys(partitions):
-            if forward and self.remote is not None and self._led_elsewhere(where):
-                elsewhere.append(where)
-                continue
-            if where[0] == OFFSETS_TOPIC:
-                delegated.append(where)
-                continue
-            code = self._append(where, producer_id, producer_epoch, commit, coordinator_epoch,
-                                now_ms, written)
-            if code is not None:
-                results[where] = code
+        async with self._appending:  # one transaction's slices at a time (MARKER_SLICE_S)
+            now_ms = int(self._clock() * 1000)
+            slice_started = time.perf_counter()
+            for n, where in enumerate(dict.fromkeys(partitions), 1):
+                if not n % 16 and time.perf_counter() - slice_started >= MARKER_SLICE_S:
+                    await pause()  # a transaction over thousands of partitions: let others in
+                    slice_started = time.perf_counter()
+                if forward and self.remote is not None and self._led_elsewhere(where):
+                    elsewhere.append(where)
+                    continue
+                if where[0] == OFFSETS_TOPIC:
+                    delegated.append(where)
+                    continue
+                code = self._append(where, producer_id, producer_epoch, commit,
+                                    coordinator_epoch, now_ms, written)
+                if code is not None:
+                    results[where] = code
         waits: list[tuple[list[Where], Awaitable[Any]]] = []
         if delegated:
             waits.extend(

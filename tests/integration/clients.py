@@ -25,12 +25,17 @@ longer than ``fetch.max.wait.ms`` (500) leaves a rejoin started after a fetch ti
 within the same call."""
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 10) -> None:
+    """Create ``topic``; ``timeout``: the broker's time for it (thousands of partitions take a
+    while on a loaded machine)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
-    futures[topic].result(timeout=30)
+    futures = admin.create_topics(
+        [NewTopic(topic, partitions, 1)], operation_timeout=timeout,
+        request_timeout=max(timeout, 60),
+    )
+    futures[topic].result(timeout=timeout + 20)
 
 
 # confluent-kafka ---------------------------------------------------------------------------------
