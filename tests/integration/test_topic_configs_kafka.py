@@ -37,8 +37,8 @@ from kcoord.broker.data.topic_config_defs import DEFS
 from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.batch import iter_headers
 from kcoord.protocol.compression import Compression
+from tests.debian import program
 
-from ..debian import program
 from .harness import BrokerProcess, stored_batches
 from .rawclient import RawClient
 
