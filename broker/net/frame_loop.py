@@ -11,9 +11,10 @@ What one client can hold is bounded (the hardening limits, docs/limits.md):
 
 * frames are handled a few at a time (:data:`_FRAMES_PER_PASS`, :data:`_PASS_SECONDS`, the clock
   read after every frame: one request that takes a while, a JoinGroup that recomputes a big
-  group's assignment, ends the pass); when a pass ends with frames left the connection stops
-  reading and continues in a later turn of the event loop, so a client pipelining thousands of
-  requests takes turns with everyone else;
+  group's assignment, ends the pass); when a pass ends with frames left, or has used its time,
+  the connection stops reading and continues in a later turn of the event loop (else the
+  transport would hand it the next frames within the same turn), so a client pipelining
+  thousands of requests takes turns with everyone else;
 * at most ``queued.max.requests`` requests received and not yet answered; past it, and while
   answers ready to go out exceed :data:`_MAX_HELD_BYTES` or the socket's send buffer is full
   (``pause_writing``), the connection reads and handles nothing more until answers drain;
@@ -153,6 +154,15 @@ class FrameLoop(asyncio.Protocol):
                 break
         if handled:
             self.partial_since = None  # a frame arrived whole; the next one starts its clock
+            if (not budget or clock() >= deadline) and not self.closed:
+                # The pass used its turn. Reading stops until a later turn: the transport
+                # would otherwise hand over the next frames (a client that pipelined many
+                # slow requests) within this same turn, before anyone else is served.
+                self._set_reading(False)
+                if not self._pass_scheduled:
+                    self._pass_scheduled = True
+                    self._loop.call_soon(self._pass)
+                return
         if self._reading and self.decoder.idle and not self.closed:
             return  # the usual end of a pass: all handled, nothing half-arrived, reading on
         self._flow()

@@ -102,6 +102,13 @@ def watch(abuse_broker: BrokerProcess, healthy: HealthyGroup,
 @pytest.fixture(scope="module")
 def wide_topic(abuse_broker: BrokerProcess) -> str:
     create_topic(abuse_broker.bootstrap, WIDE, WIDE_PARTITIONS, timeout=60)
+    # __transaction_state is made at the first InitProducerId: made here, before any watcher,
+    # it is not part of what the probes measure.
+    with RawClient(abuse_broker.port, timeout=60) as c:
+        wait_for(lambda: c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id="warm-up",
+                                   transaction_timeout=60_000, producer_id=-1,
+                                   producer_epoch=-1).error_code == 0,
+                 60, what="the transaction coordinator")
     return WIDE
 
 
