@@ -19,6 +19,13 @@ scrape.
 
     .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
 
+``--restart`` measures instead the restart of issue 34's finding 10: a data directory holding
+one KIP-848 group of ``--members`` (1,000) members over a topic of ``--partitions`` (10,000)
+partitions and its history (tests/integration/big_group.py), a broker started on it, killed
+with SIGKILL and started again; for each start the seconds until ApiVersions is answered, until
+a member's ConsumerGroupHeartbeat is first answered (COORDINATOR_LOAD_IN_PROGRESS while its
+partition loads) and until it is served, and the load of the group's partition as logged.
+
 Prints one JSON document. Figures are wall-clock on a shared machine: read them as orders of
 magnitude (is it 5 ms or 5 s?), not to the millisecond.
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -54,6 +62,7 @@ from kcoord.coordinator.write_size import offset_commit_floor, tombstones_batch_
 from kcoord.protocol.javahash import partition_for  # noqa: E402
 from kcoord.protocol.record_encoding import build_batch  # noqa: E402
 from kcoord.storage.log import PartitionLog  # noqa: E402
+from tests.integration.big_group import BigGroup, write_big_group  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402
 
@@ -342,13 +351,98 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# The restart of finding 10 (issue 34) ------------------------------------------------------------
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def _answer(port: int, api_key: int, version: int, **fields: Any) -> Any:
+    """One request on a new connection, its decoded response; OSError while not served."""
+    with socket.create_connection(("127.0.0.1", port), timeout=600) as sock:
+        sock.sendall(frame(api_key, version, 1, **fields))
+        size = _SIZE.unpack(_exact(sock, 4))[0]
+        return decode(api_key, version, _exact(sock, size))
+
+
+def _timed_start(broker: BrokerProcess, group: BigGroup) -> dict[str, Any]:
+    """Start ``broker``; seconds to ApiVersions answered and to one member's heartbeat answered
+    (first at all, and first without COORDINATOR_LOAD_IN_PROGRESS)."""
+    mark = broker.log_path.stat().st_size if broker.log_path.exists() else 0
+    started = time.perf_counter()
+    broker.launch()
+    out: dict[str, Any] = {}
+    while True:
+        try:
+            _answer(broker.port, 18, 0)
+            break
+        except OSError:
+            if not broker.alive():
+                raise RuntimeError(broker.log()) from None
+            time.sleep(0.01)
+    out["port_answers_s"] = round(time.perf_counter() - started, 2)
+    codes: dict[int, int] = {}
+    while True:
+        resp = _answer(
+            broker.port, 68, 1, group_id=group.group_id, member_id=group.member_ids[0],
+            member_epoch=group.epoch, instance_id=None, rack_id=None, rebalance_timeout=-1,
+            subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+            topic_partitions=None,
+        )
+        code = int(resp.error_code)
+        if not codes:
+            out["first_heartbeat_answer_s"] = round(time.perf_counter() - started, 2)
+        codes[code] = codes.get(code, 0) + 1
+        if code != COORDINATOR_LOAD_IN_PROGRESS:
+            break
+        time.sleep(0.05)
+    out["heartbeat_served_s"] = round(time.perf_counter() - started, 2)
+    out["heartbeat_codes"] = codes
+    line = wait_for(
+        lambda: re.search(
+            rf"partition {group.offsets_partition} loaded .*? (\d+) records in ([\d.]+) s",
+            broker.log_path.read_bytes()[mark:].decode(errors="replace"),
+        ),
+        600,
+        what="the group's partition loaded",
+    )
+    out["group_partition_records"], out["group_partition_load_s"] = int(line[1]), float(line[2])
+    return out
+
+
+def restart(args: argparse.Namespace) -> dict[str, Any]:
+    """Finding 10: a broker started on a data directory holding one KIP-848 group of
+    ``--members`` members over ``--partitions`` partitions, then killed (-9) and started again:
+    each start's time to the Kafka port answering and to a member's heartbeat answered."""
+    out: dict[str, Any] = {"benchmark": "loop_stalls --restart", "members": args.members,
+                           "partitions": args.partitions}
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        data = Path(tmp) / "data"
+        started = time.perf_counter()
+        group = write_big_group(data, members=args.members, partitions=args.partitions)
+        out["setup_write_s"] = round(time.perf_counter() - started, 1)
+        out["records"] = group.records
+        settings = {"log.cleaner.enable": "false"}
+        broker = BrokerProcess(data, settings)
+        try:
+            out["first_start"] = _timed_start(broker, group)
+            broker.kill()
+            broker.proc.wait()  # type: ignore[union-attr]
+            out["after_kill_9"] = _timed_start(broker, group)
+        finally:
+            broker.stop()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--groups", type=int, default=400_000)
     parser.add_argument("--wide", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute or so)")
+    parser.add_argument("--restart", action="store_true", help="only the restart of finding 10")
+    parser.add_argument("--members", type=int, default=1_000, help="--restart: the group's members")
+    parser.add_argument("--partitions", type=int, default=10_000, help="--restart: its partitions")
+    parser.add_argument("--tmp", default=None, help="where the data directory goes (e.g. /dev/shm)")
     args = parser.parse_args()
-    print(json.dumps(run(args), indent=2))
+    print(json.dumps(restart(args) if args.restart else run(args), indent=2))
 
 
 if __name__ == "__main__":
