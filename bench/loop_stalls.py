@@ -65,6 +65,7 @@ from kcoord.storage.log import PartitionLog  # noqa: E402
 from tests.integration.big_group import BigGroup, write_big_group  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402
+from tests.integration.rawclient import RawClient  # noqa: E402
 
 _SIZE = struct.Struct(">i")
 TOPIC_PARTITIONS = 16
@@ -357,10 +358,8 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 
 def _answer(port: int, api_key: int, version: int, **fields: Any) -> Any:
     """One request on a new connection, its decoded response; OSError while not served."""
-    with socket.create_connection(("127.0.0.1", port), timeout=600) as sock:
-        sock.sendall(frame(api_key, version, 1, **fields))
-        size = _SIZE.unpack(_exact(sock, 4))[0]
-        return decode(api_key, version, _exact(sock, size))
+    with RawClient(port, timeout=600) as client:
+        return client.request(api_key, version, **fields)
 
 
 def _timed_start(broker: BrokerProcess, group: BigGroup) -> dict[str, Any]:
