@@ -24,7 +24,9 @@ one KIP-848 group of ``--members`` (1,000) members over a topic of ``--partition
 partitions and its history (tests/integration/big_group.py), a broker started on it, killed
 with SIGKILL and started again; for each start the seconds until ApiVersions is answered, until
 a member's ConsumerGroupHeartbeat is first answered (COORDINATOR_LOAD_IN_PROGRESS while its
-partition loads) and until it is served, and the load of the group's partition as logged.
+partition loads) and until it is served, the event loop's longest stall meanwhile (an
+ApiVersions pinger, as above), the load of the group's partition as logged, and the opening of
+the topic's partitions (done before the port serves).
 
 Prints one JSON document. Figures are wall-clock on a shared machine: read them as orders of
 magnitude (is it 5 ms or 5 s?), not to the millisecond.
@@ -378,6 +380,8 @@ def _timed_start(broker: BrokerProcess, group: BigGroup) -> dict[str, Any]:
                 raise RuntimeError(broker.log()) from None
             time.sleep(0.01)
     out["port_answers_s"] = round(time.perf_counter() - started, 2)
+    pinger = Pinger(broker.port)  # the loop's longest stall while the group loads
+    pinger.start()
     codes: dict[int, int] = {}
     while True:
         resp = _answer(
@@ -395,6 +399,10 @@ def _timed_start(broker: BrokerProcess, group: BigGroup) -> dict[str, Any]:
         time.sleep(0.05)
     out["heartbeat_served_s"] = round(time.perf_counter() - started, 2)
     out["heartbeat_codes"] = codes
+    out["stall_while_loading_ms"] = round(pinger.read() * 1000, 1)
+    pinger.stop.set()
+    pinger.join(timeout=10)
+    pinger.sock.close()
     line = wait_for(
         lambda: re.search(
             rf"partition {group.offsets_partition} loaded .*? (\d+) records in ([\d.]+) s",
@@ -404,7 +412,19 @@ def _timed_start(broker: BrokerProcess, group: BigGroup) -> dict[str, Any]:
         what="the group's partition loaded",
     )
     out["group_partition_records"], out["group_partition_load_s"] = int(line[1]), float(line[2])
+    text = broker.log_path.read_bytes()[mark:].decode(errors="replace")
+    out["topic_open_s"] = round(
+        _logged_at(text, f"loaded topic {group.topic} ") - _logged_at(text, "storage: "), 2
+    )
     return out
+
+
+def _logged_at(text: str, what: str) -> float:
+    """The time (s) of the first log line saying ``what``."""
+    found = re.search(rf"^\S+ (\d\d):(\d\d):(\d\d),(\d\d\d) .*{re.escape(what)}", text, re.M)
+    assert found is not None, what
+    h, m, sec, ms = (int(x) for x in found.groups())
+    return h * 3600 + m * 60 + sec + ms / 1000
 
 
 def restart(args: argparse.Namespace) -> dict[str, Any]:

@@ -67,6 +67,11 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _groups_held(shard: GroupShard) -> int:
+    """The shard's groups of every type (classic, consumer, share)."""
+    return sum(1 for g in itertools.chain(shard.groups(), shard.consumer_groups(), shard.share_groups()))
+
+
 class GroupRuntime:
     def __init__(
         self,
@@ -199,12 +204,8 @@ class GroupRuntime:
     def _log_loaded(self, what: str, records: int, seconds: float) -> None:
         shards = [sr.shard for sr in self.shards]
         log.info(
-            "loaded %s: %s, %d groups, %d offsets, %d records in %.3f s",
-            OFFSETS_TOPIC,
-            what,
-            sum(len(list(s.groups())) for s in shards),
-            sum(s.offset_count() for s in shards),
-            records,
+            "loaded %s: %s, %d groups, %d offsets, %d records in %.3f s", OFFSETS_TOPIC, what,
+            sum(_groups_held(s) for s in shards), sum(s.offset_count() for s in shards), records,
             seconds,
         )
 
@@ -323,7 +324,7 @@ class GroupRuntime:
         log.info(
             "loading %s: partition %d loaded (%d/%d): %d groups, %d offsets, %d records in %.3f s",
             OFFSETS_TOPIC, sr.partition, done, self.num_partitions,
-            len(list(sr.shard.groups())), sr.shard.offset_count(), records, seconds,
+            _groups_held(sr.shard), sr.shard.offset_count(), records, seconds,
         )
         self._observe_partition_load(seconds)
 
