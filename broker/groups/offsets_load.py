@@ -24,6 +24,7 @@ from ..net.offload import SliceTimer, pause
 
 log = logging.getLogger("kcoord.coordinator")
 
+
 async def read_partition(
     plog: Log, partition: int, latest: LatestRecords, history: HistoryReplay
 ) -> None:

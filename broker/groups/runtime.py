@@ -13,9 +13,10 @@ broker/groups/write_path.py.
 
 At start-up each existing partition is replayed into its shard in slices on the event loop (the
 Kafka port serves meanwhile); until then that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3).
-The offsets topic itself is created on first use (A5). A partition that cannot be opened or read is logged and its shard
-unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers COORDINATOR_NOT_AVAILABLE for
-them, as Kafka does for an offsets partition without a leader) while the others load and serve.
+The offsets topic itself is created on first use (A5). A partition that cannot be opened or read
+is logged and its shard unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers
+COORDINATOR_NOT_AVAILABLE for them, as Kafka does for an offsets partition without a leader)
+while the others load and serve.
 """
 
 from __future__ import annotations
