@@ -42,7 +42,7 @@ from kcoord.storage.engine import Log
 from kcoord.storage.offline import moved_away
 
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
-from ..net.offload import SLICE, pause
+from ..net.offload import SliceTimer, pause
 from .cleaner import clean_offsets
 from .coordinator_config import coordinator_config
 from .offsets_load import read_partition
@@ -62,15 +62,11 @@ rebalance_log = logging.getLogger("kcoord.rebalance")
 
 _NO_REPLY = object()
 RELOAD_RETRY_S = 1.0
+_REPLAY_STEP = 100  # records replayed between two looks at the clock (SliceTimer)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _groups_held(shard: GroupShard) -> int:
-    """The shard's groups of every type (classic, consumer, share)."""
-    return sum(1 for g in itertools.chain(shard.groups(), shard.consumer_groups(), shard.share_groups()))
 
 
 class GroupRuntime:
@@ -206,7 +202,7 @@ class GroupRuntime:
         shards = [sr.shard for sr in self.shards]
         log.info(
             "loaded %s: %s, %d groups, %d offsets, %d records in %.3f s", OFFSETS_TOPIC, what,
-            sum(_groups_held(s) for s in shards), sum(s.offset_count() for s in shards), records,
+            sum(s.group_count() for s in shards), sum(s.offset_count() for s in shards), records,
             seconds,
         )
 
@@ -240,11 +236,12 @@ class GroupRuntime:
     ) -> None:
         """Replay what was read into the shard in slices, and serve it; unless :meth:`lead`
         replaced the shard meanwhile."""
-        shard = sr.shard
-        for _ in latest.replay_sliced(shard, now_ms(), SLICE):
-            await pause()
-            if sr.shard is not shard:
-                return
+        shard, turns = sr.shard, SliceTimer()
+        for _ in latest.replay_sliced(shard, now_ms(), _REPLAY_STEP):
+            if turns.due():
+                await pause()
+                if sr.shard is not shard:
+                    return
         self.rebalances.restore(history.events())
         self._finish(sr, now_ms())
         self._loaded_progress(sr, latest.records, time.perf_counter() - started)
@@ -325,7 +322,7 @@ class GroupRuntime:
         log.info(
             "loading %s: partition %d loaded (%d/%d): %d groups, %d offsets, %d records in %.3f s",
             OFFSETS_TOPIC, sr.partition, done, self.num_partitions,
-            _groups_held(sr.shard), sr.shard.offset_count(), records, seconds,
+            sr.shard.group_count(), sr.shard.offset_count(), records, seconds,
         )
         self._observe_partition_load(seconds)
 
