@@ -1,7 +1,7 @@
 """A broker restarted on a big consumer group serves while it loads (issue 34, finding 10).
 
-The data directory holds one KIP-848 group of 600 members over 6,000 partitions and its history
-(tests/integration/big_group.py), in one ``__consumer_offsets`` partition. As Kafka does, the
+The data directory holds one KIP-848 group of 1,000 members over 10,000 partitions and its
+history (tests/integration/big_group.py), in one ``__consumer_offsets`` partition. As Kafka does, the
 broker answers from the start: ApiVersions and FindCoordinator at once, the group's requests
 COORDINATOR_LOAD_IN_PROGRESS until its partition is loaded (``/readyz`` says 503 meanwhile),
 then the member's heartbeat is served. Before, loading held the event loop: nothing was answered
@@ -41,7 +41,7 @@ def _readyz(port: int) -> int:
 
 def test_a_restart_on_a_big_group_serves_while_it_loads(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    group = write_big_group(data, members=600, partitions=6_000, create_topic=False)
+    group = write_big_group(data, members=1_000, partitions=10_000, create_topic=False)
     broker = BrokerProcess(data, {"log.cleaner.enable": "false"}, metrics_port=free_port())
     broker.launch()
     try:
