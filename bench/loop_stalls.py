@@ -24,6 +24,15 @@ and last one ``/metrics`` scrape.
 
     .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
 
+``--restart`` measures instead the restart of issue 34's finding 10: a data directory holding
+one KIP-848 group of ``--members`` (1,000) members over a topic of ``--partitions`` (10,000)
+partitions and its history (tests/integration/big_group.py), a broker started on it, killed
+with SIGKILL and started again; for each start the seconds until ApiVersions is answered, until
+a member's ConsumerGroupHeartbeat is first answered (COORDINATOR_LOAD_IN_PROGRESS while its
+partition loads) and until it is served, the event loop's longest stall meanwhile (an
+ApiVersions pinger, as above), the load of the group's partition as logged, and the opening of
+the topic's partitions (done before the port serves).
+
 Prints one JSON document. Figures are wall-clock on a shared machine: read them as orders of
 magnitude (is it 5 ms or 5 s?), not to the millisecond.
 """
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -59,8 +69,10 @@ from kcoord.coordinator.write_size import offset_commit_floor, tombstones_batch_
 from kcoord.protocol.javahash import partition_for  # noqa: E402
 from kcoord.protocol.record_encoding import build_batch  # noqa: E402
 from kcoord.storage.log import PartitionLog  # noqa: E402
+from tests.integration.big_group import BigGroup, write_big_group  # noqa: E402
 from tests.integration.clients import create_topic  # noqa: E402
 from tests.integration.harness import BrokerProcess, free_port, wait_for  # noqa: E402
+from tests.integration.rawclient import RawClient  # noqa: E402
 
 _SIZE = struct.Struct(">i")
 TOPIC_PARTITIONS = 16
@@ -467,19 +479,120 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# The restart of finding 10 (issue 34) ------------------------------------------------------------
+COORDINATOR_LOAD_IN_PROGRESS = 14
+
+
+def _answer(port: int, api_key: int, version: int, **fields: Any) -> Any:
+    """One request on a new connection, its decoded response; OSError while not served."""
+    with RawClient(port, timeout=600) as client:
+        return client.request(api_key, version, **fields)
+
+
+def _timed_start(broker: BrokerProcess, group: BigGroup) -> dict[str, Any]:
+    """Start ``broker``; seconds to ApiVersions answered and to one member's heartbeat answered
+    (first at all, and first without COORDINATOR_LOAD_IN_PROGRESS)."""
+    mark = broker.log_path.stat().st_size if broker.log_path.exists() else 0
+    started = time.perf_counter()
+    broker.launch()
+    out: dict[str, Any] = {}
+    while True:
+        try:
+            _answer(broker.port, 18, 0)
+            break
+        except OSError:
+            if not broker.alive():
+                raise RuntimeError(broker.log()) from None
+            time.sleep(0.01)
+    out["port_answers_s"] = round(time.perf_counter() - started, 2)
+    pinger = Pinger(broker.port)  # the loop's longest stall while the group loads
+    pinger.start()
+    codes: dict[int, int] = {}
+    while True:
+        resp = _answer(
+            broker.port, 68, 1, group_id=group.group_id, member_id=group.member_ids[0],
+            member_epoch=group.epoch, instance_id=None, rack_id=None, rebalance_timeout=-1,
+            subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+            topic_partitions=None,
+        )
+        code = int(resp.error_code)
+        if not codes:
+            out["first_heartbeat_answer_s"] = round(time.perf_counter() - started, 2)
+        codes[code] = codes.get(code, 0) + 1
+        if code != COORDINATOR_LOAD_IN_PROGRESS:
+            break
+        time.sleep(0.05)
+    out["heartbeat_served_s"] = round(time.perf_counter() - started, 2)
+    out["heartbeat_codes"] = codes
+    out["stall_while_loading_ms"] = round(pinger.read() * 1000, 1)
+    pinger.stop.set()
+    pinger.join(timeout=10)
+    pinger.sock.close()
+    line = wait_for(
+        lambda: re.search(
+            rf"partition {group.offsets_partition} loaded .*? (\d+) records in ([\d.]+) s",
+            broker.log_path.read_bytes()[mark:].decode(errors="replace"),
+        ),
+        600,
+        what="the group's partition loaded",
+    )
+    out["group_partition_records"], out["group_partition_load_s"] = int(line[1]), float(line[2])
+    text = broker.log_path.read_bytes()[mark:].decode(errors="replace")
+    out["topic_open_s"] = round(
+        _logged_at(text, f"loaded topic {group.topic} ") - _logged_at(text, "storage: "), 2
+    )
+    return out
+
+
+def _logged_at(text: str, what: str) -> float:
+    """The time (s) of the first log line saying ``what``."""
+    found = re.search(rf"^\S+ (\d\d):(\d\d):(\d\d),(\d\d\d) .*{re.escape(what)}", text, re.M)
+    assert found is not None, what
+    h, m, sec, ms = (int(x) for x in found.groups())
+    return h * 3600 + m * 60 + sec + ms / 1000
+
+
+def restart(args: argparse.Namespace) -> dict[str, Any]:
+    """Finding 10: a broker started on a data directory holding one KIP-848 group of
+    ``--members`` members over ``--partitions`` partitions, then killed (-9) and started again:
+    each start's time to the Kafka port answering and to a member's heartbeat answered."""
+    out: dict[str, Any] = {"benchmark": "loop_stalls --restart", "members": args.members,
+                           "partitions": args.partitions}
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        data = Path(tmp) / "data"
+        started = time.perf_counter()
+        group = write_big_group(data, members=args.members, partitions=args.partitions)
+        out["setup_write_s"] = round(time.perf_counter() - started, 1)
+        out["records"] = group.records
+        settings = {"log.cleaner.enable": "false"}
+        broker = BrokerProcess(data, settings)
+        try:
+            out["first_start"] = _timed_start(broker, group)
+            broker.kill()
+            broker.proc.wait()  # type: ignore[union-attr]
+            out["after_kill_9"] = _timed_start(broker, group)
+        finally:
+            broker.stop()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--groups", type=int, default=400_000)
     parser.add_argument("--wide", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a minute or so)")
     parser.add_argument("--joins", type=int, default=1_000, help="JoinGroups of a burst")
-    parser.add_argument("--members", type=int, default=1_000, help="members of the flipping group")
+    parser.add_argument("--members", type=int, default=1_000,
+                        help="members of the flipping group (with --restart: of its group)")
     parser.add_argument("--flip-partitions", type=int, default=1_000,
                         help="partitions of each topic the flipping group subscribes to")
     parser.add_argument("--txn-partitions", type=int, default=8_000,
                         help="partitions of the wide transaction")
+    parser.add_argument("--restart", action="store_true", help="only the restart of finding 10")
+    parser.add_argument("--partitions", type=int, default=10_000, help="--restart: its partitions")
+    parser.add_argument("--tmp", default=None, help="where the data directory goes (e.g. /dev/shm)")
     args = parser.parse_args()
-    print(json.dumps(run(args), indent=2))
+    print(json.dumps(restart(args) if args.restart else run(args), indent=2))
 
 
 if __name__ == "__main__":

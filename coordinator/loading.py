@@ -17,7 +17,7 @@ to the shard as pending, with the positions it needs to apply the same rules liv
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 
 from .schemas import OffsetCommitKey, decode_key
 from .shard import GroupShard
@@ -114,12 +114,27 @@ class LatestRecords:
 
     def replay_into(self, shard: GroupShard, now_ms: int) -> int:
         """Replay the surviving records; returns how many were replayed."""
+        steps = self.replay_sliced(shard, now_ms, len(self._latest) + 1)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return int(done.value)
+
+    def replay_sliced(
+        self, shard: GroupShard, now_ms: int, every: int
+    ) -> Generator[None, None, int]:
+        """:meth:`replay_into` in slices: yields after every ``every`` records (the caller
+        lets others in between: the shard answers COORDINATOR_LOAD_IN_PROGRESS until it
+        finishes loading); returns how many were replayed."""
         replay = shard.replay
         n = 0
         for key, value in self._latest.items():
             if value is not None:
                 replay(key, value, now_ms)
                 n += 1
+                if n % every == 0:
+                    yield
         txn = shard.txn
         for pid, held in self._pending.items():
             for key, (value, position) in held.items():

@@ -52,8 +52,14 @@ class _Classic:
 class _Consumer:
     members: set[str] = field(default_factory=set)
     settled: int = 0
-    owners: Owners = field(default_factory=dict)
-    settled_owners: Owners = field(default_factory=dict)
+    owners: dict[tuple[str, int], str] = field(default_factory=dict)
+    """Each partition's owner in the newest targets."""
+    held: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    """Member -> the partitions its newest target gave it (some may have gone to another
+    member since): a target record touches only its member's partitions, never the whole map."""
+    before: dict[tuple[str, int], str | None] = field(default_factory=dict)
+    """The owner at the last settled epoch of every partition touched since (the partitions
+    moved are counted over these only)."""
     epoch: int = 0
     started_ms: int | None = None
     joined: list[str] = field(default_factory=list)
@@ -67,6 +73,29 @@ def _reason(joined: list[str], gone: list[str]) -> tuple[str, str, str]:
     if gone:
         return RESTORED, gone[0], f"restored: member {gone[0]} left or expired"
     return RESTORED, "", "restored: subscription, metadata or assignment change"
+
+
+def _set_target(g: _Consumer, member_id: str, value: object | None) -> None:
+    """``member_id``'s new target (None: removed): its old partitions lose it as owner, its
+    new ones get it; the settled owner of each partition touched is kept first."""
+    owners, before = g.owners, g.before
+    for tp in g.held.pop(member_id, ()):
+        if owners.get(tp) == member_id:
+            if tp not in before:
+                before[tp] = member_id
+            del owners[tp]
+    if value is None:
+        return
+    assert isinstance(value, ConsumerGroupTargetAssignmentMemberValue)
+    held = g.held[member_id] = []
+    for topic_id, parts in value.topic_partitions:
+        name = str(topic_id)
+        for p in parts:
+            tp = (name, p)
+            if tp not in before:
+                before[tp] = owners.get(tp)
+            owners[tp] = member_id
+            held.append(tp)
 
 
 class HistoryReplay:
@@ -109,13 +138,7 @@ class HistoryReplay:
                 g.members.add(k.member_id)
                 g.joined.append(k.member_id)
         elif isinstance(k, ConsumerGroupTargetAssignmentMemberKey):
-            g.owners = {tp: m for tp, m in g.owners.items() if m != k.member_id}
-            if value is not None:
-                v = decode_consumer_value(k, value)
-                assert isinstance(v, ConsumerGroupTargetAssignmentMemberValue)
-                for topic_id, parts in v.topic_partitions:
-                    for p in parts:
-                        g.owners[(str(topic_id), p)] = k.member_id
+            _set_target(g, k.member_id, None if value is None else decode_consumer_value(k, value))
         elif isinstance(k, ConsumerGroupMetadataKey) and value is not None:
             v3 = decode_consumer_value(k, value)
             assert isinstance(v3, ConsumerGroupMetadataValue)
@@ -140,11 +163,12 @@ class HistoryReplay:
                         member=member,
                         started_ms=g.started_ms,
                         members_before=g.settled,
-                        partitions_moved=moved(g.settled_owners, g.owners),
+                        partitions_moved=moved(g.before, {tp: g.owners.get(tp) for tp in g.before}),
                     )
                 )
                 g.started_ms, g.joined, g.gone = None, [], []
-                g.settled, g.settled_owners = len(g.members), dict(g.owners)
+                g.settled = len(g.members)
+                g.before.clear()
 
     def _classic_record(self, group_id: str, value: bytes | None, ts: int) -> None:
         if value is None:

@@ -102,8 +102,10 @@ def begin(now_ms: int, reason: str, settled: Settled, member: str = "") -> Rebal
     return RebalanceStart(now_ms, reason, settled.members, settled.owners, member)
 
 
-def moved(before: Mapping[tuple[str, int], str], after: Mapping[tuple[str, int], str]) -> int:
-    """Partitions whose owner changed (got one, lost one, or another one)."""
+def moved(
+    before: Mapping[tuple[str, int], str | None], after: Mapping[tuple[str, int], str | None]
+) -> int:
+    """Partitions whose owner changed (got one, lost one, or another one; None: none)."""
     keys = before.keys() | after.keys()
     return sum(1 for k in keys if before.get(k) != after.get(k))
 

@@ -12,6 +12,7 @@ which reads the shard's mode and partition, is here too.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from enum import Enum
 
@@ -111,6 +112,10 @@ class ShardViews:
 
     def share_groups(self) -> Iterator[ShareGroup]:
         return iter(self.share)
+
+    def group_count(self) -> int:
+        """The groups held, of every type (classic, consumer, share)."""
+        return sum(1 for _ in itertools.chain(self.groups(), self.consumer_groups(), self.share_groups()))
 
     def rebalance_under_way(self, group_id: str) -> RebalanceStart | None:
         """The start of the group's rebalance under way, if one is (either type)."""

@@ -4,12 +4,12 @@ Plain batches go to :class:`coordinator.loading.LatestRecords` (newest record pe
 transactional ones (TxnOffsetCommit) are held there per producer until the producer's marker,
 and control batches carry the markers; the rebalance history sees every offset and group record.
 A batch that cannot be decoded is logged and skipped; an I/O error is the caller's. The event
-loop gets a turn every few hundred batches.
+loop gets a turn every few milliseconds (``offload.SliceTimer``): the broker serves while it
+loads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from kcoord.coordinator.loading import LatestRecords
@@ -20,17 +20,17 @@ from kcoord.protocol.key_values import decode_key_values
 from kcoord.storage.engine import Log
 
 from ..data.topics import OFFSETS_TOPIC
+from ..net.offload import SliceTimer, pause
 
 log = logging.getLogger("kcoord.coordinator")
-
-_LOAD_YIELD_EVERY = 256  # batches replayed between yields to the event loop
 
 
 async def read_partition(
     plog: Log, partition: int, latest: LatestRecords, history: HistoryReplay
 ) -> None:
     """Feed every batch of ``plog`` to ``latest`` and ``history``; OSError propagates."""
-    for i, (base, header, data) in enumerate(plog.iter_batches()):
+    turns = SliceTimer()
+    for base, header, data in plog.iter_batches():
         try:
             pairs = decode_key_values(header, data[HEADER_SIZE:])
         except CorruptBatch as e:  # e.g. expands past the decompression bound
@@ -44,8 +44,8 @@ async def read_partition(
         else:
             latest.add(pairs)
             history.add(pairs, header.max_timestamp)
-        if i % _LOAD_YIELD_EVERY == _LOAD_YIELD_EVERY - 1:
-            await asyncio.sleep(0)
+        if turns.due():
+            await pause()
 
 
 def _markers(

@@ -11,11 +11,12 @@ are done by broker/groups/regex_resolver.py and handed back as operations. The p
 output is appended as and the chain that completes outputs in order are in
 broker/groups/write_path.py.
 
-At start-up each existing partition is replayed into its shard cooperatively on the event loop;
-meanwhile that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3). The offsets topic itself is
-created on first use (A5). A partition that cannot be opened or read is logged and its shard
-unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers COORDINATOR_NOT_AVAILABLE for
-them, as Kafka does for an offsets partition without a leader) while the others load and serve.
+At start-up each existing partition is replayed into its shard in slices on the event loop (the
+Kafka port serves meanwhile); until then that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3).
+The offsets topic itself is created on first use (A5). A partition that cannot be opened or read
+is logged and its shard unloaded (NOT_COORDINATOR for its groups; FindCoordinator answers
+COORDINATOR_NOT_AVAILABLE for them, as Kafka does for an offsets partition without a leader)
+while the others load and serve.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from kcoord.storage.engine import Log
 from kcoord.storage.offline import moved_away
 
 from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
+from ..net.offload import SliceTimer, pause
 from .cleaner import clean_offsets
 from .coordinator_config import coordinator_config
 from .offsets_load import read_partition
@@ -62,6 +64,7 @@ _NO_REPLY = object()
 TIMERS_PER_TURN = 16
 """Timers a shard fires in one turn of the event loop."""
 RELOAD_RETRY_S = 1.0
+_REPLAY_STEP = 100  # records replayed between two looks at the clock (SliceTimer)
 
 
 def now_ms() -> int:
@@ -200,12 +203,8 @@ class GroupRuntime:
     def _log_loaded(self, what: str, records: int, seconds: float) -> None:
         shards = [sr.shard for sr in self.shards]
         log.info(
-            "loaded %s: %s, %d groups, %d offsets, %d records in %.3f s",
-            OFFSETS_TOPIC,
-            what,
-            sum(len(list(s.groups())) for s in shards),
-            sum(s.offset_count() for s in shards),
-            records,
+            "loaded %s: %s, %d groups, %d offsets, %d records in %.3f s", OFFSETS_TOPIC, what,
+            sum(s.group_count() for s in shards), sum(s.offset_count() for s in shards), records,
             seconds,
         )
 
@@ -222,7 +221,7 @@ class GroupRuntime:
         except OSError as e:
             self._unavailable(sr, f"reading its log failed: {e}")
             return 0
-        self._replay(sr, latest, history, started)
+        await self._replay(sr, latest, history, started)
         return latest.records
 
     async def _read(self, sr: ShardRuntime, plog: Log) -> tuple[LatestRecords, HistoryReplay]:
@@ -234,10 +233,17 @@ class GroupRuntime:
         await read_partition(plog, sr.partition, latest, history)
         return latest, history
 
-    def _replay(
+    async def _replay(
         self, sr: ShardRuntime, latest: LatestRecords, history: HistoryReplay, started: float
     ) -> None:
-        latest.replay_into(sr.shard, now_ms())
+        """Replay what was read into the shard in slices, and serve it; unless :meth:`lead`
+        replaced the shard meanwhile."""
+        shard, turns = sr.shard, SliceTimer()
+        for _ in latest.replay_sliced(shard, now_ms(), _REPLAY_STEP):
+            if turns.due():
+                await pause()
+                if sr.shard is not shard:
+                    return
         self.rebalances.restore(history.events())
         self._finish(sr, now_ms())
         self._loaded_progress(sr, latest.records, time.perf_counter() - started)
@@ -308,7 +314,7 @@ class GroupRuntime:
                 await asyncio.sleep(RELOAD_RETRY_S)
                 continue
             if sr.log is plog:
-                self._replay(sr, latest, history, started)
+                await self._replay(sr, latest, history, started)
                 self._reload_records += latest.records
             return
 
@@ -317,14 +323,8 @@ class GroupRuntime:
         done = sum(1 for x in self.shards if x.loaded)
         log.info(
             "loading %s: partition %d loaded (%d/%d): %d groups, %d offsets, %d records in %.3f s",
-            OFFSETS_TOPIC,
-            sr.partition,
-            done,
-            self.num_partitions,
-            len(list(sr.shard.groups())),
-            sr.shard.offset_count(),
-            records,
-            seconds,
+            OFFSETS_TOPIC, sr.partition, done, self.num_partitions,
+            sr.shard.group_count(), sr.shard.offset_count(), records, seconds,
         )
         self._observe_partition_load(seconds)
 
@@ -332,9 +332,7 @@ class GroupRuntime:
         """The shard's partition cannot be loaded: unload the shard (NOT_COORDINATOR)."""
         log.error(
             "%s-%d not loaded: %s; its groups have no coordinator until it is online again",
-            OFFSETS_TOPIC,
-            sr.partition,
-            why,
+            OFFSETS_TOPIC, sr.partition, why,
         )
         out = sr.shard.unload(now_ms())
         sr.loaded = True

@@ -15,7 +15,8 @@ One worker, not the default executor: fsyncs run there and must not queue behind
 
 Work that grows with a request's size and reads state on the loop can be written once as a
 generator yielding between slices (:data:`Sliced`): :func:`run_now` runs it at once for small
-requests, :func:`run_sliced` with pauses for big ones.
+requests, :func:`run_sliced` with pauses for big ones. Long work whose steps vary in cost
+(replaying a log at start-up, batch by batch) pauses every :data:`SLICE_S` (:class:`SliceTimer`).
 
 While a big request is served (:func:`gc_paused`), in the worker or in slices on the loop,
 the cyclic garbage collector is paused. Serving one creates hundreds of thousands of
@@ -122,6 +123,27 @@ def _without_gc(fn: Callable[..., T], args: tuple[Any, ...]) -> T:
 async def pause() -> None:
     """Let the loop serve everyone else once (one pass over ready I/O and callbacks)."""
     await asyncio.sleep(0)
+
+
+SLICE_S = 0.01
+"""Longest stretch of a long task on the loop (loading a log) between two pauses."""
+
+
+class SliceTimer:
+    """For loops whose steps vary in cost (a log's batches, read at start-up): :meth:`due`
+    is true once the current slice has run :data:`SLICE_S`, and starts the next one."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until = time.perf_counter() + SLICE_S
+
+    def due(self) -> bool:
+        now = time.perf_counter()
+        if now < self._until:
+            return False
+        self._until = now + SLICE_S
+        return True
 
 
 Sliced = Generator[None, None, T]

@@ -212,12 +212,13 @@ class ConsumerGroup:
 
     def owners(self) -> Owners:
         """Which member holds each partition now (topics by id), for rebalance events."""
-        return {
-            (str(topic_id), p): member.member_id
-            for member in self.members.values()
-            for topic_id, partitions in member.assigned.items()
-            for p in partitions
-        }
+        out: Owners = {}
+        for member in self.members.values():
+            member_id = member.member_id
+            for topic_id, partitions in member.assigned.items():
+                name = str(topic_id)  # once per topic, not per partition
+                out.update(dict.fromkeys([(name, p) for p in partitions], member_id))
+        return out
 
     # ---- the offsets' view (coordinator.offset_interface.OffsetGroup) ----------------
 

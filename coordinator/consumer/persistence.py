@@ -12,7 +12,8 @@ builds the groups when loading ends, whatever order the records came in.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 from kcoord.coordinator.consumer.group import ConsumerGroup, ResolvedRegex
 from kcoord.coordinator.consumer.member import Assignment, ConsumerMember, MemberState
@@ -225,9 +226,8 @@ class ConsumerGroupLoader:
                     rebalance_timeout_ms=meta.rebalance_timeout_ms,
                     server_assignor=meta.server_assignor,
                     classic=meta.classic_member_metadata,
+                    **({} if current is None else _current_fields(current)),
                 )
-                if current is not None:
-                    member = _with_current(member, current)
                 group.put_member(member)
                 if member_id in loaded.target:
                     group.target[member_id] = loaded.target[member_id]
@@ -246,18 +246,16 @@ def _put(into: dict, key: str, value: object | None) -> None:
         into[key] = value
 
 
-def _with_current(
-    member: ConsumerMember, current: ConsumerGroupCurrentMemberAssignmentValue
-) -> ConsumerMember:
+def _current_fields(current: ConsumerGroupCurrentMemberAssignmentValue) -> dict[str, Any]:
+    """A member's fields its current-assignment record gives."""
     try:
         state = MemberState(current.state)
     except ValueError:
         state = MemberState.UNKNOWN
-    return replace(
-        member,
-        member_epoch=current.member_epoch,
-        previous_member_epoch=current.previous_member_epoch,
-        state=state,
-        assigned=from_topic_partitions(current.assigned_partitions),
-        pending_revocation=from_topic_partitions(current.partitions_pending_revocation),
-    )
+    return {
+        "member_epoch": current.member_epoch,
+        "previous_member_epoch": current.previous_member_epoch,
+        "state": state,
+        "assigned": from_topic_partitions(current.assigned_partitions),
+        "pending_revocation": from_topic_partitions(current.partitions_pending_revocation),
+    }

@@ -140,6 +140,12 @@ class Reader:
     def int64(self, field: str) -> int:
         return int(I64.unpack(self.take(8, field))[0])
 
+    def int32s(self, n: int, field: str) -> tuple[int, ...]:
+        """``n`` INT32s in a row (an array's items), unpacked at once."""
+        if n < 0:
+            raise self.error(f"{field} has invalid length {n}")
+        return struct.unpack(f">{n}i", self.take(4 * n, field))
+
     def uuid(self, field: str) -> uuid.UUID:
         return uuid.UUID(bytes=bytes(self.take(16, field)))
 

@@ -429,7 +429,7 @@ def _read_topic_partitions(r: Reader, field: str) -> TopicPartitions:
     out = []
     for _ in range(r.array_len(field)):
         topic_id = r.uuid("topic_id")
-        partitions = tuple(r.int32("partition") for _ in range(r.array_len("partitions")))
+        partitions = r.int32s(r.array_len("partitions"), "partitions")
         r.tags()
         out.append((topic_id, partitions))
     return tuple(out)

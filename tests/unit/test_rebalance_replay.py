@@ -3,6 +3,19 @@ same sequence of generations/epochs, members and moved partitions as the live ev
 
 from __future__ import annotations
 
+import sys
+import uuid
+from collections.abc import Callable
+from types import FrameType
+
+from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.member import ConsumerMember
+from kcoord.coordinator.consumer.persistence import (
+    assignment_epoch_record,
+    epoch_record,
+    member_record,
+    target_record,
+)
 from kcoord.coordinator.output import RebalanceCompleted
 from kcoord.coordinator.rebalance_replay import HistoryReplay
 from kcoord.coordinator.rebalances import MEMBER_JOINED, RESTORED
@@ -79,3 +92,50 @@ def test_garbage_and_tombstones_add_nothing() -> None:
     replay = HistoryReplay()
     replay.add([(None, b"x"), (b"", None), (b"\x00\x02\x00", b"\xff"), (b"\x00\x05zz", b"")], 0)
     assert list(replay.events()) == []
+
+
+def _joins(members: int, per_member: int) -> list[tuple[bytes, bytes | None]]:
+    """A consumer group's records as ``members`` members join one per epoch, each new member's
+    target taking ``per_member`` partitions of its own (the others' targets unchanged)."""
+    topic_id = uuid.UUID(int=7)
+    out: list[tuple[bytes, bytes | None]] = []
+    for i in range(members):
+        mid = f"m{i}"
+        group = ConsumerGroup("g", group_epoch=i + 1, assignment_epoch=i + 1)
+        out.append(member_record("g", ConsumerMember(mid, subscribed_topic_names=("t",))))
+        out.append(epoch_record(group))
+        out.append(target_record("g", mid, {topic_id: frozenset(range(i * per_member, (i + 1) * per_member))}))
+        out.append(assignment_epoch_record(group))
+    return out
+
+
+def _lines_run(records: list[tuple[bytes, bytes | None]]) -> tuple[int, list[RebalanceCompleted]]:
+    """Python lines executed to replay ``records`` (a count of work, not a time), and the
+    events rebuilt."""
+    lines = 0
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Callable[..., object]:
+        nonlocal lines
+        lines += event == "line"
+        return tracer
+
+    replay = HistoryReplay()
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        replay.add(records, 1000)
+    finally:
+        sys.settrace(before)
+    return lines, list(replay.events())
+
+
+def test_replaying_a_big_groups_history_costs_in_proportion_to_its_records() -> None:
+    # Issue 34, finding 10: each target record used to rebuild the map of every partition's
+    # owner, so twice the members cost four times the work (55 s for 1,000 members over
+    # 10,000 partitions).
+    small, small_events = _lines_run(_joins(200, 20))
+    big, big_events = _lines_run(_joins(400, 20))
+    assert big < 2.3 * small, (small, big)
+    # and the events are still right: each join moved the new member's partitions only
+    assert [e.partitions_moved for e in big_events] == [20] * 20  # the last 20 (per_group)
+    assert [(e.members_before, e.members) for e in small_events][-1] == (199, 200)
