@@ -50,8 +50,8 @@ def _jstr(s: str) -> bytes:
 
 
 def test_the_hash_function_is_xxh3_64_with_seed_0_as_kafkas_hash4j() -> None:
-    # XXH3_64bits of the empty input, from the xxHash specification's test vectors.
-    assert xxhash.xxh3_64_intdigest(b"") == 0x2D06800538D394C2
+    # XXH3_64bits of the empty input: the xxHash reference's value, and hash4j's xxh3_64().
+    assert xxhash.xxh3_64_intdigest(b"") == 0x2D06800538D394C2 == 3244421341483603138
 
 
 def test_topic_hash_has_kafkas_byte_layout() -> None:
@@ -69,8 +69,17 @@ def test_topic_hash_has_kafkas_byte_layout() -> None:
         + _i32(1) + _i32(5) + _jstr("rack1") + _i32(5) + _jstr("rack2")
     )  # fmt: skip
     assert topic_hash(FOO) == _signed(xxhash.xxh3_64_intdigest(stream))
-    # pinned (computed from the bytes above): any change here breaks parity with Kafka's hashes
+    # The value hash4j (the library Kafka hashes with) gives for the same calls, run from its
+    # source under Java 17: Kafka's own hash of this topic.
     assert topic_hash(FOO) == 8068632560534658911
+
+
+def test_topic_hash_of_a_long_stream_and_a_non_ascii_name_matches_kafkas() -> None:
+    """Over 240 bytes (XXH3's long-input path) and a name of UTF-16 code units beyond ASCII:
+    the value hash4j gives for the same topic."""
+    topic_id = uuid.UUID("11111111-1111-1111-2222-222222222222")
+    orders = TopicInfo(topic_id, "orders-\u00e9", 50, (("r1", "r0"),) * 50)
+    assert topic_hash(orders) == -5841598377254956597
 
 
 def test_group_hash_is_the_topic_hashes_in_name_order_and_0_without_topics() -> None:
@@ -79,6 +88,9 @@ def test_group_hash_is_the_topic_hashes_in_name_order_and_0_without_topics() -> 
     bar = TopicInfo(uuid.UUID(int=1), "bar", 1)
     expected = xxhash.xxh3_64_intdigest(struct.pack("<qq", topic_hash(bar), topic_hash(FOO)))
     assert metadata_hash({"foo": FOO, "bar": bar}) == _signed(expected)
+    # hash4j's values (as for FOO above): Kafka's hashes of "bar" and of the group.
+    assert topic_hash(bar) == -7407264700876838811
+    assert metadata_hash({"foo": FOO, "bar": bar}) == -5311529472301576386
     assert metadata_hash({}) == 0
 
 
