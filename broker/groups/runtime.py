@@ -94,7 +94,8 @@ class GroupRuntime:
         self._observe_partition_load = metrics.partition_load
         self.num_partitions = int(config["offsets.topic.num.partitions"])
         self.group_config = coordinator_config(config)
-        self.topics_view = StoreTopics(topics)
+        # KIP-1101 hashes partition racks: this node's, alone; none in a cluster (topics_view.py)
+        self.topics_view = StoreTopics(topics, None if clustered else config["broker.rack"] or None)
         self._partition_cache: dict[str, int] = {}
         start = now_ms()
         self.shards = [ShardRuntime(p, self._new_shard(p, start)) for p in range(self.num_partitions)]

@@ -55,6 +55,8 @@ class ConsumerGroup:
     group_epoch: int = 0
     assignment_epoch: int = 0
     metadata_hash: int = 0
+    legacy_partition_metadata: bool = False
+    """A record 4 (subscription metadata, before KIP-1101) was loaded and not yet deleted."""
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)
@@ -195,6 +197,7 @@ class ConsumerGroup:
             group_epoch=self.group_epoch,
             assignment_epoch=self.assignment_epoch,
             metadata_hash=self.metadata_hash,
+            legacy_partition_metadata=self.legacy_partition_metadata,
             members=dict(self.members),
             target=dict(self.target),
             static_members=dict(self.static_members),

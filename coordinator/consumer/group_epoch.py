@@ -3,7 +3,10 @@ subscription, or a change in the topics the group subscribes to.
 
 :func:`refresh_topics` re-reads the group's subscribed topics from the topics view (a
 tombstone 16 for each regex no longer used) and tells whether the subscription's metadata
-changed. It never resolves a regular expression itself: a ConsumerGroupHeartbeat that finds
+changed: whether their KIP-1101 metadata hash (:func:`coordinator.consumer.topics.
+metadata_hash`, kept in record 3) differs from the group's. A group loaded with a record 4
+(the topics' metadata as Kafka before 4.1 wrote it; never written here) gets its tombstone at
+its first refresh, as Kafka deletes it at the group's next subscription-metadata update. It never resolves a regular expression itself: a ConsumerGroupHeartbeat that finds
 one unresolved or stale asks for its resolution, which comes back later as an operation of its
 own (:mod:`coordinator.consumer.regex_refresh`, as Kafka resolves them off its coordinator
 thread), keeping the topics that heartbeat's principal may describe (for the whole group, as
@@ -62,8 +65,13 @@ def refresh_topics(
         group.subscribed = subscribed
         group.topics_version = read_at
     if digest != group.metadata_hash:
+        change.touch()
         group.metadata_hash = digest
         changed = True
+    if group.legacy_partition_metadata:  # KIP-1101: the hash replaces record 4, deleted now
+        change.touch()
+        group.legacy_partition_metadata = False
+        op.emit(*records.partition_metadata_tombstone(group.group_id))
     return changed
 
 

@@ -79,6 +79,11 @@ def epoch_record(group: ConsumerGroup) -> Record:
     )
 
 
+def partition_metadata_tombstone(group_id: str) -> Record:
+    """Deletes a group's record 4 (KIP-1101: written by Kafka before 4.1, only deleted since)."""
+    return _record(ConsumerGroupPartitionMetadataKey(group_id), None)
+
+
 def member_record(group_id: str, member: ConsumerMember) -> Record:
     return _record(
         ConsumerGroupMemberMetadataKey(group_id, member.member_id),
@@ -150,7 +155,7 @@ def group_tombstones(group: ConsumerGroup) -> list[Record]:
     out.append(_record(ConsumerGroupTargetAssignmentMetadataKey(gid), None))
     out += [_record(ConsumerGroupMemberMetadataKey(gid, m), None) for m in members]
     out += [_record(ConsumerGroupRegularExpressionKey(gid, r), None) for r in group.regexes]
-    out.append(_record(ConsumerGroupPartitionMetadataKey(gid), None))
+    out.append(partition_metadata_tombstone(gid))
     out.append(_record(ConsumerGroupMetadataKey(gid), None))
     return out
 
@@ -163,6 +168,7 @@ class _Loaded:
     current: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     regexes: dict[str, ConsumerGroupRegularExpressionValue] = field(default_factory=dict)
+    legacy_partition_metadata: bool = False
 
 
 class ConsumerGroupLoader:
@@ -201,7 +207,10 @@ class ConsumerGroupLoader:
             )
         elif isinstance(key, ConsumerGroupRegularExpressionKey):
             _put(loaded.regexes, key.regex, decoded)
-        # ConsumerGroupPartitionMetadataKey (Kafka before 4.1): recomputed from the topics.
+        elif isinstance(key, ConsumerGroupPartitionMetadataKey):
+            # Kafka before 4.1: only remembered, for its tombstone (group_epoch.refresh_topics);
+            # the topics' state is the metadata hash, recomputed from the topics.
+            loaded.legacy_partition_metadata = decoded is not None
 
     def groups(self) -> Iterable[ConsumerGroup]:
         for gid, loaded in self._groups.items():
@@ -212,6 +221,7 @@ class ConsumerGroupLoader:
                 group_epoch=loaded.epoch.epoch,
                 assignment_epoch=loaded.assignment_epoch or 0,
                 metadata_hash=loaded.epoch.metadata_hash,
+                legacy_partition_metadata=loaded.legacy_partition_metadata,
             )
             for member_id, meta in loaded.members.items():
                 current = loaded.current.get(member_id)

@@ -465,3 +465,23 @@ def test_an_assign_only_consumer_s_offsets_go_into_a_transaction(broker: BrokerP
         assert (committed.offset, committed.error) == (7, None)
     finally:
         c.close()
+
+
+def test_partitions_added_to_a_subscribed_topic_rebalance_the_group(broker: BrokerProcess) -> None:
+    """KIP-1101: the group's metadata hash covers each subscribed topic's partition count, so
+    CreatePartitions on it moves the group epoch and the new partitions are assigned."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    create_topic(broker.bootstrap, "t", 4)
+    m = member(broker, "k0")
+    try:
+        wait_for(lambda: m.assignment == frozenset(range(4)), 20, what="the 4 partitions assigned")
+        before = _epochs(broker)[0]
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_partitions([NewPartitions("t", 6)])["t"].result(20)
+        wait_for(
+            lambda: m.assignment == frozenset(range(6)), 20, what=f"6 partitions: {m.history}"
+        )
+        assert _epochs(broker)[0] > before
+    finally:
+        m.stop()

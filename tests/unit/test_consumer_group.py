@@ -538,6 +538,7 @@ def _state(shard: GroupShard) -> dict[str, Any]:
             dict(group.static_members),
             {t: dict(p) for t, p in group.partition_epochs.items()},
             {r: v.topics for r, v in group.regexes.items()},
+            (group.metadata_hash, group.legacy_partition_metadata),
         )
     return out
 
@@ -560,6 +561,15 @@ def _random_activity(seed: int) -> Group:
             g.hb(m, -2, instance_id=current.instance_id)
         elif action < 0.2:
             g.advance(rnd.choice([100, SESSION // 2, SESSION + 1]))
+        elif action < 0.25:  # KIP-1101: a topic gains a partition or its racks change
+            name = rnd.choice(["t", "u"])
+            info = g.topics.topic(name)
+            assert info is not None
+            if rnd.random() < 0.5 and info.partitions < 10:
+                g.topics.create(name, info.partitions + 1, racks=info.racks)
+            else:
+                racks = tuple((rnd.choice(["r1", "r2"]),) for _ in range(info.partitions))
+                g.topics.create(name, info.partitions, racks=racks)
         else:
             g.hb(m, current.member_epoch, instance_id=current.instance_id,
                  topic_partitions=_owned(g, m) if rnd.random() < 0.8 else None)
