@@ -99,6 +99,10 @@ class GroupMigration:
                     previous_member_epoch=group.generation,
                     state=MemberState.STABLE,
                     assigned=assigned,
+                    # KIP-1251: what it holds counts as assigned at its generation.
+                    assignment_epochs={
+                        t: dict.fromkeys(ps, max(group.generation, 0)) for t, ps in assigned.items()
+                    },
                     classic=ClassicMemberMetadata(
                         m.session_timeout_ms,
                         tuple(ClassicProtocol(name, bytes(meta)) for name, meta in m.protocols),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kcoord.coordinator.classic.manager import ClassicGroupManager
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
-from kcoord.coordinator.offset_interface import OffsetGroup
+from kcoord.coordinator.offset_interface import OffsetGroup, PartitionCheck
 from kcoord.coordinator.share.manager import ShareGroupManager
 
 
@@ -32,6 +32,14 @@ class ShardOffsetGroups:
 
     def forget(self, group_id: str) -> None:
         self._classic.forget(group_id)
+
+    def commit_partition_check(
+        self, group_id: str, member_id: str, generation: int
+    ) -> PartitionCheck | None:
+        group = self._consumer.groups.get(group_id)
+        if group is None:
+            return None
+        return group.commit_partition_check(member_id, generation, self._consumer.topics)
 
     def commit_accepted(self, group_id: str, member_id: str, now_ms: int) -> None:
         if group_id in self._classic.groups:

@@ -5,7 +5,8 @@ interface, the offsets part.
 :class:`OffsetGroup` is one group as its offsets see it: may this member commit, may its offsets
 be deleted, is it subscribed to a topic, which of its offsets may expire and from when
 (:class:`OffsetExpiry`). :class:`OffsetGroups` is the shard's groups of every type: find one,
-create a standalone consumer's group for a commit (or forget it again), hear that a commit kept a
+create a standalone consumer's group for a commit (or forget it again), check a commit's
+partitions (:data:`PartitionCheck`, KIP-1251), hear that a commit kept a
 member alive or that a group has no offsets left. :func:`committing_group` is the one rule both
 commit paths (OffsetCommit, TxnOffsetCommit) apply through it: which group a commit goes to.
 The shard's implementation over its two group types is
@@ -14,10 +15,15 @@ The shard's implementation over its two group types is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from kcoord.protocol.errors import ErrorCode
+
+PartitionCheck = Callable[[str, int], int | None]
+"""Whether one partition (topic name, partition) of an accepted commit may be stored: None, or
+its error (KIP-1251: a consumer-group member committing with an older epoch)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,13 @@ class OffsetGroups(Protocol):
 
     def forget(self, group_id: str) -> None:
         """Undo :meth:`create_standalone` (the commit it was for was refused)."""
+        ...
+
+    def commit_partition_check(
+        self, group_id: str, member_id: str, generation: int
+    ) -> PartitionCheck | None:
+        """For a commit the group accepted: the check each of its partitions must pass, or
+        None when all pass (KIP-1251's per-partition assignment epochs)."""
         ...
 
     def commit_accepted(self, group_id: str, member_id: str, now_ms: int) -> None:

@@ -36,7 +36,7 @@ from kcoord.coordinator.messages import (
     OffsetFetchResponse,
     TxnOffsetCommitRequest,
 )
-from kcoord.coordinator.offset_interface import OffsetGroups, committing_group
+from kcoord.coordinator.offset_interface import OffsetGroups, PartitionCheck, committing_group
 from kcoord.coordinator.output import Operation
 from kcoord.coordinator.schemas import (
     OffsetCommitKey,
@@ -207,8 +207,9 @@ class OffsetManager:
             if created:
                 groups.forget(req.group_id)  # nothing was written: as if never created
             return ErrorCode.unknown_server_error
+        check = groups.commit_partition_check(req.group_id, req.member_id, req.generation_id)
         groups.commit_accepted(req.group_id, req.member_id, now_ms)
-        self._store(handle, req.group_id, req, now_ms)
+        self._store(handle, req.group_id, req, now_ms, check=check)
         return None
 
     def _store(
@@ -218,9 +219,11 @@ class OffsetManager:
         req: OffsetCommitRequest | TxnOffsetCommitRequest,
         now_ms: int,
         producer_id: int = -1,
+        check: PartitionCheck | None = None,
     ) -> None:
-        """Storing: partitions whose metadata exceeds ``offset_metadata_max_bytes`` UTF-8 bytes
-        get OFFSET_METADATA_TOO_LARGE and are skipped; every other partition gets one record
+        """Storing: partitions that fail ``check`` get its error (KIP-1251) and partitions whose
+        metadata exceeds ``offset_metadata_max_bytes`` UTF-8 bytes
+        get OFFSET_METADATA_TOO_LARGE, both skipped; every other partition gets one record
         (commit time ``now_ms``) and is applied to the cache at once, or, for a transactional
         commit (``producer_id`` >= 0), held pending for that producer."""
         max_bytes = self.config.offset_metadata_max_bytes
@@ -245,6 +248,11 @@ class OffsetManager:
             except SchemaError:
                 key_prefix = None
             for partition, offset, leader_epoch, metadata in partitions:
+                if check is not None:
+                    refused = check(topic, partition)
+                    if refused is not None:
+                        errors.append((partition, refused))
+                        continue
                 if metadata is None:
                     metadata = ""
                 elif len(metadata) * 4 > max_bytes and len(metadata.encode("utf-8")) > max_bytes:

@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
+from functools import partial
 
 from kcoord.coordinator.messages import TxnMarkerRequest, TxnMarkerResponse, TxnOffsetCommitRequest
-from kcoord.coordinator.offset_interface import OffsetGroups, committing_group
+from kcoord.coordinator.offset_interface import OffsetGroups, PartitionCheck, committing_group
 from kcoord.coordinator.offsets import OffsetManager
 from kcoord.coordinator.output import Operation
 from kcoord.coordinator.schemas import (
@@ -68,7 +69,9 @@ class TxnOffsets:
         Kafka's order: an unknown group is created for an anonymous commit (generation < 0)
         and refused with ILLEGAL_GENERATION otherwise; the group's checks (a member's
         STALE_MEMBER_EPOCH becomes ILLEGAL_GENERATION); then the producer epoch against the
-        newest this partition saw of the producer (INVALID_PRODUCER_EPOCH: a zombie)."""
+        newest this partition saw of the producer (INVALID_PRODUCER_EPOCH: a zombie); then,
+        for a member committing with an older epoch, each partition's assignment epoch
+        (KIP-1251; ILLEGAL_GENERATION for a partition refused)."""
         if req.producer_id < 0:
             return ErrorCode.invalid_producer_id_mapping
         groups = self._groups
@@ -109,7 +112,11 @@ class TxnOffsets:
         assert out is not None
         out.producer_id = req.producer_id
         out.producer_epoch = req.producer_epoch
-        self._offsets._store(handle, req.group_id, req, now_ms, req.producer_id)
+        group_check = groups.commit_partition_check(
+            req.group_id, req.member_id, req.generation_id
+        )
+        check = None if group_check is None else partial(_txn_check, group_check)
+        self._offsets._store(handle, req.group_id, req, now_ms, req.producer_id, check)
         return None
 
     # ---- markers ------------------------------------------------------------------------------
@@ -208,3 +215,10 @@ class TxnOffsets:
 
     def replay_producer(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
         self.pending.epochs[producer_id] = (epoch, coordinator_epoch)
+
+
+def _txn_check(check: PartitionCheck, topic: str, partition: int) -> int | None:
+    """A partition check for TxnOffsetCommit, which answers ILLEGAL_GENERATION where
+    OffsetCommit answers STALE_MEMBER_EPOCH."""
+    error = check(topic, partition)
+    return ErrorCode.illegal_generation if error == ErrorCode.stale_member_epoch else error

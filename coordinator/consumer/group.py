@@ -4,7 +4,8 @@
 every change (static members by instance id, how many members subscribe to each topic name,
 which member epoch holds each partition). It also answers for its offsets
 (:class:`coordinator.offset_interface.OffsetGroup`): commits are checked against the member
-epoch, and offsets of topics the group still subscribes to never expire.
+epoch, or per partition against its assignment epoch (KIP-1251), and offsets of topics the
+group still subscribes to never expire.
 
 States (Kafka's): Empty (no members), Assigning (the group epoch is ahead of the target
 assignment), Reconciling (some member is not yet at the target epoch), Stable, and Dead once
@@ -17,8 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kcoord.coordinator.consumer.member import Assignment, ConsumerMember
-from kcoord.coordinator.consumer.topics import TopicId, TopicInfo
-from kcoord.coordinator.offset_interface import OffsetExpiry
+from kcoord.coordinator.consumer.topics import TopicId, TopicInfo, TopicsView
+from kcoord.coordinator.offset_interface import OffsetExpiry, PartitionCheck
 from kcoord.coordinator.rebalances import NOTHING_SETTLED, Owners, RebalanceStart, Settled
 from kcoord.protocol.errors import ErrorCode
 
@@ -242,10 +243,12 @@ class ConsumerGroup:
         transactional: bool = False,
     ) -> int | None:
         """Kafka's ConsumerGroup.validateOffsetCommit: an anonymous commit (epoch < 0) is
-        accepted while the group is Empty; otherwise the member must exist and carry its
-        current member epoch, a consumer-protocol member with OffsetCommit v9+ (a classic
-        member's generation is its member epoch); a TxnOffsetCommit (``transactional``) has
-        no version condition."""
+        accepted while the group is Empty; otherwise the member must exist, a consumer-protocol
+        member with OffsetCommit v9+ (a TxnOffsetCommit, ``transactional``, has no version
+        condition). A classic member must carry its current member epoch (its generation). A
+        consumer-protocol member's epoch may be older than its member epoch, never newer
+        (KIP-1251): an older one is then checked per partition
+        (:meth:`commit_partition_check`)."""
         if self.dead:
             return ErrorCode.coordinator_not_available
         if generation < 0 and not self.members:
@@ -256,9 +259,32 @@ class ConsumerGroup:
         classic = member.classic is not None
         if 0 <= api_version < 9 and not classic and not transactional:
             return ErrorCode.unsupported_version
-        if generation != member.member_epoch:
-            return ErrorCode.illegal_generation if classic else ErrorCode.stale_member_epoch
+        if classic:
+            return None if generation == member.member_epoch else ErrorCode.illegal_generation
+        if generation > member.member_epoch:
+            return ErrorCode.stale_member_epoch
         return None
+
+    def commit_partition_check(
+        self, member_id: str, generation: int, topics: TopicsView
+    ) -> PartitionCheck | None:
+        """KIP-1251, once :meth:`validate_offset_commit` accepted the commit: None when every
+        partition may be committed (the member's current epoch, a classic member, an
+        anonymous commit); else the check of one partition: STALE_MEMBER_EPOCH unless the
+        member holds it (assigned or pending revocation) and got it at ``generation`` or
+        before (assignment epoch <= commit epoch <= member epoch)."""
+        member = self.members.get(member_id)
+        if member is None or member.classic is not None or generation == member.member_epoch:
+            return None
+
+        def check(topic: str, partition: int) -> int | None:
+            info = topics.topic(topic)
+            epoch = None if info is None else member.assignment_epoch(info.topic_id, partition)
+            if epoch is None or epoch > generation:
+                return ErrorCode.stale_member_epoch
+            return None
+
+        return check
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int | None:
         """OffsetFetch v9+ from a member: it must exist and carry its current epoch."""

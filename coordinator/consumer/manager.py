@@ -289,7 +289,15 @@ class ConsumerGroupManager:
         group = change.group
         gid = group.group_id
         change.touch()
-        new = replace(old, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        # Its partitions count as assigned at its new epoch 0 (KIP-1251): the new incarnation
+        # may commit them from the epoch it is given on.
+        new = replace(
+            old,
+            member_id=member_id,
+            member_epoch=0,
+            previous_member_epoch=0,
+            assignment_epochs={t: dict.fromkeys(ps, 0) for t, ps in old.assigned.items()},
+        )
         target = group.target_of(old.member_id)
         emit = self.op.emit
         for record in records.member_tombstones(gid, old.member_id):
@@ -344,7 +352,12 @@ class ConsumerGroupManager:
         change = Change(group, created=False)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             change.touch()
-            away = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
+            away = replace(
+                member,
+                member_epoch=STATIC_LEAVE_EPOCH,
+                pending_revocation={},
+                assignment_epochs=member.epochs_of((member.assigned,), 0),
+            )
             self.op.emit(*records.current_assignment_record(group.group_id, away))
             group.put_member(away)
             self.timers_of(group, member.member_id).rebalance_token = 0

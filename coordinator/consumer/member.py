@@ -8,7 +8,9 @@ partitions}`` dicts that are never mutated once built.
 :func:`reconcile` is the member side of a rebalance (Kafka's CurrentAssignmentBuilder): from
 the member's current assignment, the group's target assignment for it and the partitions other
 members still hold, it computes the member's next epoch, state, assigned partitions and
-partitions pending revocation.
+partitions pending revocation; and (KIP-1251) each partition's assignment epoch, the member
+epoch at which the member got it, which it keeps while it holds the partition (pending
+revocation included).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ Assignment = Mapping[TopicId, frozenset[int]]
 """Partitions by topic id; never mutated once built; topics without partitions are left out."""
 
 NO_PARTITIONS: Assignment = MappingProxyType({})
+
+AssignmentEpochs = Mapping[TopicId, Mapping[int, int]]
+"""Partition -> assignment epoch by topic id (KIP-1251), for every partition a member holds
+(assigned or pending revocation); never mutated once built."""
+
+NO_EPOCHS: AssignmentEpochs = MappingProxyType({})
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -62,9 +70,36 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=lambda: NO_PARTITIONS)
     pending_revocation: Assignment = field(default_factory=lambda: NO_PARTITIONS)
+    assignment_epochs: AssignmentEpochs = field(default_factory=lambda: NO_EPOCHS)
+    """KIP-1251: the epoch at which each held partition was assigned; a partition missing here
+    counts as assigned at the member epoch (members built without epochs)."""
     classic: ClassicMemberMetadata | None = None
     """A member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
     consumer group: its session timeout and the protocols it offered; None otherwise."""
+
+    def assignment_epoch(self, topic_id: TopicId, partition: int) -> int | None:
+        """The epoch at which this member got ``partition`` (KIP-1251); None when it does not
+        hold it (neither assigned nor pending revocation). Without a recorded epoch: the
+        member epoch, at least 0 (Kafka's default for records written before KIP-1251)."""
+        if partition not in self.assigned.get(topic_id, ()) and partition not in (
+            self.pending_revocation.get(topic_id, ())
+        ):
+            return None
+        epoch = self.assignment_epochs.get(topic_id, {}).get(partition)
+        return max(self.member_epoch, 0) if epoch is None else epoch
+
+    def epochs_of(self, held: Iterable[Assignment], new_epoch: int) -> AssignmentEpochs:
+        """Assignment epochs for the partitions of ``held``: the one this member has for a
+        partition assigned to it now, ``new_epoch`` for any other (given to it now)."""
+        out: dict[TopicId, dict[int, int]] = {}
+        for assignment in held:
+            for topic_id, partitions in assignment.items():
+                mine = self.assigned.get(topic_id, ())
+                into = out.setdefault(topic_id, {})
+                for p in partitions:
+                    known = self.assignment_epoch(topic_id, p) if p in mine else None
+                    into[p] = new_epoch if known is None else known
+        return out
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -141,6 +176,7 @@ class ConsumerMember:
             and self.state is other.state
             and self.assigned == other.assigned
             and self.pending_revocation == other.pending_revocation
+            and self.assignment_epochs == other.assignment_epochs
         )
 
 
@@ -231,11 +267,14 @@ def _next(
             if free:
                 adding[topic_id] = free
     if revoking and owned_overlaps(owned, revoking):
-        return _moved(member, epoch, MemberState.UNREVOKED_PARTITIONS, assigned, revoking)
+        epochs = member.epochs_of((assigned, revoking), epoch)
+        return _moved(member, epoch, MemberState.UNREVOKED_PARTITIONS, assigned, revoking, epochs)
     for topic_id, partitions in adding.items():
         assigned[topic_id] = assigned.get(topic_id, frozenset()) | partitions
     state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _moved(member, target_epoch, state, assigned, NO_PARTITIONS)
+    # KIP-1251: a partition given now is assigned at the epoch the member moves to.
+    epochs = member.epochs_of((assigned,), target_epoch)
+    return _moved(member, target_epoch, state, assigned, NO_PARTITIONS, epochs)
 
 
 def _moved(
@@ -244,6 +283,7 @@ def _moved(
     state: MemberState,
     assigned: Assignment,
     revoking: Assignment,
+    epochs: AssignmentEpochs,
 ) -> ConsumerMember:
     # As Kafka does, the previous epoch is the one the member had before this step, even
     # when the epoch does not change.
@@ -254,4 +294,5 @@ def _moved(
         state=state,
         assigned=assigned,
         pending_revocation=revoking,
+        assignment_epochs=epochs,
     )

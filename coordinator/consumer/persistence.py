@@ -37,6 +37,7 @@ from kcoord.coordinator.consumer.records import (
     encode_consumer_key,
     encode_consumer_value,
 )
+from kcoord.coordinator.consumer.topics import TopicId
 from kcoord.coordinator.output import Record
 
 __all__ = [
@@ -116,15 +117,27 @@ def assignment_epoch_record(group: ConsumerGroup) -> Record:
 
 
 def current_assignment_record(group_id: str, member: ConsumerMember) -> Record:
+    assigned = to_topic_partitions(member.assigned)
+    pending = to_topic_partitions(member.pending_revocation)
     return _record(
         ConsumerGroupCurrentMemberAssignmentKey(group_id, member.member_id),
         ConsumerGroupCurrentMemberAssignmentValue(
             member_epoch=member.member_epoch,
             previous_member_epoch=member.previous_member_epoch,
             state=int(member.state),
-            assigned_partitions=to_topic_partitions(member.assigned),
-            partitions_pending_revocation=to_topic_partitions(member.pending_revocation),
+            assigned_partitions=assigned,
+            partitions_pending_revocation=pending,
+            assigned_epochs=_epochs_in_order(member, assigned),
+            pending_revocation_epochs=_epochs_in_order(member, pending),
         ),
+    )
+
+
+def _epochs_in_order(member: ConsumerMember, tps: TopicPartitions) -> tuple[tuple[int, ...], ...]:
+    """KIP-1251: the assignment epochs of ``tps``'s partitions, in the record's order."""
+    return tuple(
+        tuple(member.assignment_epoch(topic_id, p) or 0 for p in partitions)
+        for topic_id, partitions in tps
     )
 
 
@@ -262,10 +275,24 @@ def _current_fields(current: ConsumerGroupCurrentMemberAssignmentValue) -> dict[
         state = MemberState(current.state)
     except ValueError:
         state = MemberState.UNKNOWN
+    # KIP-1251: a partition without a recorded assignment epoch (a record from before it)
+    # counts as assigned at the record's member epoch (at least 0), as Kafka reads it.
+    default = max(current.member_epoch, 0)
+    epochs: dict[TopicId, dict[int, int]] = {}
+    for tps, recorded in (
+        (current.assigned_partitions, current.assigned_epochs),
+        (current.partitions_pending_revocation, current.pending_revocation_epochs),
+    ):
+        for i, (topic_id, partitions) in enumerate(tps):
+            topic_epochs = recorded[i] if i < len(recorded) else ()
+            into = epochs.setdefault(topic_id, {})
+            for j, p in enumerate(partitions):
+                into[p] = topic_epochs[j] if j < len(topic_epochs) else default
     return {
         "member_epoch": current.member_epoch,
         "previous_member_epoch": current.previous_member_epoch,
         "state": state,
         "assigned": from_topic_partitions(current.assigned_partitions),
         "pending_revocation": from_topic_partitions(current.partitions_pending_revocation),
+        "assignment_epochs": {t: e for t, e in epochs.items() if e},
     }

@@ -5,6 +5,8 @@ strings, arrays and bytes (unsigned varint of length + 1, 0 = null), UUIDs as 16
 tagged-field sections (varint count, then per field a varint tag, a varint size and the data).
 Keys use classic int16-length strings (:meth:`Writer.short_string`). The reader bounds every
 length by the bytes left and raises :class:`~coordinator.schema_errors.SchemaError`.
+Also the topic-partition list the assignment values share (:func:`write_topic_partitions`,
+:func:`read_topic_partitions`), with KIP-1251's per-partition assignment epochs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from collections.abc import Callable, Sequence
 
 from kcoord.coordinator.schema_errors import SchemaError
 
-__all__ = ["I64", "Reader", "Writer", "reader"]
+__all__ = [
+    "I64",
+    "Reader",
+    "TopicPartitions",
+    "Writer",
+    "read_topic_partitions",
+    "reader",
+    "write_topic_partitions",
+]
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -88,6 +98,11 @@ class Writer:
     def array_len(self, n: int) -> None:
         self._parts.append(_uvarint(n + 1))
 
+    def int32s(self, values: Sequence[int]) -> None:
+        """A compact int32 array."""
+        self.array_len(len(values))
+        self._parts.append(struct.pack(f">{len(values)}i", *values))
+
     def no_tags(self) -> None:
         self._parts.append(b"\x00")
 
@@ -139,12 +154,6 @@ class Reader:
 
     def int64(self, field: str) -> int:
         return int(I64.unpack(self.take(8, field))[0])
-
-    def int32s(self, n: int, field: str) -> tuple[int, ...]:
-        """``n`` INT32s in a row (an array's items), unpacked at once."""
-        if n < 0:
-            raise self.error(f"{field} has invalid length {n}")
-        return struct.unpack(f">{n}i", self.take(4 * n, field))
 
     def uuid(self, field: str) -> uuid.UUID:
         return uuid.UUID(bytes=bytes(self.take(16, field)))
@@ -200,6 +209,13 @@ class Reader:
             raise self.error(f"{field} count {n} exceeds the remaining bytes")
         return n
 
+    def int32s(self, field: str) -> tuple[int, ...]:
+        """A compact int32 array (not nullable), unpacked at once."""
+        n = self.array_len(field)
+        if n < 0:
+            raise self.error(f"{field} has invalid length {n}")
+        return struct.unpack(f">{n}i", self.take(4 * n, field))
+
     def tags(self, known: dict[int, Callable[[Reader], None]] | None = None) -> None:
         """A tagged-field section: known tags go to their reader (which must consume exactly
         the field's bytes), unknown ones are skipped."""
@@ -226,3 +242,46 @@ def reader(buf: bytes, what: str) -> Reader:
     if not isinstance(buf, bytes | bytearray | memoryview):
         raise SchemaError(f"{what}: expected bytes, got {type(buf).__name__}")
     return Reader(memoryview(bytes(buf)), what)
+
+
+TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
+"""(topic id, partitions) pairs: an assignment as the records carry it."""
+
+
+def write_topic_partitions(
+    w: Writer, tps: TopicPartitions, epochs: Sequence[Sequence[int]] = ()
+) -> None:
+    """``epochs``: per topic entry, its partitions' assignment epochs (KIP-1251, tagged field
+    0 of the entry, written only when non-empty); () writes none."""
+    w.array_len(len(tps))
+    for i, (topic_id, partitions) in enumerate(tps):
+        w.uuid(topic_id)
+        w.int32s(partitions)
+        topic_epochs = epochs[i] if i < len(epochs) else ()
+        if topic_epochs:
+            e = Writer()
+            e.int32s(topic_epochs)
+            w.tags([(0, e.getvalue())])
+        else:
+            w.no_tags()
+
+
+def read_topic_partitions(
+    r: Reader, field: str
+) -> tuple[TopicPartitions, tuple[tuple[int, ...], ...]]:
+    """A topic list and, per entry, the assignment epochs of its partitions (KIP-1251, tagged
+    field 0 of the entry); the epochs are () when no entry has any."""
+    out = []
+    all_epochs: list[tuple[int, ...]] = []
+    for _ in range(r.array_len(field)):
+        topic_id = r.uuid("topic_id")
+        partitions = r.int32s("partitions")
+        epochs: list[tuple[int, ...]] = [()]
+
+        def read_epochs(t: Reader, into: list[tuple[int, ...]] = epochs) -> None:
+            into[0] = t.int32s("assignment_epochs")
+
+        r.tags({0: read_epochs})
+        out.append((topic_id, partitions))
+        all_epochs.append(epochs[0])
+    return tuple(out), (tuple(all_epochs) if any(all_epochs) else ())

@@ -30,7 +30,10 @@ The records, by key version (record type):
 - 7 ConsumerGroupTargetAssignmentMemberKey -> ConsumerGroupTargetAssignmentMemberValue: a
   member's target partitions.
 - 8 ConsumerGroupCurrentMemberAssignmentKey -> ConsumerGroupCurrentMemberAssignmentValue: a
-  member's epoch, state, assigned partitions and partitions pending revocation.
+  member's epoch, state, assigned partitions and partitions pending revocation; since Kafka
+  4.3 (KIP-1251) each topic entry of both lists carries the assignment epoch of every
+  partition (the member epoch at which it was assigned), tagged field 0 of the topic struct,
+  an int32 array parallel to its partitions, absent in older records.
 - 16 ConsumerGroupRegularExpressionKey -> ConsumerGroupRegularExpressionValue: the topics a
   subscription regular expression resolved to, with the metadata version and time.
 
@@ -49,7 +52,15 @@ from typing import overload
 
 from kcoord.coordinator.schema_errors import UnsupportedVersionError
 
-from .record_codec import I64, Reader, Writer, reader
+from .record_codec import (
+    I64,
+    Reader,
+    TopicPartitions,
+    Writer,
+    read_topic_partitions,
+    reader,
+    write_topic_partitions,
+)
 
 __all__ = [
     "CONSUMER_KEY_VERSIONS",
@@ -83,9 +94,6 @@ __all__ = [
     "encode_consumer_key",
     "encode_consumer_value",
 ]
-
-TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
-"""(topic id, partitions) pairs: an assignment as the records carry it."""
 
 CONSUMER_VALUE_VERSION = 0  # the only version of every value (validVersions "0")
 
@@ -243,13 +251,18 @@ class ConsumerGroupTargetAssignmentMemberValue:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentValue:
-    """``state``: a ``MEMBER_STATE_*`` code."""
+    """``state``: a ``MEMBER_STATE_*`` code. ``assigned_epochs`` and
+    ``pending_revocation_epochs`` (KIP-1251) hold, per topic entry of the matching list, the
+    assignment epochs of its partitions in the same order; () when the record has none (an
+    older writer), and a topic entry without the tagged field reads as ()."""
 
     member_epoch: int
     previous_member_epoch: int
     state: int
     assigned_partitions: TopicPartitions
     partitions_pending_revocation: TopicPartitions
+    assigned_epochs: tuple[tuple[int, ...], ...] = ()
+    pending_revocation_epochs: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,16 +344,6 @@ def decode_consumer_key(buf: bytes) -> ConsumerRecordKey:
 # Values: encoding (version 0, as Kafka 4.x writes them)
 
 
-def _write_topic_partitions(w: Writer, tps: TopicPartitions) -> None:
-    w.array_len(len(tps))
-    for topic_id, partitions in tps:
-        w.uuid(topic_id)
-        w.array_len(len(partitions))
-        for p in partitions:
-            w.int32(p)
-        w.no_tags()
-
-
 def _write_strings(w: Writer, items: Sequence[str]) -> None:
     w.array_len(len(items))
     for s in items:
@@ -402,14 +405,16 @@ def encode_consumer_value(value: ConsumerRecordValue) -> bytes:
         w.int32(value.assignment_epoch)
         w.no_tags()
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
-        _write_topic_partitions(w, value.topic_partitions)
+        write_topic_partitions(w, value.topic_partitions)
         w.no_tags()
     elif isinstance(value, ConsumerGroupCurrentMemberAssignmentValue):
         w.int32(value.member_epoch)
         w.int32(value.previous_member_epoch)
         w.int8(value.state)
-        _write_topic_partitions(w, value.assigned_partitions)
-        _write_topic_partitions(w, value.partitions_pending_revocation)
+        write_topic_partitions(w, value.assigned_partitions, value.assigned_epochs)
+        write_topic_partitions(
+            w, value.partitions_pending_revocation, value.pending_revocation_epochs
+        )
         w.no_tags()
     elif isinstance(value, ConsumerGroupRegularExpressionValue):
         _write_strings(w, value.topics)
@@ -423,16 +428,6 @@ def encode_consumer_value(value: ConsumerRecordValue) -> bytes:
 
 # --------------------------------------------------------------------------------------------
 # Values: decoding
-
-
-def _read_topic_partitions(r: Reader, field: str) -> TopicPartitions:
-    out = []
-    for _ in range(r.array_len(field)):
-        topic_id = r.uuid("topic_id")
-        partitions = r.int32s(r.array_len("partitions"), "partitions")
-        r.tags()
-        out.append((topic_id, partitions))
-    return tuple(out)
 
 
 def _read_strings(r: Reader, field: str) -> tuple[str, ...]:
@@ -512,7 +507,7 @@ def _decode_target_metadata(r: Reader) -> ConsumerGroupTargetAssignmentMetadataV
 
 
 def _decode_target_member(r: Reader) -> ConsumerGroupTargetAssignmentMemberValue:
-    tps = _read_topic_partitions(r, "topic_partitions")
+    tps, _ = read_topic_partitions(r, "topic_partitions")
     r.tags()
     return ConsumerGroupTargetAssignmentMemberValue(tps)
 
@@ -521,10 +516,12 @@ def _decode_current_assignment(r: Reader) -> ConsumerGroupCurrentMemberAssignmen
     epoch = r.int32("member_epoch")
     previous = r.int32("previous_member_epoch")
     state = r.int8("state")
-    assigned = _read_topic_partitions(r, "assigned_partitions")
-    pending = _read_topic_partitions(r, "partitions_pending_revocation")
+    assigned, assigned_epochs = read_topic_partitions(r, "assigned_partitions")
+    pending, pending_epochs = read_topic_partitions(r, "partitions_pending_revocation")
     r.tags()
-    return ConsumerGroupCurrentMemberAssignmentValue(epoch, previous, state, assigned, pending)
+    return ConsumerGroupCurrentMemberAssignmentValue(
+        epoch, previous, state, assigned, pending, assigned_epochs, pending_epochs
+    )
 
 
 def _decode_regex(r: Reader) -> ConsumerGroupRegularExpressionValue:
