@@ -252,8 +252,11 @@ def test_describe_groups() -> None:
         "",
         (DescribedMember("c-3", None, "c", "/127.0.0.1", b"", b""),),
     )
-    assert d[2] == DescribedGroup(E.none, "unknown", "Dead", "", "", ())
-    assert d[3] == DescribedGroup(E.none, "", "Dead", "", "", ())
+    # unknown (the empty id too): Dead, GROUP_ID_NOT_FOUND with Kafka's message (v6, KIP-1043)
+    assert d[2] == DescribedGroup(
+        E.group_id_not_found, "unknown", "Dead", "", "", (), "Group unknown not found."
+    )
+    assert d[3] == DescribedGroup(E.group_id_not_found, "", "Dead", "", "", (), "Group  not found.")
 
 
 def test_delete_groups() -> None:
