@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -378,6 +379,7 @@ def _view(shard: GroupShard) -> dict[str, Any]:
 _GROUPS = ["g1", "g2"]
 _COMMIT_GROUPS = [*_GROUPS, "s1"]  # s1 only ever sees standalone commits
 _TOPICS = ["t1", "t2", "t3"]
+_TOPIC_IDS = {t: uuid.uuid5(uuid.NAMESPACE_URL, t) for t in _TOPICS}
 # Member metadata: real consumer subscriptions (so retention and OffsetDelete see topics)
 # and one that does not parse (subscriptions unknown).
 _METAS = [subscription("t1"), subscription("t1", "t2"), b"junk"]
@@ -489,7 +491,8 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
         m = _pick(h, group, i)
         g = h.group(group)
         if mode == "anonymous" or m is None:
-            h.commit(offsets, group=group)
+            # odd offsets named by id (OffsetCommit v10): their records carry the topic ids
+            h.commit(offsets, group=group, topic_ids=_TOPIC_IDS if offset % 2 else None)
         else:
             gen = g.generation if mode == "member" else g.generation - 1
             h.commit(
