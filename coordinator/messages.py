@@ -9,6 +9,7 @@ plain ints from Kafka's table (:class:`protocol.errors.ErrorCode` members are in
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -166,6 +167,8 @@ class OffsetCommitRequest:
     topics: tuple[tuple[str, tuple[OffsetCommitPartition, ...]], ...]
     api_version: int = -1
     """The wire version (-1: unknown); a consumer-protocol member must commit with v9+."""
+    topic_ids: tuple[tuple[str, uuid.UUID], ...] = ()
+    """(name, id) of the topics a v10 commit named by id: their records carry the id."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The committed offsets of one shard: OffsetCommit, OffsetFetch, OffsetDelete, retention (J, I6).
 
 :class:`OffsetManager` owns the offsets cache (group id -> (topic, partition) -> value), the
-offset records it writes to the shard's partition (OffsetCommitKey v1 -> OffsetCommitValue v3,
+offset records it writes to the shard's partition (OffsetCommitKey v1 -> OffsetCommitValue v4,
 tombstones), their replay at start-up, the undo of a commit whose records could not be
 appended, and the periodic retention check (its own timer kind). Transactional commits are
 written by the same store into :class:`coordinator.txn_pending.PendingTxnOffsets` instead of the
@@ -193,7 +193,12 @@ class OffsetManager:
         if error is not None:
             return error
         limit = self.config.max_batch_bytes
-        floor = offset_commit_floor(req.group_id, req.topics, self.config.offset_metadata_max_bytes)
+        floor = offset_commit_floor(
+            req.group_id,
+            req.topics,
+            self.config.offset_metadata_max_bytes,
+            {name for name, _ in req.topic_ids},
+        )
         if floor > limit:
             # Its records cannot fit in one batch: Kafka's runtime fails the write before
             # applying any of it, and the commit is answered UNKNOWN_SERVER_ERROR throughout.
@@ -241,8 +246,11 @@ class OffsetManager:
         )
         results: list[tuple[str, tuple[tuple[int, int], ...]]] = []
         written: list[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None]] = []
+        # Named by id (OffsetCommit v10): the records keep the id, as Kafka's do.
+        ids = dict(req.topic_ids) if isinstance(req, OffsetCommitRequest) else {}
         for topic, partitions in req.topics:
             errors: list[tuple[int, int]] = []
+            topic_id = ids.get(topic) if ids else None
             try:
                 key_prefix: bytes | None = offset_commit_key_prefix(group_id, topic)
             except SchemaError:
@@ -263,11 +271,15 @@ class OffsetManager:
                     errors.append((partition, no_topic))
                     continue
                 try:
-                    value_bytes = encode_offset_commit_fields(offset, leader_epoch, metadata, now_ms)
+                    value_bytes = encode_offset_commit_fields(
+                        offset, leader_epoch, metadata, now_ms, topic_id
+                    )
                 except SchemaError:
                     errors.append((partition, no_topic))  # metadata over an int16 length
                     continue
-                value = new_value(OffsetCommitValue, (offset, metadata, now_ms, leader_epoch, -1))
+                value = new_value(
+                    OffsetCommitValue, (offset, metadata, now_ms, leader_epoch, -1, topic_id)
+                )
                 if cache is None:
                     cache = self._offsets.setdefault(group_id, {})
                 tp = (topic, partition)

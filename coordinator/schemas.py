@@ -17,8 +17,11 @@ Every key and value starts with an int16 schema version:
 - key v9-v15: KIP-932 share-group records, ``coordinator.share.records``'s likewise.
   Any other version >= 3 comes back as :class:`UnknownKey` so a loader can skip it.
 
-Values: ``OffsetCommitValue`` v0-v3 (we write v3), ``GroupMetadataValue`` v0-v3 (we write v3).
-A ``None`` value is a tombstone; it never reaches these codecs.
+Values: ``OffsetCommitValue`` v0-v4 and ``GroupMetadataValue`` v0-v4, written as Kafka 4.2
+writes them: OffsetCommitValue v4 (its first flexible version, the topic id a tagged field when
+the commit named its topic by id), v1 for a commit with an expire timestamp, and
+GroupMetadataValue v3 (Kafka keeps the newest non-flexible version until a tagged field needs
+v4; v4 is read). A ``None`` value is a tombstone; it never reaches these codecs.
 
 Decoders raise :class:`SchemaError` (a ``ValueError``) on truncated input, trailing bytes,
 negative lengths other than the null marker, invalid UTF-8 and unknown versions.
@@ -27,10 +30,12 @@ negative lengths other than the null marker, invalid UTF-8 and unknown versions.
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kcoord.coordinator.consumer.record_codec import Reader, Writer
 from kcoord.coordinator.consumer.records import (
     CONSUMER_KEY_VERSIONS,
     ConsumerRecordKey,
@@ -75,7 +80,7 @@ __all__ = [
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
-OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION = 4
 GROUP_METADATA_VALUE_VERSION = 3
 
 
@@ -115,14 +120,17 @@ RecordKey = OffsetCommitKey | GroupMetadataKey | ConsumerRecordKey | ShareRecord
 
 class OffsetCommitValue(NamedTuple):
     """An offset commit. ``leader_epoch`` is -1 when unknown (and for versions < 3);
-    ``expire_timestamp`` is -1 unless a v1 record carried one. A named tuple: one is made per
-    committed partition, and a tuple is several times cheaper to make than a frozen dataclass."""
+    ``expire_timestamp`` is -1 unless a v1 record carried one; ``topic_id`` is the id the
+    commit named its topic by (OffsetCommit v10; v4's tagged field), else None. A named tuple:
+    one is made per committed partition, and a tuple is several times cheaper to make than a
+    frozen dataclass."""
 
     offset: int
     metadata: str
     commit_timestamp: int
     leader_epoch: int = -1
     expire_timestamp: int = -1
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +292,9 @@ def _version(buf: bytes, what: str) -> tuple[int, _Reader]:
 
 
 _KEY_HEAD = struct.Struct(">hh")
-_VALUE_V3_HEAD = struct.Struct(">hqih")
-_VALUE_V3_EMPTY = struct.Struct(">hqihq")  # with empty metadata: head, no bytes, timestamp
+_VALUE_HEAD = struct.Struct(">hqi")  # v4: version, offset, leader epoch; then the metadata
+_VALUE_EMPTY = struct.Struct(">hqiBqB")  # v4, empty metadata (length 0 + 1), no tagged field
+_TOPIC_ID_TAG = b"\x00\x10"  # tag 0, 16 bytes: v4's topic id
 
 
 def _short_string(v: str) -> bytes:
@@ -389,43 +398,78 @@ def decode_key(buf: bytes) -> RecordKey:
 
 
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
-    """Encode as version 3 (offset, leader epoch, metadata, commit timestamp).
-
-    Kafka writes v1 only for commits with an explicit expire timestamp (deprecated
-    OffsetCommit v1 retention); this broker never does, so ``expire_timestamp`` is dropped.
-    """
+    """Encode as Kafka does: version 1 when the value has an expire timestamp (only a record
+    read from an old log has one here), else version 4."""
+    if value.expire_timestamp != -1:
+        w = _Writer()
+        w.int16(1)
+        w.int64(value.offset)
+        w.string(value.metadata)
+        w.int64(value.commit_timestamp)
+        w.int64(value.expire_timestamp)
+        return w.getvalue()
     return encode_offset_commit_fields(
-        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp
+        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.topic_id
     )
 
 
-def offset_commit_value_size(metadata_bytes: int) -> int:
-    """Bytes of an OffsetCommitValue v3 whose metadata takes this many UTF-8 bytes."""
-    return _VALUE_V3_HEAD.size + metadata_bytes + 8
+def offset_commit_value_size(metadata_bytes: int, by_id: bool = False) -> int:
+    """Bytes of an OffsetCommitValue v4 whose metadata takes this many UTF-8 bytes (and that
+    carries a topic id if ``by_id``)."""
+    n = metadata_bytes + 1
+    length = 1 if n < 0x80 else 2 if n < 0x4000 else 3  # the compact string's varint
+    return _VALUE_HEAD.size + length + metadata_bytes + 8 + (19 if by_id else 1)
 
 
 def encode_offset_commit_fields(
-    offset: int, leader_epoch: int, metadata: str, commit_timestamp: int
+    offset: int,
+    leader_epoch: int,
+    metadata: str,
+    commit_timestamp: int,
+    topic_id: uuid.UUID | None = None,
 ) -> bytes:
-    """:func:`encode_offset_commit_value` from the fields (the commit path's, without a value
-    object); most commits carry no metadata and take one struct call."""
+    """:func:`encode_offset_commit_value` (v4) from the fields (the commit path's, without a
+    value object); a commit without metadata or topic id takes one struct call."""
     if not metadata:
-        return _VALUE_V3_EMPTY.pack(
-            OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, 0, commit_timestamp
-        )
-    raw = _short_string(metadata)
-    return b"".join(
-        (
-            _VALUE_V3_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, len(raw)),
-            raw,
-            _I64.pack(commit_timestamp),
-        )
-    )
+        if topic_id is None:
+            return _VALUE_EMPTY.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch, 1, commit_timestamp, 0)
+        head = _VALUE_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch) + b"\x01"
+    else:
+        raw = metadata.encode("utf-8")
+        if len(raw) < 0x7F:  # the compact string's length + 1 in one varint byte
+            text = bytes((len(raw) + 1,)) + raw
+        else:
+            w = Writer()  # SchemaError over 32,767 bytes, Kafka's limit for a string field
+            w.string(metadata)
+            text = w.getvalue()
+        head = _VALUE_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, offset, leader_epoch) + text
+    if topic_id is None:
+        return head + _I64.pack(commit_timestamp) + b"\x00"
+    return head + _I64.pack(commit_timestamp) + b"\x01" + _TOPIC_ID_TAG + topic_id.bytes
+
+
+def _decode_offset_commit_v4(buf: bytes) -> OffsetCommitValue:
+    """Version 4: flexible (compact metadata string, tagged fields; tag 0 the topic id)."""
+    if len(buf) == _VALUE_EMPTY.size and buf[14] == 1 and buf[23] == 0:
+        _, offset, epoch, _, commit_ts, _ = _VALUE_EMPTY.unpack(buf)
+        return OffsetCommitValue(offset, "", commit_ts, epoch)
+    r = Reader(memoryview(buf), "OffsetCommitValue", 2)
+    offset = r.int64("offset")
+    epoch = r.int32("leader_epoch")
+    metadata = r.string("metadata")
+    commit_ts = r.int64("commit_timestamp")
+    ids: list[uuid.UUID] = []
+    r.tags({0: lambda t: ids.append(t.uuid("topic_id"))})
+    r.end()
+    topic_id = ids[-1] if ids and ids[-1].int else None  # the zero id is Kafka's "none"
+    return OffsetCommitValue(offset, metadata, commit_ts, epoch, topic_id=topic_id)
 
 
 def decode_offset_commit_value(buf: bytes) -> OffsetCommitValue:
-    """Decode an OffsetCommitValue of version 0-3."""
+    """Decode an OffsetCommitValue of version 0-4."""
     version, r = _version(buf, "OffsetCommitValue")
+    if version == 4:
+        return _decode_offset_commit_v4(buf)
     if version in (0, 2):
         offset = r.int64("offset")
         metadata = r.string("metadata")
@@ -498,10 +542,12 @@ def group_metadata_value_size(value: GroupMetadataValue) -> int:
 
 
 def decode_group_metadata_value(buf: bytes) -> GroupMetadataValue:
-    """Decode a GroupMetadataValue of version 0-3."""
-    version, r = _version(buf, "GroupMetadataValue")
-    if not 0 <= version <= 3:
+    """Decode a GroupMetadataValue of version 0-4 (v4: the same fields, flexible: compact
+    strings, bytes and array, a tagged-field section after each member and at the end)."""
+    version, classic = _version(buf, "GroupMetadataValue")
+    if not 0 <= version <= 4:
         raise UnsupportedVersionError(f"GroupMetadataValue: unsupported version {version}")
+    r = Reader(memoryview(buf), "GroupMetadataValue", 2) if version == 4 else classic
     protocol_type = r.string("protocol_type")
     generation = r.int32("generation")
     protocol = r.nullable_string("protocol")
@@ -517,6 +563,8 @@ def decode_group_metadata_value(buf: bytes) -> GroupMetadataValue:
         session_timeout = r.int32("session_timeout")
         subscription = r.bytes_("subscription")
         assignment = r.bytes_("assignment")
+        if isinstance(r, Reader):
+            r.tags()
         members.append(
             MemberMetadata(
                 member_id,
@@ -529,5 +577,7 @@ def decode_group_metadata_value(buf: bytes) -> GroupMetadataValue:
                 assignment,
             )
         )
+    if isinstance(r, Reader):
+        r.tags()
     r.end()
     return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

@@ -375,7 +375,8 @@ class GroupShard(ShardViews):
         return op.end()
 
     def describe_groups(self, handle: Hashable, req: DescribeGroupsRequest, now_ms: int) -> Output:
-        """DescribeGroups; an unknown group is reported Dead with error NONE."""
+        """DescribeGroups; an unknown group or one of another type is Dead with GROUP_ID_NOT_FOUND
+        and a message (v6+; the broker shows older versions Dead with NONE)."""
         op = self._op
         op.begin()
         described = []

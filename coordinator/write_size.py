@@ -16,7 +16,7 @@ turn away a request whose records could not fit before building any of them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from kcoord.coordinator.messages import JoinGroupRequest, OffsetCommitPartition
 from kcoord.coordinator.schemas import (
@@ -49,8 +49,10 @@ def offset_commit_floor(
     group_id: str,
     topics: Iterable[tuple[str, Iterable[OffsetCommitPartition]]],
     metadata_max_bytes: int,
+    by_id: Collection[str] = (),
 ) -> int:
-    """A floor on the batch an OffsetCommit of ``topics`` writes (0 if it writes nothing).
+    """A floor on the batch an OffsetCommit of ``topics`` writes (0 if it writes nothing);
+    the values of the topics in ``by_id`` carry a topic id.
 
     Follows the shard's rules for which partitions get a record (J6): none when the group id
     is too long for a key, none for a topic too long for one, none for metadata over
@@ -63,13 +65,14 @@ def offset_commit_floor(
     if group_size > _MAX_STRING:
         return 0
     sure_chars = min(metadata_max_bytes, _MAX_STRING) // 4  # stored whatever their encoding
-    plain_value = offset_commit_value_size(0)
     total = 0
     delta = 0  # offset delta of the next record
     for topic, partitions in topics:
         topic_size = _utf8_size(topic)
         if topic_size > _MAX_STRING:
             continue
+        with_id = topic in by_id
+        plain_value = offset_commit_value_size(0, with_id)
         key = offset_commit_key_size(group_size, topic_size)
         run = 0  # partitions without metadata not yet counted
         for p in partitions:
@@ -88,7 +91,7 @@ def offset_commit_floor(
                 total += kv_run_size(delta, run, key, plain_value)
                 delta += run
                 run = 0
-            total += kv_record_size(delta, key, offset_commit_value_size(size))
+            total += kv_record_size(delta, key, offset_commit_value_size(size, with_id))
             delta += 1
         if run:
             total += kv_run_size(delta, run, key, plain_value)

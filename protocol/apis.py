@@ -74,7 +74,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 9),
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),
-    ApiKey.METADATA: (0, 12),
+    ApiKey.METADATA: (0, 13),  # v13: a top-level error code, always none (as Kafka)
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.SASL_HANDSHAKE: (0, 1),  # v0: the tokens follow as bare frames (broker/security/sasl/api.py)
     ApiKey.SASL_AUTHENTICATE: (0, 2),

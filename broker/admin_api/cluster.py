@@ -216,6 +216,7 @@ class ClusterApi:
             controller_id=self.view.controller_id,
             topics=topics_out,
             cluster_authorized_operations=cluster_ops,
+            error_code=ErrorCode.none,  # v13 (KIP-1102): Kafka's brokers never set one either
         )
 
     def _topics_out(

@@ -449,7 +449,7 @@ class GroupApi:
             for group_id in req.groups:
                 g = found[group_id]
                 if g.error_message is not None and ctx.version < 6:
-                    # A consumer (KIP-848) group: before v6 Kafka shows it Dead, no error.
+                    # Unknown, or of another type: before v6 Kafka shows it Dead, no error.
                     g = m.DescribedGroup(ErrorCode.none, group_id, "Dead", "", "", ())
                 groups.append(
                     dict(

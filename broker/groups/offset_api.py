@@ -213,6 +213,9 @@ class OffsetApi:
             group_instance_id=getattr(req, "group_instance_id", None),
             topics=tuple(topics),
             api_version=ctx.version,
+            topic_ids=tuple((t.name, t.topic_id) for t in known if t.topic_id is not None)
+            if ctx.version >= BY_ID_VERSION
+            else (),
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)

@@ -308,10 +308,14 @@ class ClassicGroupManager:
         return listed_groups(self.groups.values(), req)
 
     def describe(self, group_id: str) -> DescribedGroup:
-        """DescribeGroups' entry for a group; an unknown one is reported Dead with NONE."""
+        """DescribeGroups' entry for a group. An unknown one is Dead with GROUP_ID_NOT_FOUND and
+        Kafka's message, which v6 (KIP-1043) shows; the broker shows older versions Dead, no error."""
         group = self.groups.get(group_id)
         if group is None:
-            return DescribedGroup(ErrorCode.none, group_id, GroupState.DEAD.value, "", "", ())
+            return DescribedGroup(
+                ErrorCode.group_id_not_found, group_id, GroupState.DEAD.value, "", "", (),
+                f"Group {group_id} not found.",
+            )
         stable = group.state is GroupState.STABLE
         protocol = (group.protocol_name or "") if stable else ""
         members = tuple(

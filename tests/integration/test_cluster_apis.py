@@ -61,11 +61,12 @@ def test_topic_admin_and_metadata(broker: BrokerProcess) -> None:
                            allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     broker.kill()
     broker.restart()
-    with RawClient(broker.port) as c:
-        after = c.request(ApiKey.METADATA, 12, topics=[dict(name="kept", topic_id=None)],
+    with RawClient(broker.port) as c:  # v13 (KIP-1102): the same answer, a top-level error code
+        after = c.request(ApiKey.METADATA, 13, topics=[dict(name="kept", topic_id=None)],
                           allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-        missing = c.request(ApiKey.METADATA, 12, topics=[dict(name="nope", topic_id=None)],
+        missing = c.request(ApiKey.METADATA, 13, topics=[dict(name="nope", topic_id=None)],
                             allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    assert after.error_code == missing.error_code == ErrorCode.none
     assert after.topics[0].topic_id == before.topics[0].topic_id
     assert len(after.topics[0].partitions) == 3
     assert after.cluster_id == before.cluster_id

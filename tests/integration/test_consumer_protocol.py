@@ -325,6 +325,11 @@ def test_a_classic_cooperative_group_upgraded_online_and_back(broker: BrokerProc
         wait_for(lambda: settled(everyone), 60, what="three members balanced after the upgrade")
         assert describe(broker, "g").type == ConsumerGroupType.CONSUMER
         assert not overlaps, overlaps
+        with RawClient(broker.port) as c:  # v1 (KIP-1099): the members' types, classic 0
+            r = c.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, group_ids=["g"],
+                          include_authorized_operations=False)
+        assert {m.client_id: m.member_type for m in r.groups[0].members} == {
+            "classic0": 0, "classic1": 0, "kip848": 1}
         upgrade_member.stop()
         everyone.remove(upgrade_member)
         wait_for(lambda: describe(broker, "g").type == ConsumerGroupType.CLASSIC, 30, what="classic again")

@@ -79,6 +79,13 @@ def test_join_sync_heartbeat_leave_across_versions(broker_factory: object) -> No
         assert [(g.group_id, g.group_state, len(g.members)) for g in desc.groups] == [
             ("wire-v9", "Stable", 1), ("unknown", "Dead", 0)]
         assert desc.groups[0].members[0].member_assignment == b"B"
+        assert [g.error_code for g in desc.groups] == [0, 0]
+        # v6 (KIP-1043): the unknown group is an error with Kafka's message.
+        desc = c.request(ApiKey.DESCRIBE_GROUPS, 6, groups=["wire-v9", "unknown"],
+                         include_authorized_operations=False)
+        assert [(g.group_id, g.group_state, g.error_code, g.error_message) for g in desc.groups] == [
+            ("wire-v9", "Stable", 0, None),
+            ("unknown", "Dead", ErrorCode.group_id_not_found, "Group unknown not found.")]
         deleted = c.request(ApiKey.DELETE_GROUPS, 2, groups_names=["wire-v9", "unknown"])
         assert [(x.group_id, x.error_code) for x in deleted.results] == [
             ("wire-v9", ErrorCode.non_empty_group), ("unknown", ErrorCode.group_id_not_found)]

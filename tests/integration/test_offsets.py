@@ -392,3 +392,20 @@ def test_offsets_committed_and_fetched_by_topic_id_v10(broker: BrokerProcess) ->
             topics=[dict(name="by-id", partition_indexes=[0, 1])])], require_stable=False)
         assert {(p.partition_index, p.committed_offset, p.metadata)
                 for t in by_name.groups[0].topics for p in t.partitions} == {(0, 7, "m0"), (1, 9, "m1")}
+    # The records are OffsetCommitValue v4 with the topic id, as Kafka 4.2 writes a v10 commit:
+    # read back with a codec of Kafka's schema.
+    from kcoord.coordinator.schemas import OffsetCommitKey, decode_key
+    from kcoord.protocol.records import decode_batches
+    from tests.unit.test_record_versions import OffsetCommitValueK, kafka_decode
+
+    stored_ids = {}
+    for segment in sorted(broker.data_dir.glob("__consumer_offsets-*/*.log")):
+        for batch in decode_batches(segment.read_bytes()):
+            for r in batch.records:
+                assert r.key is not None
+                key = decode_key(r.key)
+                if isinstance(key, OffsetCommitKey) and key.group == "ids" and r.value is not None:
+                    assert r.value[:2] == b"\x00\x04"
+                    value = kafka_decode(OffsetCommitValueK, r.value)
+                    stored_ids[key.partition] = (value.offset, value.topic_id)
+    assert stored_ids == {0: (7, topic_id), 1: (9, topic_id)}

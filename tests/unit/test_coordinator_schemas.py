@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import uuid
 
 import pytest
 from hypothesis import given
@@ -24,6 +25,7 @@ from kcoord.coordinator.schemas import (
     encode_group_metadata_value,
     encode_key,
     encode_offset_commit_value,
+    offset_commit_value_size,
 )
 
 
@@ -121,23 +123,45 @@ def test_unicode_strings_use_utf8_byte_lengths() -> None:
 # ---- OffsetCommitValue ----------------------------------------------------------------------
 
 
-def test_I2_offset_commit_value_v3_bytes_field_by_field() -> None:
+def test_I2_offset_commit_value_v4_bytes_field_by_field() -> None:
+    """Written as Kafka 4.2 writes a commit: v4, flexible, the topic id only when named by id."""
     value = OffsetCommitValue(
         offset=42, metadata="md", commit_timestamp=1_700_000_000_000, leader_epoch=5
     )
     raw = encode_offset_commit_value(value)
-    assert raw[0:2] == b"\x00\x03"  # version 3
+    assert raw[0:2] == b"\x00\x04"  # version 4
     assert raw[2:10] == b"\x00\x00\x00\x00\x00\x00\x00\x2a"  # offset 42
     assert raw[10:14] == b"\x00\x00\x00\x05"  # leader epoch 5
-    assert raw[14:16] == b"\x00\x02" and raw[16:18] == b"md"  # metadata
-    assert raw[18:26] == (1_700_000_000_000).to_bytes(8, "big")  # commit timestamp
-    assert len(raw) == 26
+    assert raw[14:15] == b"\x03" and raw[15:17] == b"md"  # compact metadata (length + 1)
+    assert raw[17:25] == (1_700_000_000_000).to_bytes(8, "big")  # commit timestamp
+    assert raw[25:] == b"\x00"  # no tagged field
     assert decode_offset_commit_value(raw) == value
+    by_id = value._replace(topic_id=uuid.UUID(int=7))
+    raw = encode_offset_commit_value(by_id)
+    assert raw[25:] == b"\x01\x00\x10" + uuid.UUID(int=7).bytes  # one field: tag 0, 16 bytes
+    assert decode_offset_commit_value(raw) == by_id
 
 
-def test_offset_commit_value_v3_unknown_epoch_is_minus_one() -> None:
+def test_offset_commit_value_v4_unknown_epoch_is_minus_one() -> None:
     raw = encode_offset_commit_value(OffsetCommitValue(0, "", 0))
-    assert raw == i16(3) + i64(0) + b"\xff\xff\xff\xff" + s("") + i64(0)
+    assert raw == i16(4) + i64(0) + b"\xff\xff\xff\xff" + b"\x01" + i64(0) + b"\x00"
+
+
+def test_offset_commit_value_v4_sizes() -> None:
+    for metadata in ("", "x" * 126, "x" * 127, "x" * 16383, "x" * 20000):
+        for topic_id in (None, uuid.UUID(int=1)):
+            raw = encode_offset_commit_value(OffsetCommitValue(1, metadata, 2, topic_id=topic_id))
+            assert len(raw) == offset_commit_value_size(len(metadata), topic_id is not None)
+
+
+def test_offset_commit_value_v3_still_decodes() -> None:
+    raw = i16(3) + i64(42) + i32(5) + s("md") + i64(7)
+    assert decode_offset_commit_value(raw) == OffsetCommitValue(42, "md", 7, leader_epoch=5)
+
+
+def test_an_expire_timestamp_is_written_as_v1_as_kafka_does() -> None:
+    value = OffsetCommitValue(11, "b", 101, expire_timestamp=999)
+    assert encode_offset_commit_value(value) == i16(1) + i64(11) + s("b") + i64(101) + i64(999)
 
 
 def test_offset_commit_value_v0_v1_v2_decode() -> None:
@@ -153,7 +177,10 @@ def test_offset_commit_value_v0_v1_v2_decode() -> None:
 @pytest.mark.parametrize(
     "raw",
     [
-        i16(4) + i64(1) + i32(0) + s("") + i64(0),
+        i16(4) + i64(1) + i32(0) + s("") + i64(0),  # a classic (null compact) string in v4
+        i16(4) + i64(1) + i32(0) + b"\x01" + i64(0),  # v4 without its tagged fields
+        i16(4) + i64(1) + i32(0) + b"\x01" + i64(0) + b"\x01\x00\x10" + b"\x00" * 8,  # short id
+        i16(5) + i64(1) + i32(0) + b"\x01" + i64(0) + b"\x00",
         i16(3) + i64(1),
         i16(3) + i64(1) + i32(0) + s("") + i64(0) + b"x",
         i16(0) + i64(1) + i16(-1) + i64(0),  # null metadata is not allowed
@@ -168,7 +195,7 @@ def test_unknown_value_version_is_unsupported_version_error() -> None:
     with pytest.raises(UnsupportedVersionError):
         decode_offset_commit_value(i16(9) + i64(1))
     with pytest.raises(UnsupportedVersionError):
-        decode_group_metadata_value(i16(4) + s("consumer"))
+        decode_group_metadata_value(i16(5) + s("consumer"))
 
 
 # ---- GroupMetadataValue ----------------------------------------------------------------------
@@ -298,7 +325,11 @@ def test_group_metadata_value_round_trip(value: GroupMetadataValue) -> None:
     assert decode_group_metadata_value(encode_group_metadata_value(value)) == value
 
 
-@given(st.builds(OffsetCommitValue, _i64, _text, _i64, _i32, st.just(-1)))
+@given(
+    st.builds(
+        OffsetCommitValue, _i64, _text, _i64, _i32, st.just(-1), st.none() | st.uuids().filter(lambda u: u.int != 0)
+    )
+)
 def test_offset_commit_value_round_trip(value: OffsetCommitValue) -> None:
     assert decode_offset_commit_value(encode_offset_commit_value(value)) == value
 

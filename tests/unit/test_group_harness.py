@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+import uuid
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -262,8 +263,10 @@ class Harness:
         member: str = "",
         instance: str | None = None,
         leader_epoch: int = -1,
+        topic_ids: Mapping[str, uuid.UUID] | None = None,
     ) -> dict[tuple[str, int], int]:
-        """OffsetCommit; ``offsets`` maps (topic, partition) to offset or (offset, metadata).
+        """OffsetCommit; ``offsets`` maps (topic, partition) to offset or (offset, metadata);
+        ``topic_ids``: the topics' ids, as a v10 commit names them.
         Returns (topic, partition) -> error (``self.last`` holds the Output)."""
         by_topic: dict[str, list[OffsetCommitPartition]] = {}
         for (topic, p), spec in offsets.items():
@@ -272,7 +275,12 @@ class Harness:
                 OffsetCommitPartition(p, offset, leader_epoch, metadata)
             )
         req = OffsetCommitRequest(
-            group, generation, member, instance, tuple((t, tuple(ps)) for t, ps in by_topic.items())
+            group,
+            generation,
+            member,
+            instance,
+            tuple((t, tuple(ps)) for t, ps in by_topic.items()),
+            topic_ids=tuple((topic_ids or {}).items()),
         )
         h = self.handle("commit")
         self.absorb(self.shard.offset_commit(h, req, self.now))

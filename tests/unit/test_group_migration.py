@@ -11,6 +11,7 @@ from typing import Any
 from kcoord.coordinator.config import GroupConfig
 from kcoord.coordinator.consumer.embedded import decode_assignment, encode_assignment
 from kcoord.coordinator.consumer.messages import (
+    ConsumerGroupDescribeRequest,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
@@ -97,6 +98,11 @@ def test_a_consumer_protocol_member_upgrades_a_classic_group_keeping_the_assignm
     assert kinds(h)[:9] == [(2, True), (5, False), (5, False), (3, False), (7, False), (7, False),
                             (6, False), (8, False), (8, False)]
     assert r.assignment == ()  # everything is still held by the classic members
+    # ConsumerGroupDescribe v1 (KIP-1099): each member's type, classic 0 and consumer 1.
+    handle = h.handle("cgd")
+    h.absorb(h.shard.consumer_group_describe(handle, ConsumerGroupDescribeRequest(("g",)), h.now))
+    (described,) = h.last.reply_for(handle).groups  # type: ignore[union-attr]
+    assert {m.member_id: m.member_type for m in described.members} == {ids[0]: 0, ids[1]: 0, "new": 1}
 
 
 def test_classic_members_rejoin_revoke_and_the_newcomer_gets_released_partitions() -> None:

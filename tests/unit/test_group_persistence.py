@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -252,8 +253,11 @@ def test_describe_groups() -> None:
         "",
         (DescribedMember("c-3", None, "c", "/127.0.0.1", b"", b""),),
     )
-    assert d[2] == DescribedGroup(E.none, "unknown", "Dead", "", "", ())
-    assert d[3] == DescribedGroup(E.none, "", "Dead", "", "", ())
+    # unknown (the empty id too): Dead, GROUP_ID_NOT_FOUND with Kafka's message (v6, KIP-1043)
+    assert d[2] == DescribedGroup(
+        E.group_id_not_found, "unknown", "Dead", "", "", (), "Group unknown not found."
+    )
+    assert d[3] == DescribedGroup(E.group_id_not_found, "", "Dead", "", "", (), "Group  not found.")
 
 
 def test_delete_groups() -> None:
@@ -375,6 +379,7 @@ def _view(shard: GroupShard) -> dict[str, Any]:
 _GROUPS = ["g1", "g2"]
 _COMMIT_GROUPS = [*_GROUPS, "s1"]  # s1 only ever sees standalone commits
 _TOPICS = ["t1", "t2", "t3"]
+_TOPIC_IDS = {t: uuid.uuid5(uuid.NAMESPACE_URL, t) for t in _TOPICS}
 # Member metadata: real consumer subscriptions (so retention and OffsetDelete see topics)
 # and one that does not parse (subscriptions unknown).
 _METAS = [subscription("t1"), subscription("t1", "t2"), b"junk"]
@@ -486,7 +491,8 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
         m = _pick(h, group, i)
         g = h.group(group)
         if mode == "anonymous" or m is None:
-            h.commit(offsets, group=group)
+            # odd offsets named by id (OffsetCommit v10): their records carry the topic ids
+            h.commit(offsets, group=group, topic_ids=_TOPIC_IDS if offset % 2 else None)
         else:
             gen = g.generation if mode == "member" else g.generation - 1
             h.commit(

@@ -3,6 +3,8 @@ metadata limits, the records written and undoing a failed write."""
 
 from __future__ import annotations
 
+import uuid
+
 from kcoord.coordinator.classic.group import GroupState
 from kcoord.coordinator.config import GroupConfig
 from kcoord.coordinator.messages import (
@@ -204,20 +206,33 @@ def test_J6_every_partition_too_large_writes_nothing() -> None:
 # ---- I2: the records ----------------------------------------------------------------------------
 
 
-def test_I2_commit_writes_key_v1_value_v3_one_record_per_partition() -> None:
+def test_I2_commit_writes_key_v1_value_v4_one_record_per_partition() -> None:
     h = Harness()
     h.now = 123_456
     h.commit({("t", 0): (10, "meta"), ("t", 1): (11, None)}, group="s", leader_epoch=4)
     out = h.last
     assert len(out.records) == 2 and len(out.replies) == 1  # one Output: records + reply
     (k0, v0), (k1, v1) = out.records
-    assert k0[:2] == b"\x00\x01" and v0 is not None and v0[:2] == b"\x00\x03"
+    assert k0[:2] == b"\x00\x01" and v0 is not None and v0[:2] == b"\x00\x04"
+    assert v0.endswith(b"\x00")  # named by name: no tagged field
     assert decode_key(k0) == OffsetCommitKey("s", "t", 0)
     assert decode_offset_commit_value(v0) == OffsetCommitValue(10, "meta", 123_456, 4)
     assert v1 is not None and decode_offset_commit_value(v1) == OffsetCommitValue(
         11, "", 123_456, 4
     )
     assert h.shard.committed_offsets("s")[("t", 0)] == OffsetCommitValue(10, "meta", 123_456, 4)
+
+
+def test_a_commit_naming_its_topic_by_id_keeps_the_id_in_its_records() -> None:
+    """OffsetCommit v10 (KIP-848): Kafka 4.2's OffsetCommitValue v4 carries the topic id."""
+    h = Harness()
+    topic_id = uuid.UUID(int=0x1234)
+    h.commit({("t", 0): 10, ("u", 0): 20}, group="s", topic_ids={"t": topic_id})
+    (_, by_id), (_, by_name) = h.last.records
+    assert by_id is not None and by_id.endswith(b"\x01\x00\x10" + topic_id.bytes)
+    assert decode_offset_commit_value(by_id).topic_id == topic_id
+    assert by_name is not None and decode_offset_commit_value(by_name).topic_id is None
+    assert h.shard.committed_offsets("s")[("t", 0)].topic_id == topic_id
 
 
 def test_J6_response_keeps_request_order() -> None:
