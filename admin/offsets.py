@@ -126,7 +126,8 @@ def _selected_partitions(admin: Admin, specs: list[str]) -> list[tuple[str, int]
 
 def check_reset_args(args: argparse.Namespace) -> None:
     """Usage errors of a reset, found before any call: one scenario, a scope, valid times."""
-    given = [s for s in SCENARIOS if getattr(args, s, None) not in (None, False)]
+    # Not "in (None, False)": 0 == False, and --to-offset 0 / --shift-by 0 are scenarios.
+    given = [s for s in SCENARIOS if getattr(args, s, None) is not None and getattr(args, s) is not False]
     if len(given) != 1:
         names = ", ".join("--" + s.replace("_", "-") for s in SCENARIOS)
         raise ValueError(f"a reset needs exactly one of {names}")

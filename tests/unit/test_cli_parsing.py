@@ -12,7 +12,7 @@ from kcoord.admin.cli import add_parsers
 from kcoord.admin.consume import Record, format_record, parse_start, record_json
 from kcoord.admin.group_flags import kafka_action
 from kcoord.admin.groups import kafka_assignment
-from kcoord.admin.offsets import export_csv, parse_duration_ms, read_reset_file
+from kcoord.admin.offsets import check_reset_args, export_csv, parse_duration_ms, read_reset_file
 from kcoord.admin.produce import parse_headers, split_lines
 from kcoord.admin.topic_commands import parse_configs
 
@@ -53,6 +53,14 @@ def test_subcommands_take_group_flags_beside_positional_names() -> None:
     assert (args.action, args.group, args.group_flag, args.view) == ("describe", [], ["g"], "members")
     args = parse("offsets", "reset", "g", "--topic", "t:0,1", "--by-duration", "PT5M", "--execute")
     assert (args.group, args.topic, args.by_duration, args.execute) == ("g", ["t:0,1"], "PT5M", True)
+
+
+@pytest.mark.parametrize("scenario", [("--to-offset", "0"), ("--shift-by", "0"), ("--to-earliest",)])
+def test_a_reset_scenario_of_zero_is_a_scenario(scenario: tuple[str, ...]) -> None:
+    # 0 == False: a check for "given" that compared with False took --to-offset 0 for absent.
+    check_reset_args(parse("offsets", "reset", "g", "--topic", "t", *scenario))
+    with pytest.raises(ValueError, match="exactly one of"):
+        check_reset_args(parse("offsets", "reset", "g", "--topic", "t"))
 
 
 @pytest.mark.parametrize(
