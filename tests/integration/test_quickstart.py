@@ -99,7 +99,14 @@ def test_the_quickstart_works_as_written(tmp_path: Path) -> None:
     assert sum(int(r[3]) for r in rows) >= 20  # every consumed message committed
     assert sample[1].split()[:3] == ["example-group", "example-events", "0"]
     topic = next(t for c, t in results.items() if c.startswith("./kcoord topics describe"))
-    assert re.search(r"^PARTITION\s+LOG-START-OFFSET\s+LOG-END-OFFSET$", topic, flags=re.M)
+    # kafka-topics.sh's layout: the topic's line, then a line per partition with its offsets.
+    assert re.search(r"^Topic: example-events\tTopicId: \S+\tPartitionCount: 3\t", topic, flags=re.M)
+    ends = [int(n) for n in re.findall(r"^\tTopic: example-events\tPartition: \d.*\tLogEndOffset: (\d+)$",
+                                       topic, flags=re.M)]  # fmt: skip
+    assert len(ends) == 3 and sum(ends) >= 20, topic
+    # consume -o -3 -e: the last 3 records of each partition (fewer where it holds fewer), then exits.
+    consumed_last = next(t for c, t in results.items() if c.startswith("./kcoord consume"))
+    assert len(consumed_last.splitlines()) == sum(min(3, n) for n in ends), consumed_last
     assert b"<html" in (out / "console.html").read_bytes().lower()
     group = json.loads((out / "console.json").read_text())
     assert group["group"] == "example-group" and group["state"] == "Empty", group
