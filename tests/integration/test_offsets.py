@@ -17,7 +17,7 @@ from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.errors import ErrorCode
 
 from .clients import KAFKA_PYTHON_POLL_MS, create_topic, produce_confluent
-from .harness import BrokerProcess, wait_for
+from .harness import BrokerProcess, stored_batches, wait_for
 from .rawclient import RawClient
 
 FAST = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000}
@@ -399,8 +399,8 @@ def test_offsets_committed_and_fetched_by_topic_id_v10(broker: BrokerProcess) ->
     from tests.unit.test_record_versions import OffsetCommitValueK, kafka_decode
 
     stored_ids = {}
-    for segment in sorted(broker.data_dir.glob("__consumer_offsets-*/*.log")):
-        for batch in decode_batches(segment.read_bytes()):
+    for partition in range(50):  # __consumer_offsets' partitions, on either storage engine
+        for batch in decode_batches(stored_batches(broker.data_dir, "__consumer_offsets", partition)):
             for r in batch.records:
                 assert r.key is not None
                 key = decode_key(r.key)
