@@ -87,6 +87,10 @@ log = logging.getLogger("kcoord.broker")
 META_PROPERTIES = "meta.properties"
 
 
+def _http_base(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def _read_cluster_id(documents: Documents, node_id: int) -> str:
     """The cluster id kept in the document ``meta.properties`` (Kafka's file), created on first
     start. If it cannot be written (a full disk) the new id is used for this run only."""
@@ -274,6 +278,7 @@ class Broker:
                     shares=self.share,
                     share_state=self.share_state,
                     view=self.view,
+                    peers=self.peers,
                 )
             )
         self.handlers: dict[int, Handler] = {
@@ -478,13 +483,16 @@ class Broker:
                 )
                 self._servers.append(server)
         self._server = self._servers[0]
+        endpoints = tuple((lst.name, lst.advertised_host, lst.advertised_port) for lst in self.listeners)
+        self.view.set_own_endpoints(endpoints)  # the bound ports (--port 0)
         if self.member is not None:
             # Bound first (the addresses are known), served once this node has taken and loaded
             # its share: a client sees it serve what Metadata says it leads.
             await self.member.join(
-                tuple((lst.name, lst.advertised_host, lst.advertised_port) for lst in self.listeners),
+                endpoints,
                 self.config["broker.rack"] or None,
                 self._previous_incarnation,
+                self.console_url(),
             )
             await self.groups.loads_done()
             for server in self._servers:
@@ -506,9 +514,18 @@ class Broker:
         """The console's and the metrics' URLs, where they are served."""
         if self._metrics_server is None:
             return {}
-        host, port = self._metrics_server.host, self._metrics_server.bound_port
-        base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        base = _http_base(self._metrics_server.host, self._metrics_server.bound_port)
         return {"console": f"{base}/", "metrics": f"{base}/metrics"}
+
+    def console_url(self) -> str | None:
+        """The console's URL as the other nodes' consoles link to it (cluster mode): at the
+        metrics host, or at this node's first advertised host when that is a wildcard."""
+        if self._metrics_server is None:
+            return None
+        host = self._metrics_server.host
+        if host in ("", "0.0.0.0", "::"):
+            host = self.listeners[0].advertised_host
+        return _http_base(host, self._metrics_server.bound_port) + "/"
 
     @property
     def bound_port(self) -> int:

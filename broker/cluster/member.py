@@ -42,7 +42,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kcoord.storage.engine import LeaderFence, Log
-from kcoord.storage.postgres.cluster import ClusterSnapshot, ClusterStore, NodeIdTaken, PartitionRow
+from kcoord.storage.postgres.cluster import (
+    ClusterSnapshot,
+    ClusterStore,
+    NodeIdTaken,
+    NodeRow,
+    PartitionRow,
+)
 
 from ..data.topic_names import INTERNAL_TOPICS
 from .documents import SharedDocuments
@@ -123,15 +129,22 @@ class ClusterMember:
             loop.call_soon_threadsafe(self._wake.set)
 
     # joining ----------------------------------------------------------------------------------------
-    async def join(self, endpoints: Endpoints, rack: str | None, previous: uuid.UUID | None) -> None:
-        """Register the node id, then take this node's share. A former holder's session is
-        waited out when it is not renewed (a dead process on another data directory); one that
-        is renewed meanwhile is a live node: NodeIdInUse."""
+    async def join(
+        self,
+        endpoints: Endpoints,
+        rack: str | None,
+        previous: uuid.UUID | None,
+        console: str | None = None,
+    ) -> None:
+        """Register the node id (with the URL of this node's console, if served), then take
+        this node's share. A former holder's session is waited out when it is not renewed (a
+        dead process on another data directory); one that is renewed meanwhile is a live
+        node: NodeIdInUse."""
         self._loop = asyncio.get_running_loop()
         seen: Any = None
         while True:
             try:
-                await self._db(self.store.register, endpoints, rack, previous)
+                await self._db(self.store.register, endpoints, rack, previous, console)
                 break
             except NodeIdTaken as e:
                 if seen is not None and e.expires_at != seen:
@@ -241,7 +254,9 @@ class ClusterMember:
             if key not in self.engine.fences:
                 del leaders[key]  # released (or dropped) during this round
         leaders.update(self.engine.fences)
-        self.view.update([NodeInfo(n.node_id, n.listeners, n.rack) for n in snap.nodes], leaders.items())
+        self.view.update(
+            [_info(n) for n in snap.nodes], leaders.items(), [_info(n) for n in snap.dead]
+        )
 
     async def _sync_topics(self, snap: ClusterSnapshot) -> None:
         """Register what other nodes created, grew or deleted (placeholders: not led here)."""
@@ -337,3 +352,7 @@ class ClusterMember:
         except OSError as e:
             log.warning("ending this node's session failed: %s", e)
         self._executor.shutdown(wait=False)
+
+
+def _info(n: NodeRow) -> NodeInfo:
+    return NodeInfo(n.node_id, n.listeners, n.rack, n.console, n.heartbeat_age_ms)

@@ -9,6 +9,7 @@ the database; between snapshots it may be a heartbeat old, which clients absorb 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +25,10 @@ class NodeInfo:
     node_id: int
     endpoints: Endpoints
     rack: str | None
+    console: str | None = None
+    """The URL of the node's console (None: not served, or not advertised)."""
+    heartbeat_age_ms: int | None = None
+    """How long before the snapshot its session was renewed, by the database's clock."""
 
     def address(self, listener: str) -> tuple[str, int] | None:
         """The node's address on the listener named ``listener`` (clients are told the address
@@ -52,6 +57,10 @@ class ClusterView:
         self.node_id = node_id
         self.clustered = clustered
         self.nodes: dict[int, NodeInfo] = {node_id: NodeInfo(node_id, endpoints, rack)}
+        self.dead: list[NodeInfo] = []
+        """Nodes whose session expired without a clean leave (the console lists them)."""
+        self.seen_at = time.monotonic()
+        """When the last snapshot was taken (the heartbeat ages are as of then)."""
         self._leaders: dict[tuple[str, int], LeaderFence] = {}
 
     def set_own_endpoints(self, endpoints: Endpoints) -> None:
@@ -61,11 +70,17 @@ class ClusterView:
         self.nodes[self.node_id] = NodeInfo(self.node_id, endpoints, rack)
 
     def update(
-        self, nodes: Sequence[NodeInfo], leaders: Iterable[tuple[tuple[str, int], LeaderFence]]
+        self,
+        nodes: Sequence[NodeInfo],
+        leaders: Iterable[tuple[tuple[str, int], LeaderFence]],
+        dead: Sequence[NodeInfo] = (),
     ) -> None:
-        """A new snapshot: the live nodes and each led partition's leader and epoch."""
+        """A new snapshot: the live nodes, each led partition's leader and epoch, and the
+        nodes found dead."""
         self.nodes = {n.node_id: n for n in nodes}
         self._leaders = dict(leaders)
+        self.dead = list(dead)
+        self.seen_at = time.monotonic()
 
     def leader(self, topic: str, partition: int) -> LeaderFence | None:
         """Who leads the partition and in which epoch (None: nobody, or a node not alive)."""

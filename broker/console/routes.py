@@ -1,8 +1,10 @@
 """The console's HTTP routes on the ``--metrics-port`` server: the page, its JSON, its actions.
 
-``/`` is the page (``static/index.html``, with ``/console.js`` and ``/console.css``);
+``/`` is the page (``static/index.html``, with ``/console.js``, its other scripts and
+``/console.css``);
 ``/api/groups``, ``/api/groups/<group>`` (the id percent-encoded) and ``/api/topics`` answer
-JSON (:mod:`broker.console.views`), ``/api/messages`` a page of a partition's records
+JSON (:mod:`broker.console.views`), ``/api/cluster`` the nodes, who leads what and every group
+of the cluster (:mod:`broker.console.cluster_views`), ``/api/messages`` a page of a partition's records
 (:mod:`broker.console.messages`), ``/api/session`` who is logged in and the token the actions
 need. Input is checked before anything is read: a path or query over :data:`MAX_TARGET` bytes,
 a bad percent-encoding, an unknown or repeated query parameter or a value out of range answers
@@ -23,6 +25,7 @@ from urllib.parse import parse_qsl, unquote
 from ..net.offload import off_loop
 from ..security.acl.model import Operation, ResourceType
 from .actions import Refused, Who, delete_group, delete_offsets, reset_offsets
+from .cluster_views import describe_cluster
 from .csrf import Csrf
 from .login import Viewer
 from .messages import DEFAULT_VALUE_BYTES, MAX_PAGE, MAX_VALUE_BYTES, Page, Unreadable, browse
@@ -42,6 +45,7 @@ STATIC = {
     "/console.js": ("console.js", "text/javascript; charset=utf-8"),
     "/actions.js": ("actions.js", "text/javascript; charset=utf-8"),
     "/messages.js": ("messages.js", "text/javascript; charset=utf-8"),
+    "/cluster.js": ("cluster.js", "text/javascript; charset=utf-8"),
     "/console.css": ("console.css", "text/css; charset=utf-8"),
 }
 _PARAMS = {
@@ -50,6 +54,7 @@ _PARAMS = {
     "/api/group": {"stuck_ms"},
     "/api/messages": {"topic", "partition", "offset", "timestamp", "limit", "isolation", "max_bytes"},
     "/api/session": set(),
+    "/api/cluster": {"limit", "q"},
 }
 ACTIONS = ("reset-offsets", "delete", "delete-offsets")
 MAX_OFFSET = (1 << 63) - 1
@@ -176,6 +181,14 @@ class Console:
         elif path == "/api/messages":
             p = _params(query, _PARAMS[path])
             return await self._messages(p, viewer)
+        elif path == "/api/cluster":
+            p = _params(query, _PARAMS[path])
+            result = await describe_cluster(
+                state,
+                limit=_int(p, "limit", MAX_GROUPS, 1, MAX_GROUPS),
+                match=_checked(p.get("q", "")),
+                viewer=viewer,
+            )
         elif path == "/api/topics":
             p = _params(query, _PARAMS[path])
             result = await list_topics(
@@ -188,7 +201,7 @@ class Console:
             return _error(
                 404,
                 "unknown API path; try /api/groups, /api/groups/<group>, /api/topics,"
-                " /api/messages, /api/session",
+                " /api/cluster, /api/messages, /api/session",
             )
         return 200, JSON, await off_loop(_encode, result)
 

@@ -33,6 +33,8 @@ from .history import LagHistory
 from .share_views import describe_share_group, share_summary
 
 if TYPE_CHECKING:
+    from ..cluster.peers import Peers
+    from ..cluster.view import ClusterView, MemberFigures
     from ..data.topics import TopicStore
     from ..groups.runtime import GroupRuntime
     from ..share.partitions import SharePartitionManager
@@ -68,6 +70,12 @@ class ConsoleState:
     share partition."""
     lag_history: LagHistory = field(default_factory=LagHistory)
     """Each group's recent lag (the sparklines), sampled as it is computed here."""
+    view: ClusterView | None = None
+    """The nodes and who leads what (the cluster page); None: this node alone."""
+    peers: Peers | None = None
+    """Requests to the other nodes (cluster mode: their groups, for the cluster page)."""
+    figures: Callable[[], MemberFigures] | None = None
+    """This node's part in the cluster (``ClusterMember.figures``)."""
 
 
 def _partition_lag(

@@ -78,6 +78,7 @@ from .topic_series import TopicsSnapshot, read_topics, topic_metrics
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from ..cluster.peers import Peers
     from ..cluster.view import ClusterView, MemberFigures
     from ..config import Config
     from ..data.topics import TopicStore
@@ -137,6 +138,8 @@ class CoordinatorState:
     """The share coordinator (``__share_group_state``'s pruning)."""
     view: ClusterView | None = None
     """The live nodes and who leads each partition (the topic series); None: no topic series."""
+    peers: Peers | None = None
+    """Requests to the other nodes (cluster mode: the console asks them for their groups)."""
 
 
 class BrokerMetrics:
@@ -460,6 +463,9 @@ class MetricsServer:
                     _now_ms,
                     self.metrics.record_times,
                     shares=source.shares,
+                    view=source.view,
+                    peers=source.peers,
+                    figures=source.cluster,
                 )
             )
         return self._console

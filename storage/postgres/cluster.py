@@ -33,11 +33,15 @@ from .pool import ConnectionPool, database_errors
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
-    """A live node: its id, advertised listeners (name, host, port) and rack."""
+    """A node: its id, advertised listeners (name, host, port) and rack, its console's URL,
+    and how long ago (by the database's clock) its session was last renewed."""
 
     node_id: int
     listeners: tuple[tuple[str, str, int], ...]
     rack: str | None
+    console: str | None = None
+    heartbeat_age_ms: int | None = None
+    """None: not known (a row written before schema version 3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +61,12 @@ class ClusterSnapshot:
     """What one read of the database saw: the live nodes and every partition."""
 
     nodes: tuple[NodeRow, ...]
+    """The live nodes."""
     partitions: tuple[PartitionRow, ...]
     alive: bool
     """Whether this node's own session was alive (renewed within the session timeout)."""
+    dead: tuple[NodeRow, ...] = ()
+    """The nodes whose session expired without a clean leave (what the console shows)."""
 
 
 class NodeIdTaken(RuntimeError):
@@ -88,11 +95,13 @@ class ClusterStore:
         listeners: Iterable[tuple[str, str, int]],
         rack: str | None,
         previous: uuid.UUID | None,
+        console: str | None = None,
     ) -> None:
         """Hold the node id with this incarnation (NodeIdTaken while another live one does,
         ``previous`` excepted). The partitions the id led are released in the same transaction:
         their epochs stay, so the old incarnation, should it still run, is fenced as soon as
-        anyone takes them (this node included, with a higher epoch)."""
+        anyone takes them (this node included, with a higher epoch). ``console``: the URL of
+        this node's console, shown by the other nodes' consoles."""
         listed = json.dumps([list(x) for x in listeners])
         with database_errors(), self.pool.connection() as conn, conn.transaction():
             row = conn.execute(
@@ -103,12 +112,14 @@ class ClusterStore:
             if row is not None and row[2] and row[0] not in (self.incarnation, previous):
                 raise NodeIdTaken(self.node_id, row[1])
             conn.execute(
-                "INSERT INTO nodes (node_id, incarnation, listeners, rack, expires_at)"
-                " VALUES (%s, %s, %s, %s, now() + %s * interval '1 millisecond')"
+                "INSERT INTO nodes (node_id, incarnation, listeners, rack, console, renewed_at,"
+                " expires_at) VALUES (%s, %s, %s, %s, %s, now(),"
+                " now() + %s * interval '1 millisecond')"
                 " ON CONFLICT (node_id) DO UPDATE SET incarnation = EXCLUDED.incarnation,"
                 " listeners = EXCLUDED.listeners, rack = EXCLUDED.rack,"
-                " registered_at = now(), expires_at = EXCLUDED.expires_at",
-                (self.node_id, self.incarnation, listed, rack, self.session_ms),
+                " console = EXCLUDED.console, registered_at = now(), renewed_at = now(),"
+                " expires_at = EXCLUDED.expires_at",
+                (self.node_id, self.incarnation, listed, rack, console, self.session_ms),
             )
             conn.execute("UPDATE partitions SET leader = NULL WHERE leader = %s", (self.node_id,))
 
@@ -126,27 +137,34 @@ class ClusterStore:
         incarnation registered it: this node must stop serving)."""
         with database_errors(), self.pool.connection() as conn:
             cur = conn.execute(
-                "UPDATE nodes SET expires_at = now() + %s * interval '1 millisecond'"
+                "UPDATE nodes SET expires_at = now() + %s * interval '1 millisecond',"
+                " renewed_at = now()"
                 " WHERE node_id = %s AND incarnation = %s",
                 (self.session_ms, self.node_id, self.incarnation),
             )
         return cur.rowcount == 1
 
     def snapshot(self) -> ClusterSnapshot:
-        """The live nodes and every partition, read in one transaction (one consistent view)."""
+        """The nodes (live and dead) and every partition, read in one transaction (one
+        consistent view)."""
         with database_errors(), self.pool.connection() as conn, conn.transaction():
             nodes = []
+            dead = []
             alive = False
-            for node_id, incarnation, listeners, rack in conn.execute(
-                "SELECT node_id, incarnation, listeners, rack FROM nodes"
-                " WHERE expires_at > now() ORDER BY node_id"
+            for node_id, incarnation, listeners, rack, console, live, age in conn.execute(
+                "SELECT node_id, incarnation, listeners, rack, console, expires_at > now(),"
+                " (extract(epoch FROM now() - renewed_at) * 1000)::bigint"
+                " FROM nodes ORDER BY node_id"
             ):
-                if node_id == self.node_id:
-                    if incarnation != self.incarnation:
-                        continue
-                    alive = True
+                if node_id == self.node_id and incarnation != self.incarnation:
+                    continue
                 endpoints = tuple((str(n), str(h), int(p)) for n, h, p in json.loads(listeners))
-                nodes.append(NodeRow(node_id, endpoints, rack or None))
+                row = NodeRow(node_id, endpoints, rack or None, console, age)
+                if not live:
+                    dead.append(row)
+                    continue
+                alive = alive or node_id == self.node_id
+                nodes.append(row)
             partitions = tuple(
                 PartitionRow(*row)
                 for row in conn.execute(
@@ -154,7 +172,7 @@ class ClusterStore:
                     " WHERE NOT deleted ORDER BY topic, partition"
                 )
             )
-        return ClusterSnapshot(tuple(nodes), partitions, alive)
+        return ClusterSnapshot(tuple(nodes), partitions, alive, tuple(dead))
 
     def take(self, row_ids: Iterable[int]) -> dict[int, int]:
         """Lead the listed partitions that have no live leader: their new epochs by row id.

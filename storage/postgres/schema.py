@@ -25,6 +25,14 @@ Version 2 (cluster mode, ``storage.postgres.cluster``):
   advertised listeners and rack, and when its session expires (by the database's clock);
 * ``partitions.leader`` and ``partitions.leader_epoch``: the node leading each partition (NULL:
   none) and the epoch it took it in; every flush checks both inside its transaction.
+
+Version 3 (the console's cluster view):
+
+* ``nodes.console``: the node's console URL (NULL: none, or a node of an older kcoord);
+* ``nodes.renewed_at``: when the session was last renewed (the age of the last heartbeat).
+
+Both columns may be NULL, so the statements of a node of version 2 still running beside one
+that migrated keep working (they name their columns); only its restart is refused, as always.
 """
 
 from __future__ import annotations
@@ -81,6 +89,9 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE partitions ADD COLUMN leader integer, ADD COLUMN leader_epoch integer NOT NULL
         DEFAULT 0;
+    """,
+    """
+    ALTER TABLE nodes ADD COLUMN console text, ADD COLUMN renewed_at timestamptz;
     """,
 )
 

@@ -153,6 +153,20 @@ def test_groups_group_and_topics_json(tmp_path: Path) -> None:
         status, filtered = api(broker, "/api/groups?q=kip&limit=1&stuck_ms=0")
         assert status == 200 and [g["group"] for g in filtered["groups"]] == ["kip"]
 
+        # the cluster page on one node: this node alone, leading and coordinating everything
+        status, cluster = api(broker, "/api/cluster")
+        assert status == 200 and cluster["unreachable"] == []
+        [me] = cluster["nodes"]
+        assert me["this"] and me["alive"] and me["port"] == broker.port
+        assert me["node_id"] == cluster["node_id"] == cluster["controller_id"]
+        led = {e["topic"]: e for e in cluster["leadership"]}
+        assert (led["orders"]["node_id"], led["orders"]["ranges"]) == (me["node_id"], "0-3")
+        assert {(g["group"], g["type"], g["coordinator"]) for g in cluster["groups"]} == {
+            ("billing", "classic", me["node_id"]),
+            ("kip", "consumer", me["node_id"]),
+        }
+        assert me["groups"] == 2 and me["group_shards"] == led["__consumer_offsets"]["count"]
+
         # the structured line and the histogram by trigger
         assert (
             "kcoord.rebalance rebalance group=billing type=classic trigger=member_joined"
@@ -188,6 +202,8 @@ BAD = [
     ("/api/groups?" + "a=1&" * 50, 400),
     ("/api/groups?q=" + "x" * 10_000, 400),
     ("/api/topics?stuck_ms=1", 400),
+    ("/api/cluster?stuck_ms=1", 400),
+    ("/api/cluster?limit=0", 400),
     ("/console.js/../../etc/passwd", 404),
     ("/static/../metrics.py", 404),
     ("/nope", 404),

@@ -1,7 +1,8 @@
 // kcoord console: plain JavaScript, no build step. Reads /api/* and redraws every POLL_MS.
 // Every time shown is UTC, as "2026-11-27 16:20:05 UTC" (time()); durations are relative.
-// actions.js (a group's actions and lag sparkline) and messages.js (the message browser) use
-// the helpers here; they load after this file, so start() runs once the page is parsed.
+// actions.js (a group's actions and lag sparkline), messages.js (the message browser) and
+// cluster.js (the cluster page) use the helpers here; they load after this file, so start()
+// runs once the page is parsed.
 "use strict";
 
 const POLL_MS = 2000;
@@ -301,6 +302,7 @@ function route() {
   const hash = location.hash || "#/groups";
   if (hash.startsWith("#/group/")) return { page: "group", id: decodeURIComponent(hash.slice(8)) };
   if (hash === "#/topics") return { page: "topics" };
+  if (hash === "#/cluster") return { page: "cluster" };
   if (hash.startsWith("#/messages/")) {
     const [topic, partition] = hash.slice(11).split("/");
     return { page: "messages", topic: decodeURIComponent(topic || ""), partition: Number(partition || 0) };
@@ -316,6 +318,7 @@ function render(keepFocus) {
   let nodes;
   if (r.page === "groups") nodes = groupsPage(last);
   else if (r.page === "topics") nodes = topicsPage(last);
+  else if (r.page === "cluster") nodes = clusterPage(last);
   else nodes = last.missing ? [el("h1", {}, "No group ", r.id)] : groupPage(last);
   view.replaceChildren(...nodes);
   if (r.page === "group" && !last.missing && !extra.hasChildNodes()) extra.replaceChildren(...groupActions(last));
@@ -323,8 +326,9 @@ function render(keepFocus) {
     const again = document.getElementById(focused);
     if (again) { again.focus(); if (caret !== null && again.setSelectionRange) again.setSelectionRange(caret, caret); }
   }
-  document.getElementById("nav-groups").classList.toggle("active", r.page !== "topics");
+  document.getElementById("nav-groups").classList.toggle("active", r.page === "groups" || r.page === "group");
   document.getElementById("nav-topics").classList.toggle("active", r.page === "topics" || r.page === "messages");
+  document.getElementById("nav-cluster").classList.toggle("active", r.page === "cluster");
 }
 
 // Each poll's timings (fetch and parse, then render), newest last, for bench/console.py.
@@ -336,9 +340,9 @@ async function poll() {
   const r = route();
   // the page's own ?stuck_ms= (the stuck threshold) goes to the API
   const stuck = new URLSearchParams(location.search).get("stuck_ms");
-  const query = stuck !== null && r.page !== "topics" ? "?stuck_ms=" + encodeURIComponent(stuck) : "";
+  const query = stuck !== null && (r.page === "groups" || r.page === "group") ? "?stuck_ms=" + encodeURIComponent(stuck) : "";
   const path = (r.page === "groups" ? "/api/groups" : r.page === "topics" ? "/api/topics"
-    : "/api/groups/" + encodeURIComponent(r.id)) + query;
+    : r.page === "cluster" ? "/api/cluster" : "/api/groups/" + encodeURIComponent(r.id)) + query;
   try {
     const data = await getJSON(path);
     if (mine !== generation) return;
