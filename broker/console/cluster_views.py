@@ -13,7 +13,8 @@ FindCoordinator tells any client where they are.
 The groups: this node's from its own shards (what ListGroups answers), every other live node's
 by a ListGroups request to it (``broker.cluster.peers``), all at once, each bounded by
 :data:`PEER_TIMEOUT_S`. A node that does not answer in time, or cannot be asked, is listed as
-unreachable with the reason, and the page is answered without its groups. Each group is named
+unreachable with the reason, and the page is answered without its groups; one whose shards are
+partly still loading is listed under ``loading`` with the groups it could list. Each group is named
 with the node that answered for it (its coordinator) and its ``__consumer_offsets`` shard.
 Under an authorizer, a node lists to another only what the inter-node principal may describe
 (``User:ANONYMOUS``, like every inter-node request: docs/cluster.md); the viewer's own rights
@@ -27,15 +28,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kcoord.coordinator import messages as m
 from kcoord.coordinator.classic.manager import listed_groups
 from kcoord.coordinator.consumer.describe import listed_consumer_groups
 from kcoord.coordinator.share.describe import listed_share_groups
 from kcoord.protocol.apis import ApiKey
+from kcoord.protocol.errors import ErrorCode
 
-from ..cluster.peers import PeerUnavailable
+from ..cluster.peers import Peers, PeerUnavailable
 from ..cluster.view import ClusterView, NodeInfo
 from ..data.topic_names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from ..net.offload import SLICE, pause
@@ -76,19 +78,26 @@ async def describe_cluster(
     """The cluster page's JSON (module docstring): up to ``limit`` groups whose id contains
     ``match`` (and that the viewer may describe)."""
     view = state.view or ClusterView(state.runtime.config["node.id"], (), None, False)
-    peers = state.peers if view.clustered else None
-    others = [n for n in view.live_nodes() if n.node_id != view.node_id] if peers else []
-    asked = [_peer_groups(peers, n.node_id) for n in others] if peers else []
+    others: list[int] = []
+    asked = []
+    if view.clustered and state.peers is not None:
+        others = [n.node_id for n in view.live_nodes() if n.node_id != view.node_id]
+        asked = [_peer_groups(state.peers, n) for n in others]
     answers = await asyncio.gather(_local_groups(state), *asked)
     groups: list[dict[str, Any]] = []
     unreachable: list[dict[str, Any]] = []
+    incomplete: list[int] = []
     per_node: dict[int, int] = {}
-    for node_id, (listed, error) in zip([view.node_id, *(n.node_id for n in others)], answers, strict=True):
-        if error is not None:
-            unreachable.append({"node_id": node_id, "error": error})
-        for g in listed:
-            if match in g.group_id and (viewer is None or viewer.group(g.group_id)):
-                per_node[node_id] = per_node.get(node_id, 0) + 1
+    for node_id, answer in zip([view.node_id, *others], answers, strict=True):
+        if answer.error is not None:
+            unreachable.append({"node_id": node_id, "error": answer.error})
+        if answer.loading:
+            incomplete.append(node_id)
+        for g in answer.groups:
+            if viewer is not None and not viewer.group(g.group_id):
+                continue
+            per_node[node_id] = per_node.get(node_id, 0) + 1
+            if match in g.group_id:
                 groups.append(
                     {
                         "group": g.group_id,
@@ -112,24 +121,38 @@ async def describe_cluster(
         "truncated": len(groups) > limit,
         "groups": groups[:limit],
         "unreachable": unreachable,
+        "loading": incomplete,
     }
 
 
-async def _local_groups(state: ConsoleState) -> tuple[list[m.ListedGroup], str | None]:
+class Listed(NamedTuple):
+    """One node's groups: all of them; those of its loaded shards while others are ``loading``
+    (COORDINATOR_LOAD_IN_PROGRESS); or none, and the ``error`` that kept it from answering."""
+
+    groups: list[m.ListedGroup]
+    loading: bool = False
+    error: str | None = None
+
+
+async def _local_groups(state: ConsoleState) -> Listed:
     """This node's groups, as its ListGroups lists them (every type, every state)."""
     out: list[m.ListedGroup] = []
+    loading = False
     for sr in state.runtime.shards:
         shard = sr.shard
+        if shard.loading:
+            loading = True
+            continue
         out.extend(listed_groups(shard.groups(), _EVERY_GROUP))
         out.extend(listed_consumer_groups(shard.consumer_groups(), _EVERY_GROUP))
         out.extend(listed_share_groups(shard.share_groups(), _EVERY_GROUP))
         if len(out) >= SLICE:
             await pause()
-    return out, None
+    return Listed(out, loading)
 
 
-async def _peer_groups(peers: Any, node_id: int) -> tuple[list[m.ListedGroup], str | None]:
-    """Node ``node_id``'s groups by ListGroups, or none and why (module docstring)."""
+async def _peer_groups(peers: Peers, node_id: int) -> Listed:
+    """Node ``node_id``'s groups, by ListGroups (module docstring)."""
     try:
         r = await asyncio.wait_for(
             peers.request(
@@ -138,12 +161,13 @@ async def _peer_groups(peers: Any, node_id: int) -> tuple[list[m.ListedGroup], s
             PEER_TIMEOUT_S,
         )
     except TimeoutError:
-        return [], f"no answer within {PEER_TIMEOUT_S:.0f} s"
+        return Listed([], error=f"no answer within {PEER_TIMEOUT_S:.0f} s")
     except PeerUnavailable as e:
-        return [], str(e)
-    listed = [m.ListedGroup(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in r.groups]
-    # An error with groups: some of its shards were loading (the others are listed).
-    return listed, f"error code {r.error_code} (partly listed)" if r.error_code else None
+        return Listed([], error=str(e))
+    listed = [
+        m.ListedGroup(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in r.groups
+    ]
+    return Listed(listed, loading=r.error_code == ErrorCode.coordinator_load_in_progress)
 
 
 async def _leadership(
@@ -203,12 +227,16 @@ def _nodes(
             "rack": n.rack,
             "console": n.console,
             "alive": alive,
-            "heartbeat_age_ms": None if n.heartbeat_age_ms is None else n.heartbeat_age_ms + since_ms,
+            "heartbeat_age_ms": None
+            if n.heartbeat_age_ms is None
+            else n.heartbeat_age_ms + since_ms,
             "this": this,
             "controller": alive and n.node_id == view.controller_id,
             "partitions": sum(e["count"] for e in mine),
             "group_shards": sum(e["count"] for e in mine if e["topic"] == OFFSETS_TOPIC),
-            "transaction_shards": sum(e["count"] for e in mine if e["topic"] == TRANSACTION_STATE_TOPIC),
+            "transaction_shards": sum(
+                e["count"] for e in mine if e["topic"] == TRANSACTION_STATE_TOPIC
+            ),
             "groups": groups.get(n.node_id, 0) if alive else 0,
             "figures": None
             if not this or figures is None

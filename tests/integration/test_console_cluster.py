@@ -55,14 +55,18 @@ def scene(tmp_path_factory: pytest.TempPathFactory, postgres: Any) -> Iterator[S
     s = Scene(cluster)
     try:
         create_topic(started(cluster), TOPIC, 3)
-        shards = wait_for(lambda: cluster.settled("__consumer_offsets", SHARDS, 3), 30, 0.1, "shards")
+        shards = wait_for(
+            lambda: cluster.settled("__consumer_offsets", SHARDS, 3), 30, 0.1, "shards"
+        )
         assert isinstance(shards, dict)
         for i in range(100):
             s.classic.setdefault(shards[partition_for(f"shop-{i}", SHARDS)], f"shop-{i}")
         assert sorted(s.classic) == list(NODES)
         bootstrap = cluster.bootstrap
         s.members = [ConfluentMember(bootstrap, g, TOPIC, g) for g in s.classic.values()]
-        s.members.append(ConfluentMember(bootstrap, "kip", TOPIC, "kip", "uniform", protocol="consumer"))
+        s.members.append(
+            ConfluentMember(bootstrap, "kip", TOPIC, "kip", "uniform", protocol="consumer")
+        )
         for m in s.members:
             wait_balanced([m], 3)
         yield s
@@ -107,14 +111,20 @@ def test_every_node_shows_every_node_and_every_group_with_its_coordinator(scene:
 
 
 def test_the_page_renders_the_nodes_and_links_a_group_to_its_coordinators_console(
-    scene: Scene, browser: Any  # noqa: F811
+    scene: Scene,
+    browser: Any,  # noqa: F811
 ) -> None:
     browser.get(scene.console(1) + "#/cluster")
     until(browser, "three live nodes", lambda d: len(texts(d, "#nodes-table tr.alive")) == 3)
     assert texts(browser, "#nodes-table td.node-state") == ["alive"] * 3
     assert hrefs(browser, "#nodes-table a.console") == [scene.console(n) for n in NODES]
-    assert texts(browser, "#cluster-summary") and "3 live node(s)" in texts(browser, "#cluster-summary")[0]
-    until(browser, "the groups", lambda d: len(texts(d, "#cluster-groups tbody tr")) == len(NODES) + 1)
+    assert (
+        texts(browser, "#cluster-summary")
+        and "3 live node(s)" in texts(browser, "#cluster-summary")[0]
+    )
+    until(
+        browser, "the groups", lambda d: len(texts(d, "#cluster-groups tbody tr")) == len(NODES) + 1
+    )
     elsewhere = scene.classic[2]
     link = f'#cluster-groups tr[data-group="{elsewhere}"] a'
     assert hrefs(browser, link) == [scene.console(2) + "#/group/" + elsewhere]

@@ -1,7 +1,9 @@
-"""The console's pure parts: the CSRF check, the lag history's bounds, how bytes are shown."""
+"""The console's pure parts: the CSRF check, the lag history's bounds, how bytes are shown,
+the cluster page's partition ranges."""
 
 from __future__ import annotations
 
+from kcoord.broker.console.cluster_views import ranges
 from kcoord.broker.console.csrf import Csrf
 from kcoord.broker.console.history import MIN_INTERVAL_MS, LagHistory
 from kcoord.broker.console.messages import shown_bytes
@@ -42,3 +44,9 @@ def test_bytes_are_shown_as_text_json_and_hex_within_the_bound() -> None:
     cut = shown_bytes("é".encode() * 4, 5)  # a character cut in two at the bound
     assert cut is not None and cut["truncated"] and cut["text"] == "éé" and cut["size"] == 8
     assert not cut["json"]
+
+
+def test_partitions_are_shown_as_compact_ranges() -> None:
+    assert ranges([]) == ""
+    assert ranges([4]) == "4"
+    assert ranges([8, 0, 1, 2, 5, 7]) == "0-2,5,7-8"

@@ -41,7 +41,9 @@ function clusterPage(data) {
     `This node: ${me.figures.led} partitions led, ${me.figures.taken} taken, ${me.figures.handed_over} handed over,` +
     ` ${me.figures.fenced} lost to a successor (fenced).`) : null;
   const unreachable = data.unreachable.length ? el("ul", { id: "unreachable", class: "flag" },
-    data.unreachable.map((u) => el("li", { "data-node": u.node_id }, `${nodeName(u.node_id)}: ${u.error}`))) : null;
+    data.unreachable.map((u) => el("li", { "data-node": u.node_id }, `${nodeName(u.node_id)} unreachable: ${u.error}`))) : null;
+  const loading = data.loading.length ? el("p", { class: "muted", id: "loading" },
+    data.loading.map(nodeName).join(", ") + ": some coordinator shards still loading; their groups show once loaded.") : null;
 
   const rows = [];
   for (const e of data.leadership) {
@@ -76,7 +78,7 @@ function clusterPage(data) {
   return [
     el("h1", {}, "Cluster"),
     el("p", { class: "muted", id: "cluster-summary" }, summary),
-    el("h2", {}, "Nodes"), el("div", { class: "scroll" }, nodes), figures, unreachable,
+    el("h2", {}, "Nodes"), el("div", { class: "scroll" }, nodes), figures, unreachable, loading,
     el("h2", {}, "Who leads what"), el("div", { class: "scroll" }, leadership),
     el("h2", {}, "Groups in the cluster"),
     el("div", { class: "controls" }, filter, el("span", { class: "muted", id: "cluster-groups-count" },
