@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import LeaderFence
@@ -66,8 +66,9 @@ class ClusterView:
     def set_own_endpoints(self, endpoints: Endpoints) -> None:
         """This node's advertised listeners once bound (``--port 0``)."""
         me = self.nodes.get(self.node_id)
-        rack = me.rack if me is not None else None
-        self.nodes[self.node_id] = NodeInfo(self.node_id, endpoints, rack)
+        self.nodes[self.node_id] = (
+            NodeInfo(self.node_id, endpoints, None) if me is None else replace(me, endpoints=endpoints)
+        )
 
     def update(
         self,

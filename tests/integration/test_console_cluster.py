@@ -125,6 +125,8 @@ def test_the_page_renders_the_nodes_and_links_a_group_to_its_coordinators_consol
     until(
         browser, "the groups", lambda d: len(texts(d, "#cluster-groups tbody tr")) == len(NODES) + 1
     )
+    shown = browser.execute_script("return document.getElementById('view').innerText;")
+    assert "null" not in shown and "undefined" not in shown  # every empty value drawn as such
     elsewhere = scene.classic[2]
     link = f'#cluster-groups tr[data-group="{elsewhere}"] a'
     assert hrefs(browser, link) == [scene.console(2) + "#/group/" + elsewhere]
@@ -157,9 +159,9 @@ def test_a_stopped_node_is_unreachable_then_dead_and_its_group_moves(scene: Scen
             return None
         return page
 
-    page = wait_for(dead, SESSION_MS / 1000 + 15, 0.2, "node 3 dead, its shards and group taken")
-    assert isinstance(page, dict)
-    nodes = {n["node_id"]: n for n in page["nodes"]}
+    after = wait_for(dead, SESSION_MS / 1000 + 15, 0.2, "node 3 dead, its shards and group taken")
+    assert isinstance(after, dict)
+    nodes = {n["node_id"]: n for n in after["nodes"]}
     assert nodes[3]["heartbeat_age_ms"] >= SESSION_MS and nodes[3]["partitions"] == 0
-    assert page["unreachable"] == []
-    assert groups_by_id(page)[moved]["coordinator"] == coordinator_of(cluster, moved) != 3
+    assert after["unreachable"] == []
+    assert groups_by_id(after)[moved]["coordinator"] == coordinator_of(cluster, moved) != 3

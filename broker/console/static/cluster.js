@@ -31,7 +31,7 @@ function clusterPage(data) {
       el("td", {}, nodeName(n.node_id), n.this ? el("span", { class: "muted" }, " (this node)") : null,
         n.controller ? el("span", { class: "muted" }, " (controller)") : null),
       el("td", {}, n.host === null ? "–" : `${n.host}:${n.port}`), el("td", {}, n.rack ?? "–"),
-      el("td", {}, n.console ? el("a", { class: "console", href: n.console }, n.console) : "–"),
+      el("td", {}, n.console && n.alive ? el("a", { class: "console", href: n.console }, n.console) : n.console ?? "–"),
       el("td", { class: "node-state" }, n.alive ? "alive" : "dead"),
       el("td", { class: "num" }, n.heartbeat_age_ms === null ? "–" : ago(n.heartbeat_age_ms) + " ago"),
       el("td", { class: "num partitions" }, n.partitions), el("td", { class: "num group-shards" }, n.group_shards),
@@ -84,5 +84,5 @@ function clusterPage(data) {
     el("div", { class: "controls" }, filter, el("span", { class: "muted", id: "cluster-groups-count" },
       `${shown.length} shown of ${data.groups_total}` + (data.truncated ? " (list truncated)" : ""))),
     el("div", { class: "scroll" }, groups),
-  ];
+  ].filter((node) => node !== null);
 }
