@@ -156,9 +156,8 @@ class OffsetCommitPartition(NamedTuple):
 class OffsetCommitRequest:
     """OffsetCommit. Standalone (simple) consumers and v0-style commits use
     ``generation_id`` -1 and ``member_id`` "". ``topics`` keeps the request's order:
-    ((topic, (partition, ...)), ...). The v1-v4 retention time and v1 commit timestamp are
-    not carried: Kafka 3.x ignores them for new commits too (the commit time is the
-    coordinator's clock)."""
+    ((topic, (partition, ...)), ...). The v1 commit timestamp is not carried (the commit time
+    is the coordinator's clock, as in Kafka 4, which no longer serves v0-v1)."""
 
     group_id: str
     generation_id: int
@@ -169,6 +168,10 @@ class OffsetCommitRequest:
     """The wire version (-1: unknown); a consumer-protocol member must commit with v9+."""
     topic_ids: tuple[tuple[str, uuid.UUID], ...] = ()
     """(name, id) of the topics a v10 commit named by id: their records carry the id."""
+    retention_ms: int = -1
+    """The v2-v4 RetentionTimeMs: -1 (the default, and every other version) gives the
+    offsets no expire timestamp of their own; otherwise they expire this long after the
+    commit (Kafka's OffsetMetadataManager.expireTimestampMs)."""
 
 
 @dataclass(frozen=True, slots=True)

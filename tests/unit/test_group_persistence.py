@@ -491,8 +491,14 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
         m = _pick(h, group, i)
         g = h.group(group)
         if mode == "anonymous" or m is None:
-            # odd offsets named by id (OffsetCommit v10): their records carry the topic ids
-            h.commit(offsets, group=group, topic_ids=_TOPIC_IDS if offset % 2 else None)
+            # odd offsets named by id (OffsetCommit v10): their records carry the topic ids;
+            # even multiples of 3 come with a retention time (v2-v4: value v1, its expiry)
+            h.commit(
+                offsets,
+                group=group,
+                topic_ids=_TOPIC_IDS if offset % 2 else None,
+                retention_ms=offset * 40 if offset % 6 == 0 else -1,
+            )
         else:
             gen = g.generation if mode == "member" else g.generation - 1
             h.commit(
