@@ -388,6 +388,39 @@ class OffsetDeleteResponse:
     topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class DeletedTopic:
+    """A deleted topic: its name, id and partition count (partitions 0 to count - 1)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsDeletedRequest:
+    """Topics deleted at ``deleted_at_ms`` (Kafka's onPartitionsDeleted), for one slice of the
+    shard's groups: those of ``group_ids`` from index ``start`` on, as many as one operation's
+    budget of ``max_offsets`` offsets visited allows."""
+
+    topics: tuple[DeletedTopic, ...]
+    deleted_at_ms: int
+    group_ids: tuple[str, ...]
+    start: int = 0
+    max_offsets: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsDeletedResponse:
+    """``error`` NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when the shard does not serve
+    (nothing done); else ``next`` the index in ``group_ids`` where the next slice starts
+    (their length: done) and ``tombstones`` how many this slice wrote."""
+
+    error: int
+    next: int
+    tombstones: int
+
+
 Response = (
     JoinGroupResponse
     | SyncGroupResponse
@@ -405,4 +438,5 @@ Response = (
     | ShareGroupDescribeResponse
     | ShareOffsetsResponse
     | TxnMarkerResponse
+    | TopicsDeletedResponse
 )

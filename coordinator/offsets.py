@@ -467,6 +467,14 @@ class OffsetManager:
     def _remove(self, group_id: str, removed: list[tuple[str, int]], now_ms: int) -> None:
         """Drop ``removed`` offsets of ``group_id`` with a tombstone each (Kafka's
         cleanupGroupMetadata); a group left without offsets is told so."""
+        self.drop(group_id, removed)
+        if group_id not in self._offsets and not self.pending.has_open(group_id):
+            # A group with an open transaction stays until it completes (as in Kafka).
+            self._groups.offsets_gone(group_id, now_ms)
+
+    def drop(self, group_id: str, removed: Iterable[tuple[str, int]]) -> None:
+        """Drop ``removed`` offsets of ``group_id``, committed and pending ones, with a
+        tombstone each; the group is not told (see :meth:`_remove`)."""
         emit = self._op.emit
         cache = self._offsets.get(group_id)
         pending = self.pending
@@ -479,10 +487,11 @@ class OffsetManager:
             emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
         if cache is not None and not cache:
             del self._offsets[group_id]
-            cache = None
-        if cache is None and not has_open:
-            # A group with an open transaction stays until it completes (as in Kafka).
-            self._groups.offsets_gone(group_id, now_ms)
+
+    def holders(self) -> list[str]:
+        """The groups holding committed offsets or pending ones of open transactions."""
+        held = self._offsets
+        return [*held, *(g for g in self.pending.open_groups() if g not in held)]
 
     def delete_all(self, group_id: str) -> None:
         """Drop every offset of a group being deleted, with a tombstone each (DeleteGroups);
