@@ -390,24 +390,25 @@ class OffsetDeleteResponse:
 
 @dataclass(frozen=True, slots=True)
 class DeletedTopic:
-    """A deleted topic: its name, id and partition count (partitions 0 to count - 1)."""
+    """A deleted topic: its name, id, partition count (partitions 0 to count - 1) and when
+    it was deleted."""
 
     name: str
     topic_id: uuid.UUID
     partitions: int
+    deleted_at_ms: int
 
 
 @dataclass(frozen=True, slots=True)
 class TopicsDeletedRequest:
-    """Topics deleted at ``deleted_at_ms`` (Kafka's onPartitionsDeleted), for one slice of the
-    shard's groups: those of ``group_ids`` from index ``start`` on, as many as one operation's
-    budget of ``max_offsets`` offsets visited allows."""
+    """Topics deleted (Kafka's onPartitionsDeleted), for one slice of the shard's groups:
+    those of ``group_ids`` from index ``start`` on, as many as one operation's budget of
+    ``max_offsets`` offsets visited allows."""
 
     topics: tuple[DeletedTopic, ...]
-    deleted_at_ms: int
     group_ids: tuple[str, ...]
     start: int = 0
-    max_offsets: int = 10_000
+    max_offsets: int = 2_000
 
 
 @dataclass(frozen=True, slots=True)

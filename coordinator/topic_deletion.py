@@ -34,13 +34,11 @@ from kcoord.protocol.errors import ErrorCode
 __all__ = ["drop_deleted_topics"]
 
 
-def _deleted(
-    topic: DeletedTopic | None, partition: int, value: OffsetCommitValue, deleted_at: int
-) -> bool:
+def _deleted(topic: DeletedTopic | None, partition: int, value: OffsetCommitValue) -> bool:
     return (
         topic is not None
         and partition < topic.partitions
-        and value.commit_timestamp <= deleted_at
+        and value.commit_timestamp <= topic.deleted_at_ms
         and (value.topic_id is None or value.topic_id == topic.topic_id)
     )
 
@@ -49,7 +47,6 @@ def drop_deleted_topics(offsets: OffsetManager, req: TopicsDeletedRequest) -> To
     """Tombstone the deleted topics' offsets of the groups of ``req``'s slice (module
     docstring); the answer says where the next slice starts."""
     deleted = {t.name: t for t in req.topics}
-    at = req.deleted_at_ms
     pending = offsets.pending
     ids = req.group_ids
     i = req.start
@@ -66,13 +63,13 @@ def drop_deleted_topics(offsets: OffsetManager, req: TopicsDeletedRequest) -> To
         else:  # a group with more offsets than the deleted topics have partitions
             visited += candidates + 1
             found = ((tp, cache[tp]) for tp in every_partition if tp in cache)
-        gone = {tp: None for tp, v in found if _deleted(deleted.get(tp[0]), tp[1], v, at)}
+        gone = {tp: None for tp, v in found if _deleted(deleted.get(tp[0]), tp[1], v)}
         if pending.has_open(group_id):
             for held in pending.group_snapshot(group_id).values():
                 visited += len(held)
                 for tp, entry in held.items():
                     value = entry.value
-                    if value is not None and _deleted(deleted.get(tp[0]), tp[1], value, at):
+                    if value is not None and _deleted(deleted.get(tp[0]), tp[1], value):
                         gone[tp] = None
         if gone:
             offsets.drop(group_id, sorted(gone))

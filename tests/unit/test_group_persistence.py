@@ -519,10 +519,10 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
     elif kind == "topic_deleted":  # the runtime's slices of at most op[2] offsets each
         _, topic, budget = op
         ids, start = tuple(h.shard.offset_holders()), 0
-        deleted = (DeletedTopic(topic, _TOPIC_IDS[topic], 2),)
+        deleted = (DeletedTopic(topic, _TOPIC_IDS[topic], 2, h.now),)
         while start < len(ids):
             handle = h.handle("deleted")
-            req = TopicsDeletedRequest(deleted, h.now, ids, start, budget)
+            req = TopicsDeletedRequest(deleted, ids, start, budget)
             h.absorb(h.shard.topics_deleted(handle, req, h.now))
             start = h.replies[handle].next
     else:

@@ -18,18 +18,18 @@ from tests.unit.test_group_harness import E, Harness, subscription
 from tests.unit.test_txn_offsets import fetched, marker, txn_commit
 
 T_ID = uuid.uuid5(uuid.NAMESPACE_URL, "t")
-T = DeletedTopic("t", T_ID, 2)
+T = DeletedTopic("t", T_ID, 2, 1 << 62)  # deleted after every commit of these tests
 
 
 def _deleted(
-    h: Harness, *topics: DeletedTopic, at: int | None = None, budget: int = 10_000
+    h: Harness, *topics: DeletedTopic, budget: int = 2_000
 ) -> list[TopicsDeletedResponse]:
     """Run the deletion over every group of the shard, slice by slice, as the runtime does;
     the answers of the slices."""
     ids = tuple(h.shard.offset_holders())
     start, answers = 0, []
     while True:
-        req = TopicsDeletedRequest(topics, h.now if at is None else at, ids, start, budget)
+        req = TopicsDeletedRequest(topics, ids, start, budget)
         handle = h.handle("deleted")
         h.absorb(h.shard.topics_deleted(handle, req, h.now))
         answer = h.replies[handle]
@@ -111,11 +111,11 @@ def test_offsets_committed_after_the_deletion_belong_to_the_new_topic() -> None:
     other = uuid.uuid5(uuid.NAMESPACE_URL, "t again")
     h.commit({("t", 1): 3}, group="byid", topic_ids={"t": other})
     h.commit({("t", 1): 4}, group="sameid", topic_ids={"t": T_ID})
-    _deleted(h, T, at=h.now)
+    _deleted(h, DeletedTopic("t", T_ID, 2, h.now))
     assert h.offsets("new") == {} and h.offsets("sameid") == {}
     assert h.offsets("byid") == {("t", 1): 3}  # another topic's id
     h.commit({("t", 0): 2}, group="new")
-    _deleted(h, T, at=deleted_at)
+    _deleted(h, DeletedTopic("t", T_ID, 2, deleted_at))
     assert h.offsets("new") == {("t", 0): 2}
 
 
@@ -132,7 +132,7 @@ def test_slices_stop_after_their_budget_and_resume_where_they_stopped() -> None:
 
 def test_a_shard_not_serving_answers_an_error_and_does_nothing() -> None:
     h = Harness(load=False)
-    req = TopicsDeletedRequest((T,), 0, ("g",))
+    req = TopicsDeletedRequest((T,), ("g",))
     out = h.shard.topics_deleted("x", req, 0)
     assert out.records == []
     assert out.replies == [("x", TopicsDeletedResponse(E.coordinator_load_in_progress, 0, 0))]
