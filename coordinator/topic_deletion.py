@@ -22,6 +22,8 @@ reload of the partition brings them back.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kcoord.coordinator.messages import (
     DeletedTopic,
     TopicsDeletedRequest,
@@ -57,6 +59,7 @@ def drop_deleted_topics(offsets: OffsetManager, req: TopicsDeletedRequest) -> To
         group_id = ids[i]
         i += 1
         cache = offsets.of(group_id)
+        found: Iterable[tuple[tuple[str, int], OffsetCommitValue]]
         if len(cache) <= candidates:
             visited += len(cache) + 1
             found = cache.items()
