@@ -54,7 +54,7 @@ def drop_deleted_topics(offsets: OffsetManager, req: TopicsDeletedRequest) -> To
     i = req.start
     visited = tombstones = 0
     candidates = sum(t.partitions for t in req.topics)
-    every_partition = [(t.name, p) for t in req.topics for p in range(t.partitions)]
+    every_partition: list[tuple[str, int]] = []  # made when a group first needs it
     while i < len(ids) and visited < req.max_offsets:
         group_id = ids[i]
         i += 1
@@ -65,6 +65,8 @@ def drop_deleted_topics(offsets: OffsetManager, req: TopicsDeletedRequest) -> To
             found = cache.items()
         else:  # a group with more offsets than the deleted topics have partitions
             visited += candidates + 1
+            if not every_partition:
+                every_partition = [(t.name, p) for t in req.topics for p in range(t.partitions)]
             found = ((tp, cache[tp]) for tp in every_partition if tp in cache)
         gone = {tp: None for tp, v in found if _deleted(deleted.get(tp[0]), tp[1], v)}
         if pending.has_open(group_id):
