@@ -42,6 +42,7 @@ from .data.topic_names import SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from .data.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, PartitionLimits, TopicStore
 from .groups.api import GroupApi
 from .groups.consumer_api import ConsumerGroupApi
+from .groups.deleted_topics import DeletedTopicOffsets
 from .groups.group_configs import CONFIGS_FILE as GROUP_CONFIGS_FILE
 from .groups.group_configs import GroupConfigs
 from .groups.offset_api import OffsetApi
@@ -187,6 +188,8 @@ class Broker:
             config, self.topics, self.flusher, hooks, self.clustered,
             overrides=self.group_configs.of,
         )
+        self.deleted_offsets = DeletedTopicOffsets(self.groups)  # Kafka's onPartitionsDeleted
+        self.topics.deleted_hooks.append(self.deleted_offsets.topic_deleted)
         # The transaction coordinator (issue 16): markers go to the data partitions through the
         # data plane's MarkerWriter, to __consumer_offsets through the group runtime.
         # In a cluster, markers and verifications of what other nodes lead go to them
@@ -577,6 +580,7 @@ class Broker:
             if conn.transport is not None:
                 conn.transport.close()
         await self.share.stop()
+        await self.deleted_offsets.stop()
         await self.groups.stop()
         await self.transactions.stop()
         await self.share_state.stop()

@@ -156,9 +156,8 @@ class OffsetCommitPartition(NamedTuple):
 class OffsetCommitRequest:
     """OffsetCommit. Standalone (simple) consumers and v0-style commits use
     ``generation_id`` -1 and ``member_id`` "". ``topics`` keeps the request's order:
-    ((topic, (partition, ...)), ...). The v1-v4 retention time and v1 commit timestamp are
-    not carried: Kafka 3.x ignores them for new commits too (the commit time is the
-    coordinator's clock)."""
+    ((topic, (partition, ...)), ...). The v1 commit timestamp is not carried (the commit time
+    is the coordinator's clock, as in Kafka 4, which no longer serves v0-v1)."""
 
     group_id: str
     generation_id: int
@@ -169,6 +168,10 @@ class OffsetCommitRequest:
     """The wire version (-1: unknown); a consumer-protocol member must commit with v9+."""
     topic_ids: tuple[tuple[str, uuid.UUID], ...] = ()
     """(name, id) of the topics a v10 commit named by id: their records carry the id."""
+    retention_ms: int = -1
+    """The v2-v4 RetentionTimeMs: -1 (the default, and every other version) gives the
+    offsets no expire timestamp of their own; otherwise they expire this long after the
+    commit (Kafka's OffsetMetadataManager.expireTimestampMs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +388,40 @@ class OffsetDeleteResponse:
     topics: tuple[tuple[str, tuple[tuple[int, int], ...]], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class DeletedTopic:
+    """A deleted topic: its name, id, partition count (partitions 0 to count - 1) and when
+    it was deleted."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    deleted_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsDeletedRequest:
+    """Topics deleted (Kafka's onPartitionsDeleted), for one slice of the shard's groups:
+    those of ``group_ids`` from index ``start`` on, as many as one operation's budget of
+    ``max_offsets`` offsets visited allows."""
+
+    topics: tuple[DeletedTopic, ...]
+    group_ids: tuple[str, ...]
+    start: int = 0
+    max_offsets: int = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsDeletedResponse:
+    """``error`` NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when the shard does not serve
+    (nothing done); else ``next`` the index in ``group_ids`` where the next slice starts
+    (their length: done) and ``tombstones`` how many this slice wrote."""
+
+    error: int
+    next: int
+    tombstones: int
+
+
 Response = (
     JoinGroupResponse
     | SyncGroupResponse
@@ -402,4 +439,5 @@ Response = (
     | ShareGroupDescribeResponse
     | ShareOffsetsResponse
     | TxnMarkerResponse
+    | TopicsDeletedResponse
 )

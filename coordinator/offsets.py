@@ -2,8 +2,9 @@
 
 :class:`OffsetManager` owns the offsets cache (group id -> (topic, partition) -> value), the
 offset records it writes to the shard's partition (OffsetCommitKey v1 -> OffsetCommitValue v4,
-tombstones), their replay at start-up, the undo of a commit whose records could not be
-appended, and the periodic retention check (its own timer kind). Transactional commits are
+v1 for a commit with a retention time; tombstones), their replay at start-up, the undo of a
+commit whose records could not be appended, the periodic retention check (its own timer kind)
+and the tombstones of deleted topics' offsets. Transactional commits are
 written by the same store into :class:`coordinator.txn_pending.PendingTxnOffsets` instead of the
 cache (``coordinator.txn_offsets`` handles TxnOffsetCommit and the markers); fetches with
 RequireStable, expiry, OffsetDelete and DeleteGroups take the pending ones into account.
@@ -45,6 +46,7 @@ from kcoord.coordinator.schemas import (
     decode_offset_commit_value,
     encode_key,
     encode_offset_commit_fields,
+    encode_offset_commit_value,
     offset_commit_key_prefix,
 )
 from kcoord.coordinator.timers import TimerEntry, TimerKind, Timers
@@ -93,6 +95,15 @@ def commit_error(
             for topic, parts in req.topics
         )
     )
+
+
+def expire_timestamp(req: OffsetCommitRequest | TxnOffsetCommitRequest, now_ms: int) -> int:
+    """The expire timestamp a commit gives its offsets (Kafka's expireTimestampMs): -1 (none:
+    the group's retention rule applies) unless an OffsetCommit v2-v4 set a retention time
+    other than -1, then the commit time plus it. TxnOffsetCommit has no retention time."""
+    if isinstance(req, TxnOffsetCommitRequest) or req.retention_ms == -1:
+        return -1
+    return now_ms + req.retention_ms
 
 
 def _fetched(partition: int, value: OffsetCommitValue | None) -> FetchedOffset:
@@ -248,6 +259,7 @@ class OffsetManager:
         written: list[tuple[str, int, OffsetCommitValue, OffsetCommitValue | None]] = []
         # Named by id (OffsetCommit v10): the records keep the id, as Kafka's do.
         ids = dict(req.topic_ids) if isinstance(req, OffsetCommitRequest) else {}
+        expire_at = expire_timestamp(req, now_ms)
         for topic, partitions in req.topics:
             errors: list[tuple[int, int]] = []
             topic_id = ids.get(topic) if ids else None
@@ -271,15 +283,20 @@ class OffsetManager:
                     errors.append((partition, no_topic))
                     continue
                 try:
-                    value_bytes = encode_offset_commit_fields(
-                        offset, leader_epoch, metadata, now_ms, topic_id
-                    )
+                    if expire_at == -1:
+                        value_bytes = encode_offset_commit_fields(
+                            offset, leader_epoch, metadata, now_ms, topic_id
+                        )
+                        value = new_value(
+                            OffsetCommitValue,
+                            (offset, metadata, now_ms, leader_epoch, -1, topic_id),
+                        )
+                    else:  # value v1, as Kafka writes it: no leader epoch, no topic id
+                        value = OffsetCommitValue(offset, metadata, now_ms, -1, expire_at)
+                        value_bytes = encode_offset_commit_value(value)
                 except SchemaError:
                     errors.append((partition, no_topic))  # metadata over an int16 length
                     continue
-                value = new_value(
-                    OffsetCommitValue, (offset, metadata, now_ms, leader_epoch, -1, topic_id)
-                )
                 if cache is None:
                     cache = self._offsets.setdefault(group_id, {})
                 tp = (topic, partition)
@@ -450,6 +467,14 @@ class OffsetManager:
     def _remove(self, group_id: str, removed: list[tuple[str, int]], now_ms: int) -> None:
         """Drop ``removed`` offsets of ``group_id`` with a tombstone each (Kafka's
         cleanupGroupMetadata); a group left without offsets is told so."""
+        self.drop(group_id, removed)
+        if group_id not in self._offsets and not self.pending.has_open(group_id):
+            # A group with an open transaction stays until it completes (as in Kafka).
+            self._groups.offsets_gone(group_id, now_ms)
+
+    def drop(self, group_id: str, removed: Iterable[tuple[str, int]]) -> None:
+        """Drop ``removed`` offsets of ``group_id``, committed and pending ones, with a
+        tombstone each; the group is not told (see :meth:`_remove`)."""
         emit = self._op.emit
         cache = self._offsets.get(group_id)
         pending = self.pending
@@ -462,10 +487,11 @@ class OffsetManager:
             emit(encode_key(OffsetCommitKey(group_id, topic, partition)), None)
         if cache is not None and not cache:
             del self._offsets[group_id]
-            cache = None
-        if cache is None and not has_open:
-            # A group with an open transaction stays until it completes (as in Kafka).
-            self._groups.offsets_gone(group_id, now_ms)
+
+    def holders(self) -> list[str]:
+        """The groups holding committed offsets or pending ones of open transactions."""
+        held = self._offsets
+        return [*held, *(g for g in self.pending.open_groups() if g not in held)]
 
     def delete_all(self, group_id: str) -> None:
         """Drop every offset of a group being deleted, with a tombstone each (DeleteGroups);

@@ -398,8 +398,9 @@ def decode_key(buf: bytes) -> RecordKey:
 
 
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
-    """Encode as Kafka does: version 1 when the value has an expire timestamp (only a record
-    read from an old log has one here), else version 4."""
+    """Encode as Kafka does (GroupCoordinatorRecordHelpers.offsetCommitValueVersion): version
+    1 when the value has an expire timestamp (an OffsetCommit v2-v4 with a retention time, or a
+    record read from an old log), else version 4."""
     if value.expire_timestamp != -1:
         w = _Writer()
         w.int16(1)

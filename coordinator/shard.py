@@ -77,6 +77,8 @@ from kcoord.coordinator.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
+    TopicsDeletedRequest,
+    TopicsDeletedResponse,
     TxnMarkerRequest,
     TxnMarkerResponse,
     TxnOffsetCommitRequest,
@@ -88,7 +90,6 @@ from kcoord.coordinator.output import Operation, Output
 from kcoord.coordinator.schemas import (
     GroupMetadataKey,
     OffsetCommitKey,
-    OffsetCommitValue,
     UnknownKey,
     decode_key,
 )
@@ -100,6 +101,7 @@ from kcoord.coordinator.share.offsets import ShareOffsetsRequest, share_offsets
 from kcoord.coordinator.share.records import SHARE_KEY_TYPES
 from kcoord.coordinator.share.requests import share_group_describe, share_group_heartbeat
 from kcoord.coordinator.timers import Timers
+from kcoord.coordinator.topic_deletion import drop_deleted_topics
 from kcoord.coordinator.txn_offsets import TxnOffsets
 from kcoord.protocol.errors import ErrorCode
 
@@ -444,10 +446,6 @@ class GroupShard(ShardViews):
             return OffsetFetchResponse(error, ())
         return self.offsets.fetch(group_id, wanted, require_stable)
 
-    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
-        """Partitions of ``group_id`` with pending transactional offsets (RequireStable)."""
-        return self.offsets.pending.pending_partitions(group_id)
-
     def txn_offset_commit(self, handle: Hashable, req: TxnOffsetCommitRequest, now_ms: int) -> Output:
         """TxnOffsetCommit: the routing checks, then :class:`coordinator.txn_offsets.TxnOffsets`."""
         op = self._op
@@ -467,6 +465,19 @@ class GroupShard(ShardViews):
             return []
         self.consumer.regex_requests = []
         return requests
+
+    def topics_deleted(self, handle: Hashable, req: TopicsDeletedRequest, now_ms: int) -> Output:
+        """Topics were deleted: tombstone their offsets in one slice of this shard's groups
+        (:mod:`coordinator.topic_deletion`); an error, nothing done, while not serving."""
+        op = self._op
+        op.begin()
+        if self._mode is _ACTIVE:
+            op.reply(handle, drop_deleted_topics(self.offsets, req))
+        else:
+            loading = self._mode is ShardMode.LOADING
+            error = ErrorCode.coordinator_load_in_progress if loading else ErrorCode.not_coordinator
+            op.reply(handle, TopicsDeletedResponse(error, req.start, 0))
+        return op.end()
 
     def regexes_resolved(self, result: RegexResult, now_ms: int) -> Output:
         """A resolution asked for by :meth:`take_regex_requests` (Kafka's
@@ -498,18 +509,6 @@ class GroupShard(ShardViews):
         member epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); None when the fetch may go on."""
         group = self.consumer.get(group_id) if self._mode is _ACTIVE else None
         return None if group is None else group.validate_offset_fetch(member_id, member_epoch)
-
-    def offsets_snapshot(
-        self, group_id: str
-    ) -> tuple[int, dict[tuple[str, int], OffsetCommitValue]]:
-        """What an OffsetFetch of ``group_id`` reads, copied as it is now: the group-level
-        error (NONE if none) and the committed values. The runtime answers a big fetch from
-        it with :func:`coordinator.offsets.fetched_offsets`, off the event loop."""
-        self._op.not_reentered()
-        error = self._gate(group_id, empty_id_ok=True)
-        if error is not None:
-            return error, {}
-        return ErrorCode.none, dict(self.offsets.of(group_id))
 
     def offset_delete(self, handle: Hashable, req: OffsetDeleteRequest, now_ms: int) -> Output:
         """OffsetDelete: the routing checks (invalid group id, not coordinator, loading),

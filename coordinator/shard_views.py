@@ -21,7 +21,7 @@ from kcoord.coordinator.classic.manager import ClassicGroupManager
 from kcoord.coordinator.consumer.group import ConsumerGroup
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
 from kcoord.coordinator.offsets import OffsetManager
-from kcoord.coordinator.output import RebalanceCompleted
+from kcoord.coordinator.output import Operation, RebalanceCompleted
 from kcoord.coordinator.rebalances import RebalanceStart
 from kcoord.coordinator.schemas import OffsetCommitValue
 from kcoord.coordinator.share.group import ShareGroup
@@ -50,6 +50,7 @@ class ShardViews:
     timers: Timers
     partition: int
     _mode: ShardMode
+    _op: Operation
     _partition_for: Callable[[str], int] | None
 
     @property
@@ -135,6 +136,26 @@ class ShardViews:
     def offset_count_of(self, group_id: str) -> int:
         """Committed offsets held for ``group_id``."""
         return len(self.offsets.of(group_id))
+
+    def pending_partitions(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of ``group_id`` with pending transactional offsets (RequireStable)."""
+        return self.offsets.pending.pending_partitions(group_id)
+
+    def offsets_snapshot(
+        self, group_id: str
+    ) -> tuple[int, dict[tuple[str, int], OffsetCommitValue]]:
+        """What an OffsetFetch of ``group_id`` reads, copied as it is now: the group-level
+        error (NONE if none) and the committed values. The runtime answers a big fetch from
+        it with :func:`coordinator.offsets.fetched_offsets`, off the event loop."""
+        self._op.not_reentered()
+        error = self._gate(group_id, empty_id_ok=True)
+        if error is not None:
+            return error, {}
+        return ErrorCode.none, dict(self.offsets.of(group_id))
+
+    def offset_holders(self) -> list[str]:
+        """The groups holding committed or pending transactional offsets, as they are now."""
+        return self.offsets.holders()
 
     def pending_timer_count(self) -> int:
         """Timer entries queued, stale ones included (for metrics/tests)."""

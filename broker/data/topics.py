@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from kcoord.protocol.errors import ErrorCode
 from kcoord.storage.engine import Log, LogSpec, StorageEngine
@@ -100,6 +100,9 @@ class TopicStore:
         self._held = 0  # partitions of registered topics
         self._reserved = 0  # partitions of pending changes
         self._appended: asyncio.Future[None] | None = None
+        self.deleted_hooks: list[Callable[[Topic], None]] = []
+        """Called with each topic that leaves the registry (deleted here or, in cluster mode,
+        by another node), on the event loop: the coordinator drops its offsets."""
 
     # start-up -----------------------------------------------------------------------------------
     def load(self, skip: frozenset[str] = frozenset()) -> None:
@@ -485,6 +488,8 @@ class TopicStore:
         self._held -= len(topic.partitions)
         self.version += 1
         self.notify_appended()  # wake long-polling fetches so they see the topic is gone
+        for hook in self.deleted_hooks:
+            hook(topic)
         return topic
 
     async def erase(self, topics: list[Topic]) -> dict[str, TopicError]:

@@ -31,6 +31,7 @@ from kcoord.protocol.offset_fetch import (
     decode_offset_fetch_request,
     encode_offset_fetch_response,
 )
+from kcoord.protocol.responses import to_millis
 
 from ..net.connection import RequestContext
 from ..net.offload import SLICE, encoded_off_loop, gc_paused, is_big, off_loop, pause
@@ -216,6 +217,8 @@ class OffsetApi:
             topic_ids=tuple((t.name, t.topic_id) for t in known if t.topic_id is not None)
             if ctx.version >= BY_ID_VERSION
             else (),
+            # v2-v4 carry a retention time (v0-v1 are decoded by hand without one).
+            retention_ms=to_millis(req.retention_time) if 2 <= ctx.version <= 4 else -1,
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)

@@ -279,9 +279,9 @@ class GroupRuntime:
             self._log_loaded(f"{led} partitions led here", self._reload_records, seconds)
 
     async def loads_done(self) -> None:
-        """Until the partitions being loaded (:meth:`lead`) are."""
-        while self._reloads:
-            await asyncio.gather(*self._reloads, return_exceptions=True)
+        """Until the partitions being loaded (at start-up, by :meth:`lead`) are."""
+        while loading := [t for t in (self._load_task, *self._reloads) if t and not t.done()]:
+            await asyncio.gather(*loading, return_exceptions=True)
 
     async def resign(self, partition: int, placeholder: Log) -> None:
         """Another node leads the partition now (cluster mode): unload its groups here."""

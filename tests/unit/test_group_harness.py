@@ -264,9 +264,11 @@ class Harness:
         instance: str | None = None,
         leader_epoch: int = -1,
         topic_ids: Mapping[str, uuid.UUID] | None = None,
+        retention_ms: int = -1,
     ) -> dict[tuple[str, int], int]:
         """OffsetCommit; ``offsets`` maps (topic, partition) to offset or (offset, metadata);
-        ``topic_ids``: the topics' ids, as a v10 commit names them.
+        ``topic_ids``: the topics' ids, as a v10 commit names them; ``retention_ms``: a v2-v4
+        commit's retention time.
         Returns (topic, partition) -> error (``self.last`` holds the Output)."""
         by_topic: dict[str, list[OffsetCommitPartition]] = {}
         for (topic, p), spec in offsets.items():
@@ -281,6 +283,7 @@ class Harness:
             instance,
             tuple((t, tuple(ps)) for t, ps in by_topic.items()),
             topic_ids=tuple((topic_ids or {}).items()),
+            retention_ms=retention_ms,
         )
         h = self.handle("commit")
         self.absorb(self.shard.offset_commit(h, req, self.now))

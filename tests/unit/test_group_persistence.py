@@ -15,6 +15,7 @@ from kcoord.coordinator.config import GroupConfig
 from kcoord.coordinator.consumer.member import ConsumerMember
 from kcoord.coordinator.consumer.persistence import member_record
 from kcoord.coordinator.messages import (
+    DeletedTopic,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribedGroup,
@@ -22,6 +23,7 @@ from kcoord.coordinator.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     ListedGroup,
+    TopicsDeletedRequest,
 )
 from kcoord.coordinator.schemas import (
     GroupMetadataKey,
@@ -417,6 +419,7 @@ _op = st.one_of(
         st.integers(0, 1000),
         st.sampled_from(["member", "stale", "anonymous"]),
     ),
+    st.tuples(st.just("topic_deleted"), st.sampled_from(_TOPICS), st.integers(1, 6)),
     st.tuples(
         st.just("offset_delete"),
         st.sampled_from(_COMMIT_GROUPS),
@@ -491,8 +494,14 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
         m = _pick(h, group, i)
         g = h.group(group)
         if mode == "anonymous" or m is None:
-            # odd offsets named by id (OffsetCommit v10): their records carry the topic ids
-            h.commit(offsets, group=group, topic_ids=_TOPIC_IDS if offset % 2 else None)
+            # odd offsets named by id (OffsetCommit v10): their records carry the topic ids;
+            # even multiples of 3 come with a retention time (v2-v4: value v1, its expiry)
+            h.commit(
+                offsets,
+                group=group,
+                topic_ids=_TOPIC_IDS if offset % 2 else None,
+                retention_ms=offset * 40 if offset % 6 == 0 else -1,
+            )
         else:
             gen = g.generation if mode == "member" else g.generation - 1
             h.commit(
@@ -507,6 +516,15 @@ def _apply(h: Harness, op: tuple[Any, ...]) -> None:
         for topic, p in op[2]:
             topics.setdefault(topic, []).append(p)
         h.offset_delete(topics, group=op[1])
+    elif kind == "topic_deleted":  # the runtime's slices of at most op[2] offsets each
+        _, topic, budget = op
+        ids, start = tuple(h.shard.offset_holders()), 0
+        deleted = (DeletedTopic(topic, _TOPIC_IDS[topic], 2, h.now),)
+        while start < len(ids):
+            handle = h.handle("deleted")
+            req = TopicsDeletedRequest(deleted, ids, start, budget)
+            h.absorb(h.shard.topics_deleted(handle, req, h.now))
+            start = h.replies[handle].next
     else:
         h.delete(op[1])
 
@@ -525,8 +543,9 @@ def _all_offsets(shard: GroupShard) -> dict[str, dict[tuple[str, int], OffsetCom
 def test_I1_I5_I6_J_replaying_emitted_records_rebuilds_the_persisted_state(
     ops: list[tuple[Any, ...]],
 ) -> None:
-    """State is a function of the log: after joins, syncs, expiries, commits, offset
-    deletes, group deletes and offset retention, replaying every emitted record into a fresh
+    """State is a function of the log: after joins, syncs, expiries, commits (some with a
+    retention time), offset deletes, group deletes, deleted topics and offset retention,
+    replaying every emitted record into a fresh
     shard yields the same persisted groups and the same committed offsets."""
     h = Harness(_PROPERTY_CONFIG)
     for op in ops:

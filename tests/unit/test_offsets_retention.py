@@ -12,6 +12,7 @@ from kcoord.coordinator.schemas import (
     OffsetCommitKey,
     OffsetCommitValue,
     decode_key,
+    decode_offset_commit_value,
     encode_group_metadata_value,
     encode_key,
     encode_offset_commit_value,
@@ -292,3 +293,87 @@ def test_J2_member_metadata_record_roundtrip_keeps_subscriptions() -> None:
     h.heartbeat("a", 3)
     _at(h, RETENTION)
     assert h.offsets() == {("t1", 0): 1}
+
+
+# ---- OffsetCommit v2-v4 RetentionTimeMs (Kafka's OffsetMetadataManager.expireTimestampMs) -----
+
+
+def _offset_values(h: Harness, since: int = 0) -> list[bytes]:
+    return [
+        v
+        for k, v in h.records[since:]
+        if v is not None and isinstance(decode_key(k), OffsetCommitKey)
+    ]
+
+
+def test_retention_time_gives_commit_time_plus_retention_written_as_value_v1() -> None:
+    """expireTimestampMs = commit time + RetentionTimeMs; offsetCommitValueVersion(true) = 1."""
+    h = _h()
+    n = len(h.records)
+    assert h.commit({("t", 0): (7, "m")}, group="s", retention_ms=5_000) == {("t", 0): 0}
+    (raw,) = _offset_values(h, n)
+    assert raw[:2] == b"\x00\x01"
+    decoded = decode_offset_commit_value(raw)
+    assert decoded == OffsetCommitValue(7, "m", h.now, -1, h.now + 5_000)
+    assert h.shard.committed_offsets("s")[("t", 0)] == decoded
+    assert encode_offset_commit_value(decoded) == raw
+
+
+def test_retention_time_minus_one_gives_no_expire_timestamp_and_value_v4() -> None:
+    """DEFAULT_RETENTION_TIME (-1): no expire timestamp, offsetCommitValueVersion(false) = 4."""
+    h = _h()
+    n = len(h.records)
+    h.commit({("t", 0): 7}, group="s", retention_ms=-1, leader_epoch=3)
+    (raw,) = _offset_values(h, n)
+    assert raw[:2] == b"\x00\x04"
+    assert decode_offset_commit_value(raw) == OffsetCommitValue(7, "", h.now, 3)
+
+
+def test_J2_explicit_expire_timestamp_replaces_the_retention_rule_shorter() -> None:
+    """OffsetExpirationConditionImpl: an offset with an expire timestamp expires once now >=
+    it, whatever offsets.retention.ms says."""
+    h = _h()
+    h.commit({("t", 0): 1}, group="s", retention_ms=15_000)
+    h.commit({("t", 1): 2}, group="s")
+    committed_at = h.now
+    _at(h, committed_at + 10_000)  # the first check: not yet
+    assert h.offsets("s") == {("t", 0): 1, ("t", 1): 2}
+    n = len(h.records)
+    _at(h, committed_at + 20_000)  # the second check, past commit + 15 s
+    assert h.offsets("s") == {("t", 1): 2}
+    assert _tombstones(h, n) == [OffsetCommitKey("s", "t", 0)]
+
+
+def test_J2_explicit_expire_timestamp_replaces_the_retention_rule_longer() -> None:
+    """An expire timestamp past offsets.retention.ms keeps the offset until that time."""
+    h = _h()
+    h.commit({("t", 0): 1}, group="s", retention_ms=3 * RETENTION)
+    committed_at = h.now
+    _at(h, committed_at + 2 * RETENTION)
+    assert h.offsets("s") == {("t", 0): 1}
+    _at(h, committed_at + 3 * RETENTION + INTERVAL)
+    assert h.offsets("s") == {} and h.group("s") is None
+
+
+def test_J2_subscribed_topic_keeps_its_offset_past_an_expire_timestamp() -> None:
+    """cleanupExpiredOffsets asks isOffsetExpired only for topics the group is not subscribed to."""
+    h = _h()
+    a = _sessionless_consumer_group(h, "t1")
+    h.commit({("t1", 0): 1, ("old", 0): 2}, generation=1, member=a, retention_ms=1_000)
+    _at(h, h.now + 2 * INTERVAL)
+    assert h.offsets() == {("t1", 0): 1}
+
+
+def test_J2_expire_timestamps_replay_to_the_same_state_and_expire_alike() -> None:
+    h = _h()
+    h.commit({("t", 0): 1, ("t", 1): 2}, group="s", retention_ms=25_000)
+    h.commit({("u", 0): 3}, group="s")
+    committed_at = h.now
+    fresh = Harness(CFG, load=False)
+    fresh.now = h.now
+    for k, v in h.records:
+        fresh.shard.replay(k, v, h.now)
+    fresh.absorb(fresh.shard.finish_loading(h.now))
+    assert fresh.shard.committed_offsets("s") == h.shard.committed_offsets("s")
+    _at(fresh, committed_at + 30_000)
+    assert fresh.offsets("s") == {("u", 0): 3}
