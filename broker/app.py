@@ -88,10 +88,6 @@ log = logging.getLogger("kcoord.broker")
 META_PROPERTIES = "meta.properties"
 
 
-def _http_base(host: str, port: int) -> str:
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
-
-
 def _read_cluster_id(documents: Documents, node_id: int) -> str:
     """The cluster id kept in the document ``meta.properties`` (Kafka's file), created on first
     start. If it cannot be written (a full disk) the new id is used for this run only."""
@@ -517,7 +513,7 @@ class Broker:
         """The console's and the metrics' URLs, where they are served."""
         if self._metrics_server is None:
             return {}
-        base = _http_base(self._metrics_server.host, self._metrics_server.bound_port)
+        base = self._metrics_server.base_url()
         return {"console": f"{base}/", "metrics": f"{base}/metrics"}
 
     def console_url(self) -> str | None:
@@ -528,7 +524,7 @@ class Broker:
         host = self._metrics_server.host
         if host in ("", "0.0.0.0", "::"):
             host = self.listeners[0].advertised_host
-        return _http_base(host, self._metrics_server.bound_port) + "/"
+        return self._metrics_server.base_url(host) + "/"
 
     @property
     def bound_port(self) -> int:

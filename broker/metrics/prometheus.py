@@ -481,6 +481,11 @@ class MetricsServer:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
+    def base_url(self, host: str | None = None) -> str:
+        """``http://host:port`` where this server is bound (at ``host`` if given)."""
+        host = self.host if host is None else host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.bound_port}"
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
