@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable
 
+from kcoord.protocol.batch import BatchHeader
+from kcoord.protocol.compression import Buffer
+from kcoord.protocol.key_values import decode_key_values, split_key_values
+
 from .schemas import OffsetCommitKey, decode_key
 from .shard import GroupShard
 
@@ -42,17 +46,46 @@ class LatestRecords:
 
     def add(self, pairs: Iterable[tuple[bytes | None, bytes | None]]) -> None:
         latest = self._latest
-        pop = latest.pop
         pending_keys = self._pending_keys
         n = 0
         for key, value in pairs:
             n += 1
             if key is not None:
-                pop(key, None)  # re-inserting moves the key to its last occurrence
+                latest.pop(key, None)  # re-inserting moves the key to its last occurrence
                 latest[key] = value
                 if pending_keys and key in pending_keys:
                     self._visible_write(key, value, self.records + n)
         self.records += n
+
+    def add_batch(
+        self, header: BatchHeader, payload: Buffer
+    ) -> list[tuple[bytes | None, bytes | None]]:
+        """A plain batch (``payload``: its records section), as :meth:`add` of its decoded
+        records; returns those that are not offset commits, in order (the rebalance history
+        reads them). Raises CorruptBatch, having added nothing, if the batch cannot be decoded.
+
+        The start-up load's hot path: most records are offset commits whose key comes again
+        later, so the records are folded straight into the newest-per-key map, without a tuple
+        per record."""
+        if self._pending_keys:  # a transaction is open: the per-record rules of add()
+            pairs = decode_key_values(header, payload)
+            self.add(pairs)
+            return pairs
+        flat = split_key_values(header, payload)
+        latest = self._latest
+        others: list[tuple[bytes | None, bytes | None]] = []
+        for i in range(0, len(flat), 2):
+            key = flat[i]
+            if key is None:
+                continue
+            value = flat[i + 1]
+            latest.pop(key, None)  # re-inserting moves the key to its last occurrence
+            latest[key] = value
+            # offset commit keys (versions 0 and 1) are most records; the rest go on
+            if len(key) < 2 or key[0] != 0 or key[1] > 1:
+                others.append((key, value))
+        self.records += len(flat) >> 1
+        return others
 
     def _visible_write(self, key: bytes, value: bytes | None, position: int) -> None:
         if value is None:  # a tombstone: the pending values of the key go

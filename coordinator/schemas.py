@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -355,10 +354,25 @@ def encode_key(
     return w.getvalue()
 
 
-def _decode_offset_commit_key(r: _Reader) -> OffsetCommitKey:
-    group = r.string("group")
-    topic = r.string("topic")
-    partition = r.int32("partition")
+def _decode_offset_commit_key(buf: bytes) -> OffsetCommitKey:
+    """Versions 0 and 1 straight from the bytes (one key per offset loaded at start-up); a
+    malformed key is read again by :class:`_Reader`, which says what is wrong with it."""
+    size = len(buf)
+    if size >= 10 and buf[2] < 0x80:  # the lengths are int16: >= 0x8000 is negative
+        end_group = 4 + ((buf[2] << 8) | buf[3])
+        if end_group + 6 <= size and buf[end_group] < 0x80:
+            end_topic = end_group + 2 + ((buf[end_group] << 8) | buf[end_group + 1])
+            if end_topic + 4 == size:
+                try:
+                    group = buf[4:end_group].decode()
+                    topic = buf[end_group + 2 : end_topic].decode()
+                except UnicodeDecodeError:
+                    pass
+                else:
+                    return OffsetCommitKey(group, topic, _I32.unpack_from(buf, end_topic)[0])
+    r = _Reader(buf, "key")
+    r.int16("version")
+    group, topic, partition = r.string("group"), r.string("topic"), r.int32("partition")
     r.end()
     return OffsetCommitKey(group, topic, partition)
 
@@ -369,21 +383,17 @@ def _decode_group_metadata_key(r: _Reader) -> GroupMetadataKey:
     return GroupMetadataKey(group)
 
 
-_KEY_DECODERS: dict[int, Callable[[_Reader], RecordKey]] = {
-    0: _decode_offset_commit_key,
-    1: _decode_offset_commit_key,
-    2: _decode_group_metadata_key,
-}
-
-
 def decode_key(buf: bytes) -> RecordKey:
     """Decode a ``__consumer_offsets`` key: versions 3-8 and 16 as the consumer-group key
     types of ``coordinator.consumer.records``, 9-15 as the share-group ones of
     ``coordinator.share.records``, other versions >= 3 as :class:`UnknownKey`."""
+    if type(buf) is bytes and len(buf) >= 2 and buf[0] == 0 and buf[1] < 2:
+        return _decode_offset_commit_key(buf)  # the hot path: most keys are offsets
     version, r = _version(buf, "key")
-    decoder = _KEY_DECODERS.get(version)
-    if decoder is not None:
-        return decoder(r)
+    if version == 2:
+        return _decode_group_metadata_key(r)
+    if 0 <= version < 2:
+        return _decode_offset_commit_key(bytes(buf))
     if version in CONSUMER_KEY_VERSIONS:
         return decode_consumer_key(buf)
     if version in SHARE_KEY_VERSIONS:
@@ -468,9 +478,11 @@ def _decode_offset_commit_v4(buf: bytes) -> OffsetCommitValue:
 
 def decode_offset_commit_value(buf: bytes) -> OffsetCommitValue:
     """Decode an OffsetCommitValue of version 0-4."""
+    if type(buf) is bytes and len(buf) >= 2 and buf[0] == 0 and buf[1] == 4:
+        return _decode_offset_commit_v4(buf)  # Kafka 4's, and ours
     version, r = _version(buf, "OffsetCommitValue")
     if version == 4:
-        return _decode_offset_commit_v4(buf)
+        return _decode_offset_commit_v4(bytes(buf))
     if version in (0, 2):
         offset = r.int64("offset")
         metadata = r.string("metadata")

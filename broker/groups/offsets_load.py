@@ -1,8 +1,9 @@
 """Reading one ``__consumer_offsets`` partition at start-up, batch by batch, into the loader.
 
-Plain batches go to :class:`coordinator.loading.LatestRecords` (newest record per key),
-transactional ones (TxnOffsetCommit) are held there per producer until the producer's marker,
-and control batches carry the markers; the rebalance history sees every offset and group record.
+Plain batches are folded into :class:`coordinator.loading.LatestRecords` (newest record per
+key, ``add_batch``: the hot path, no tuple per offset commit), which hands back their other
+records for the rebalance history; transactional ones (TxnOffsetCommit) are held there per
+producer until the producer's marker, and control batches carry the markers.
 A batch that cannot be decoded is logged and skipped; an I/O error is the caller's. The event
 loop gets a turn every few milliseconds (``offload.SliceTimer``): the broker serves while it
 loads.
@@ -31,18 +32,22 @@ async def read_partition(
     """Feed every batch of ``plog`` to ``latest`` and ``history``; OSError propagates."""
     turns = SliceTimer()
     for base, header, data in plog.iter_batches():
+        txn = header.is_transactional and header.producer_id >= 0
+        plain = not header.is_control and not txn
         try:
-            pairs = decode_key_values(header, data[HEADER_SIZE:])
+            if plain:  # the hot path: folded into ``latest``, the other records returned
+                pairs = latest.add_batch(header, data[HEADER_SIZE:])
+            else:
+                pairs = decode_key_values(header, data[HEADER_SIZE:])
         except CorruptBatch as e:  # e.g. expands past the decompression bound
             log.error("%s-%d: batch at offset %d skipped: %s", OFFSETS_TOPIC, partition, base, e)
             pairs = []
         if header.is_control:
             _markers(latest, header, pairs)
-        elif header.is_transactional and header.producer_id >= 0:
+        elif txn:
             latest.add_transactional(header.producer_id, header.producer_epoch, pairs)
             history.add(pairs, header.max_timestamp)
         else:
-            latest.add(pairs)
             history.add(pairs, header.max_timestamp)
         if turns.due():
             await pause()
