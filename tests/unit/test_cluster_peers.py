@@ -244,7 +244,7 @@ async def test_produce_asks_the_coordinator_the_view_names(pair: tuple[Broker, B
         view.update(view.live_nodes(), [])
         assert a.topics.get(state) is None  # never created: the local answer (no such id)
         assert verify("x", 1, 0, "t", 0) == ErrorCode.invalid_producer_id_mapping
-        a.transactions.ensure_topic()
+        assert await a.transactions.state_topic.wait()
         assert verify("x", 1, 0, "t", 0) == ErrorCode.not_enough_replicas  # no leader now
     finally:
         await peers.close()
