@@ -485,7 +485,9 @@ class GroupRuntime:
 
     def _append(self, sr: ShardRuntime, out: Output) -> None:
         t = now_ms()
-        if sr.log is None and not self.ensure_topic():
+        plog = sr.log
+        if plog is None:  # the offsets topic is not there yet: created, the output waits
+            self.ensure_topic()
             self._defer(sr, out)
             return
         batches = output_batches(out, t, self.group_config.max_batch_bytes, sr.partition)
@@ -497,7 +499,7 @@ class GroupRuntime:
         try:
             started = time.perf_counter()
             for batch in batches:
-                sr.log.append(batch)
+                plog.append(batch)
             self._observe_append(time.perf_counter() - started)
         except OSError as io_error:  # disk full, I/O error: the shard decides what it means
             log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, io_error)
@@ -505,12 +507,11 @@ class GroupRuntime:
         except Exception as other:  # a name of its own (compiled: see connection._on_frame)
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
             error = other
-        self._complete_in_order(sr, sr.log if error is None else None, out, error)
+        self._complete_in_order(sr, plog if error is None else None, out, error)
 
     def _defer(self, sr: ShardRuntime, out: Output) -> None:
-        """The offsets topic is being created: ``out`` and the shard's outputs after it wait
-        for it (:meth:`ShardRuntime.hold`); if it cannot be (a full disk), nothing is written
-        and the shard undoes the writes."""
+        """``out`` and the shard's outputs after it wait for the offsets topic's creation
+        (:meth:`ShardRuntime.hold`); if it fails (a full disk), the shard undoes the writes."""
         assert self._offsets.creating is not None
         sr.hold(out, self._offsets.creating, lambda one: self._process(sr, one), lambda one: (
             sr.shard.append_failed(one, ErrorCode.kafka_storage_error, now_ms())))

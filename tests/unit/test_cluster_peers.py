@@ -175,6 +175,9 @@ async def test_verify_only_answers_and_their_produce_errors(pair: tuple[Broker, 
     peers = Peers(view, LISTENER, "PLAINTEXT", 5.0)
     remote = RemoteTxn(peers, view)
     try:
+        # b's __transaction_state, made first (the first InitProducerId would only start its
+        # creation, answered COORDINATOR_NOT_AVAILABLE).
+        assert await b.transactions.state_topic.wait()
         init = await peers.request(PEER, ApiKey.INIT_PRODUCER_ID, 4, transactional_id="x",
                                    transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
         assert init.error_code == 0
