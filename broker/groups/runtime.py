@@ -152,7 +152,10 @@ class GroupRuntime:
             for sr in self.shards:
                 self._process(sr, sr.shard.unload(t))
                 sr.loaded = True
-            self.ensure_topic()
+            # Made before the node joins (nothing is served yet, so off the loop is no gain but
+            # one path): the join's round then takes this node's share of it, and the node
+            # serves once that is loaded (broker/app.py), as before the topic was made lazily.
+            await self._offsets.wait()
         elif any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
             self._offsets.open_now()
             self._load_task = asyncio.ensure_future(self._load_all())
