@@ -239,6 +239,9 @@ async def test_produce_asks_the_coordinator_the_view_names(pair: tuple[Broker, B
     peers = Peers(view, LISTENER, "PLAINTEXT", 5.0)
     verify = TxnVerification(a.transactions, view, RemoteTxn(peers, view))
     try:
+        # b's __transaction_state made first (on its first use b answers COORDINATOR_NOT_AVAILABLE,
+        # NOT_ENOUGH_REPLICAS to a produce, while it is created off the loop).
+        assert await b.transactions.state_topic.wait()
         asked = verify("x", 1, 0, "t", 0)
         assert not isinstance(asked, int)
         assert await asked == ErrorCode.invalid_producer_id_mapping  # b's answer: no such id
