@@ -24,6 +24,11 @@ and last one ``/metrics`` scrape.
 
     .venv/bin/python bench/loop_stalls.py [--groups 400000] [--wide 100000] [--quick]
 
+``--only joins,first-txn`` runs only those cases, each on a fresh broker (``--repeat`` times):
+the pipelined JoinGroups above, and a fresh broker's first InitProducerId of a transactional id
+(``__transaction_state`` created on that first use: the answers until it is served, and the
+stall meanwhile).
+
 ``--restart`` measures instead the restart of issue 34's finding 10: a data directory holding
 one KIP-848 group of ``--members`` (1,000) members over a topic of ``--partitions`` (10,000)
 partitions and its history (tests/integration/big_group.py), a broker started on it, killed
@@ -479,6 +484,70 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def first_transaction() -> dict[str, Any]:
+    """A fresh broker's first InitProducerId of a transactional id (``__transaction_state``
+    is created on that first use), retried every 10 ms while COORDINATOR_NOT_AVAILABLE or
+    COORDINATOR_LOAD_IN_PROGRESS; the pinger's slowest round trip meanwhile is the stall."""
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", {}).start()
+        try:
+            bench = Bench(broker)
+            time.sleep(0.5)  # the broker's start-up is over, the pinger settled
+            bench.pinger.reset()
+            started = time.perf_counter()
+            codes: dict[int, int] = {}
+            while True:
+                bench.correlation += 1
+                bench.sock.sendall(frame(22, 4, bench.correlation, transactional_id="first",
+                                         transaction_timeout=60000, producer_id=-1, producer_epoch=-1))
+                resp = decode(22, 4, _exact(bench.sock, _SIZE.unpack(_exact(bench.sock, 4))[0]))
+                codes[int(resp.error_code)] = codes.get(int(resp.error_code), 0) + 1
+                if int(resp.error_code) not in (14, 15):
+                    break
+                time.sleep(0.01)
+            served = time.perf_counter() - started
+            time.sleep(0.05)
+            out = {"served_ms": round(served * 1000, 1), "stall_ms": round(bench.pinger.read() * 1000, 1),
+                   "codes": codes}
+            bench.pinger.stop.set()
+            bench.pinger.join(timeout=10)
+            return out
+        finally:
+            broker.stop()
+
+
+def only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--only``: the cases named, each on a fresh broker of its own (no data written first)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    out: dict[str, Any] = {"benchmark": "loop_stalls --only", "commit": commit}
+    for case in args.only.split(","):
+        for _ in range(args.repeat):
+            if case == "first-txn":
+                figures = first_transaction()
+                out.setdefault("InitProducerId v4, first use (fresh broker)", []).append(figures)
+                print(case, json.dumps(figures), file=sys.stderr, flush=True)
+                continue
+            assert case == "joins", case
+            with tempfile.TemporaryDirectory() as tmp:
+                broker = BrokerProcess(Path(tmp) / "data", {"group.initial.rebalance.delay.ms": 0}).start()
+                try:
+                    bench = Bench(broker)
+
+                    def record(kind: str, size: int, fn: Callable[[], tuple[dict[str, Any], Any]]) -> None:
+                        figures, resp = fn()
+                        figures = {"size": size, **figures, "codes": _codes(resp)}
+                        out.setdefault(kind, []).append(figures)
+                        print(kind, json.dumps(figures), file=sys.stderr, flush=True)
+
+                    pipelined_joins(bench, record, args.joins)
+                    bench.pinger.stop.set()
+                    bench.pinger.join(timeout=10)
+                finally:
+                    broker.stop()
+    return out
+
+
 # The restart of finding 10 (issue 34) ------------------------------------------------------------
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
@@ -591,8 +660,13 @@ def main() -> None:
     parser.add_argument("--restart", action="store_true", help="only the restart of finding 10")
     parser.add_argument("--partitions", type=int, default=10_000, help="--restart: its partitions")
     parser.add_argument("--tmp", default=None, help="where the data directory goes (e.g. /dev/shm)")
+    parser.add_argument("--only", default=None,
+                        help="only these cases, comma-separated: joins (the pipelined JoinGroups),"
+                             " first-txn (a fresh broker's first InitProducerId)")
+    parser.add_argument("--repeat", type=int, default=1, help="--only: runs of each case")
     args = parser.parse_args()
-    print(json.dumps(restart(args) if args.restart else run(args), indent=2))
+    result = restart(args) if args.restart else only(args) if args.only else run(args)
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

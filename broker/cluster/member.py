@@ -278,6 +278,14 @@ class ClusterMember:
             elif topic is not None and len(topic.partitions) < count:
                 topics.grow(name, count)
 
+    def _again_once_registered(self, name: str) -> None:
+        """A round as soon as the change of ``name`` under way here is registered: its rows
+        are written (and the round nudged, :meth:`nudge`) from the worker thread before the
+        event loop registers the topic, so that round may find it not registered yet."""
+        res = self.topics.pending(name)
+        if res is not None and res.done is not None and not res.done.done():
+            res.done.add_done_callback(lambda _: self.nudge())
+
     async def _forget(self, name: str) -> None:
         for key in [k for k in self.engine.fences if k[0] == name]:
             await self._drop(key, release=False)
@@ -293,6 +301,7 @@ class ClusterMember:
             topic = self.topics.get(r.topic)
             if topic is None or topic.topic_id != r.topic_id or len(topic.partitions) <= r.partition:
                 await self._db(self.store.release, {r.row_id: epoch})  # not registered here yet
+                self._again_once_registered(r.topic)
                 continue
             self.engine.fences[(r.topic, r.partition)] = LeaderFence(self.node_id, epoch)
             self._row_ids[(r.topic, r.partition)] = r.row_id

@@ -433,10 +433,7 @@ class TopicStore:
         created all-or-nothing (TopicError(KAFKA_STORAGE_ERROR) if that fails, nothing left
         behind); missing ones of an existing topic are created (offline if that fails).
         """
-        self.configs.set_internal(
-            name,
-            {"cleanup.policy": INTERNAL_CLEANUP_POLICY[name], "segment.bytes": str(segment_bytes)},
-        )
+        self._set_internal(name, segment_bytes)
         stored = self.engine.stored_topics().get(name)
         if stored is None:
             res = self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)
@@ -451,6 +448,28 @@ class TopicStore:
         )
         self._register(topic)
         return topic
+
+    async def open_internal_off_loop(self, name: str, partitions: int, segment_bytes: int) -> Topic:
+        """:meth:`open_internal` with its storage work in a worker thread (a first use while
+        serving: broker/data/internal_topic.py)."""
+        self._set_internal(name, segment_bytes)
+        stored = (await asyncio.to_thread(self.engine.stored_topics)).get(name)
+        if stored is None:
+            return await self.start(
+                self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)
+            )
+        topic_id = stored.topic_id or uuid.uuid4()
+        topic = await asyncio.to_thread(
+            self._open_topic, name, topic_id, partitions, stored.partitions, segment_bytes
+        )
+        self._register(topic)
+        return topic
+
+    def _set_internal(self, name: str, segment_bytes: int) -> None:
+        self.configs.set_internal(
+            name,
+            {"cleanup.policy": INTERNAL_CLEANUP_POLICY[name], "segment.bytes": str(segment_bytes)},
+        )
 
     # deleting -----------------------------------------------------------------------------------
     def retire(self, name: str) -> Topic:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -41,8 +40,9 @@ from kcoord.protocol.javahash import partition_for
 from kcoord.storage.engine import Log
 from kcoord.storage.offline import moved_away
 
-from ..data.topics import OFFSETS_TOPIC, Topic, TopicError
-from ..net.offload import SliceTimer, pause
+from ..data.internal_topic import InternalTopic
+from ..data.topics import OFFSETS_TOPIC, Topic
+from ..net.offload import SliceTimer, TurnBudget, pause
 from .cleaner import clean_offsets
 from .coordinator_config import coordinator_config
 from .offsets_load import read_partition
@@ -103,9 +103,12 @@ class GroupRuntime:
         """Each group's last rebalances (the web console's timeline)."""
         self._observe_rebalance = metrics.rebalance
         self._handles = itertools.count(1)
+        self._timer_turns = TurnBudget()  # shared by the shards' timers
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
-        self._topic: Topic | None = None
-        self._create_failed_logged = -math.inf  # when a failed creation was last logged
+        self._offsets = InternalTopic(
+            topics, OFFSETS_TOPIC, self.num_partitions, config["offsets.topic.segment.bytes"],
+            self._take_logs,
+        )
         self._load_task: asyncio.Task[None] | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
         self._reloads: set[asyncio.Task[None]] = set()  # shards being loaded by lead()
@@ -134,7 +137,7 @@ class GroupRuntime:
     # start-up and the offsets topic -----------------------------------------------------------
     @property
     def topic_exists(self) -> bool:
-        return self._topic is not None
+        return self._offsets.topic is not None
 
     async def start(self) -> None:
         """Load the offsets topic if it is on disk (in the background). In a cluster, every
@@ -149,9 +152,12 @@ class GroupRuntime:
             for sr in self.shards:
                 self._process(sr, sr.shard.unload(t))
                 sr.loaded = True
-            self.ensure_topic()
+            # Made before the node joins (nothing is served yet, so off the loop is no gain but
+            # one path): the join's round then takes this node's share of it, and the node
+            # serves once that is loaded (broker/app.py), as before the topic was made lazily.
+            await self._offsets.wait()
         elif any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
-            self._open_topic()
+            self._offsets.open_now()
             self._load_task = asyncio.ensure_future(self._load_all())
         else:
             # Nothing to load: every shard starts empty and ready.
@@ -160,20 +166,10 @@ class GroupRuntime:
                 self._finish(sr, t)
 
     def ensure_topic(self) -> bool:
-        """Create the offsets topic on first use (A5). False (logged) if it does not exist and
-        could not be created (a full disk): nothing of it is left on disk then."""
-        if self._topic is None:
-            try:
-                self._open_topic()
-            except TopicError as e:
-                # Clients retry FindCoordinator every second or so: say it once a minute.
-                now = time.monotonic()
-                if now - self._create_failed_logged >= 60.0:
-                    self._create_failed_logged = now
-                    log.error("could not create %s (retried on use): %s", OFFSETS_TOPIC, e)
-                return False
-            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
-        return True
+        """Whether the offsets topic exists; if not, its creation is started (A5, in a worker
+        thread: broker/data/internal_topic.py): FindCoordinator answers COORDINATOR_NOT_AVAILABLE
+        meanwhile, and writes wait for it (:meth:`_defer`)."""
+        return self._offsets.ensure()
 
     def coordinator_available(self, group_id: str) -> bool:
         """Whether the offsets partition of ``group_id`` is online here, or led elsewhere
@@ -181,17 +177,9 @@ class GroupRuntime:
         plog = self.shards[self.partition_of(group_id)].log
         return plog is None or plog.offline is None or moved_away(plog.offline)
 
-    def _open_topic(self) -> None:
-        config = self.config
-        topics = self.topics
-        existing = topics.get(OFFSETS_TOPIC)
-        if existing is None:
-            existing = topics.open_internal(
-                OFFSETS_TOPIC, self.num_partitions, segment_bytes=config["offsets.topic.segment.bytes"]
-            )
-        self._topic = existing
+    def _take_logs(self, topic: Topic) -> None:
         for sr in self.shards:
-            sr.log = existing.partitions[sr.partition]
+            sr.log = topic.partitions[sr.partition]
 
     async def _load_all(self) -> None:
         started = time.perf_counter()
@@ -257,7 +245,7 @@ class GroupRuntime:
 
         Requests meanwhile get NOT_COORDINATOR (parked ones, from the unload) or
         COORDINATOR_LOAD_IN_PROGRESS until the reload, in a task of its own, has read the log."""
-        if partition >= self.num_partitions or not self.ensure_topic():
+        if partition >= self.num_partitions or not await self._offsets.wait():
             return
         sr = self.shards[partition]
         await self._unload(sr)
@@ -487,6 +475,9 @@ class GroupRuntime:
     # outputs --------------------------------------------------------------------------------------
     def _process(self, sr: ShardRuntime, out: Output) -> None:
         """Append the output's records and complete its replies once durable, in order."""
+        if sr.deferred is not None:  # after the outputs waiting for the topic's creation
+            sr.deferred.append(out)
+            return
         if out.records or out.marker is not None:
             self._append(sr, out)
         elif out.replies and sr.chain is None:
@@ -497,10 +488,10 @@ class GroupRuntime:
 
     def _append(self, sr: ShardRuntime, out: Output) -> None:
         t = now_ms()
-        if sr.log is None:
+        plog = sr.log
+        if plog is None:  # the offsets topic is not there yet: created, the output waits
             self.ensure_topic()
-        if sr.log is None:  # the offsets topic cannot be created (a full disk): nothing written
-            self._process(sr, sr.shard.append_failed(out, ErrorCode.kafka_storage_error, t))
+            self._defer(sr, out)
             return
         batches = output_batches(out, t, self.group_config.max_batch_bytes, sr.partition)
         if batches is None:
@@ -511,7 +502,7 @@ class GroupRuntime:
         try:
             started = time.perf_counter()
             for batch in batches:
-                sr.log.append(batch)
+                plog.append(batch)
             self._observe_append(time.perf_counter() - started)
         except OSError as io_error:  # disk full, I/O error: the shard decides what it means
             log.error("append to %s-%d failed: %s", OFFSETS_TOPIC, sr.partition, io_error)
@@ -519,7 +510,14 @@ class GroupRuntime:
         except Exception as other:  # a name of its own (compiled: see connection._on_frame)
             log.exception("append to %s-%d failed", OFFSETS_TOPIC, sr.partition)
             error = other
-        self._complete_in_order(sr, sr.log if error is None else None, out, error)
+        self._complete_in_order(sr, plog if error is None else None, out, error)
+
+    def _defer(self, sr: ShardRuntime, out: Output) -> None:
+        """``out`` and the shard's outputs after it wait for the offsets topic's creation
+        (:meth:`ShardRuntime.hold`); if it fails (a full disk), the shard undoes the writes."""
+        assert self._offsets.creating is not None
+        sr.hold(out, self._offsets.creating, lambda one: self._process(sr, one), lambda one: (
+            sr.shard.append_failed(one, ErrorCode.kafka_storage_error, now_ms())))
 
     def _complete_in_order(
         self,
@@ -592,8 +590,14 @@ class GroupRuntime:
     def _fire(self, sr: ShardRuntime) -> None:
         sr.timer = None
         sr.timer_at = None
+        if self._timer_turns.used_up():  # the other shards' timers had this turn: the next one
+            sr.timer_at = sr.shard.next_wakeup()
+            sr.timer = asyncio.get_running_loop().call_soon(self._fire, sr)
+            return
         # A bounded number per turn of the event loop: a thousand members whose sessions end
         # together each rebalance their group; the rest fire a turn later (_reschedule).
+        started = time.perf_counter()
         out = sr.shard.advance(now_ms(), TIMERS_PER_TURN)
         self._process(sr, out)
+        self._timer_turns.charge(time.perf_counter() - started)
 

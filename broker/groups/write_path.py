@@ -1,8 +1,8 @@
 """The pieces of the group runtime's write path that stand on their own.
 
 :class:`ShardRuntime` is what the runtime keeps per ``__consumer_offsets`` partition besides its
-shard: the partition's log, the chain of its outputs still on their way to their replies, and
-its timer. :func:`output_batches` is what one shard output is appended as (record batches of at
+shard: the partition's log, the chain of its outputs still on their way to their replies, its
+timer, and the outputs held while the offsets topic is being created. :func:`output_batches` is what one shard output is appended as (record batches of at
 most ``message.max.bytes``, or a transaction marker). :class:`OutputCompletion` carries one
 appended output through its fsync and then the shard's previous output, in that order, to the
 runtime's ``finish`` callback, which delivers its replies (broker/groups/runtime.py).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kcoord.coordinator.shard import GroupShard, Output
 from kcoord.protocol.control import encode_marker
@@ -26,16 +27,48 @@ log = logging.getLogger("kcoord.coordinator")
 class ShardRuntime:
     """Per-shard plumbing: the log, the ordered completion chain and the timer."""
 
-    __slots__ = ("chain", "log", "loaded", "partition", "shard", "timer", "timer_at")
+    __slots__ = ("chain", "deferred", "log", "loaded", "partition", "shard", "timer", "timer_at")
 
     def __init__(self, partition: int, shard: GroupShard) -> None:
         self.partition = partition
         self.shard = shard
         self.log: Log | None = None
         self.chain: asyncio.Future[None] | None = None  # completion of the last queued output
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: asyncio.Handle | None = None  # a TimerHandle, or a call_soon when deferred
         self.timer_at: int | None = None
         self.loaded = False
+        self.deferred: list[Output] | None = None
+        """Outputs waiting for the offsets topic's creation, in order (GroupRuntime._defer)."""
+
+
+    def hold(
+        self,
+        out: Output,
+        until: asyncio.Future[Any],
+        process: Callable[[Output], None],
+        failed: Callable[[Output], Output],
+    ) -> None:
+        """Hold ``out`` and the outputs after it (:attr:`deferred`) until ``until`` is done (the
+        offsets topic created), then ``process`` them in order; those that write, with no log
+        to write to then, become ``failed(out)``. :attr:`chain` holds back the shard's replies
+        meanwhile, and is done once the held outputs are complete."""
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        previous, self.chain, self.deferred = self.chain, held, [out]
+
+        def resume(_: object) -> None:
+            waiting, self.deferred = self.deferred or [], None
+            if self.chain is held:
+                self.chain = previous
+            for one in waiting:
+                writes = one.records or one.marker is not None
+                process(failed(one) if writes and self.log is None else one)
+            last = self.chain
+            if last is None or last.done():
+                held.set_result(None)
+            else:
+                last.add_done_callback(lambda _: held.set_result(None))
+
+        until.add_done_callback(resume)
 
 
 FinishOutput = Callable[[ShardRuntime, Output, asyncio.Future[None], BaseException | None], None]

@@ -17,6 +17,8 @@ Work that grows with a request's size and reads state on the loop can be written
 generator yielding between slices (:data:`Sliced`): :func:`run_now` runs it at once for small
 requests, :func:`run_sliced` with pauses for big ones. Long work whose steps vary in cost
 (replaying a log at start-up, batch by batch) pauses every :data:`SLICE_S` (:class:`SliceTimer`).
+Many small callbacks due in the same turn (timers of many shards) share one budget per turn
+(:class:`TurnBudget`).
 
 While a big request is served (:func:`gc_paused`), in the worker or in slices on the loop,
 the cyclic garbage collector is paused. Serving one creates hundreds of thousands of
@@ -144,6 +146,39 @@ class SliceTimer:
             return False
         self._until = now + SLICE_S
         return True
+
+
+class TurnBudget:
+    """A share of one turn of the event loop for callbacks that may all come due in the same
+    turn: the 50 offsets shards' timers (a thousand sessions ending together). Each keeps its
+    own bound (timers per call), but fifty of them in one turn add up; with this, once the
+    turn has spent :data:`SLICE_S` on them, the rest wait for the next turn (after the loop
+    has read its sockets again).
+
+    A turn is found without the loop's help: the first :meth:`charge` of one queues
+    (``call_soon``) the reset, which runs first in the next turn, ahead of anything deferred
+    after it."""
+
+    __slots__ = ("_reset_queued", "_spent", "limit_s")
+
+    def __init__(self, limit_s: float = SLICE_S) -> None:
+        self.limit_s = limit_s
+        self._spent = 0.0
+        self._reset_queued = False
+
+    def used_up(self) -> bool:
+        """This turn's share is spent: defer (``call_soon``) to the next one."""
+        return self._spent >= self.limit_s
+
+    def charge(self, seconds: float) -> None:
+        self._spent += seconds
+        if not self._reset_queued:
+            self._reset_queued = True
+            asyncio.get_running_loop().call_soon(self._reset)
+
+    def _reset(self) -> None:
+        self._spent = 0.0
+        self._reset_queued = False
 
 
 Sliced = Generator[None, None, T]

@@ -45,8 +45,9 @@ from kcoord.share.model import PersistedState, SharePartitionKey, StateSummary, 
 from kcoord.share.state_shard import Record, ShareStateShard, StateRefused, summary_of
 from kcoord.storage.engine import Log, LogClosed
 
+from ..data.internal_topic import InternalTopic
 from ..data.topic_names import SHARE_GROUP_STATE_TOPIC
-from ..data.topics import TopicError
+from ..data.topics import Topic
 from .persister import ShareStateError
 
 if TYPE_CHECKING:
@@ -84,6 +85,13 @@ class ShareStateRuntime:
         self.num_partitions = int(config["share.coordinator.state.topic.num.partitions"])
         self.snapshot_every = int(config["share.coordinator.snapshot.update.records.per.snapshot"])
         self.logs: list[Log] | None = None
+        self.state_topic = InternalTopic(
+            topics,
+            SHARE_GROUP_STATE_TOPIC,
+            self.num_partitions,
+            config["share.coordinator.state.topic.segment.bytes"],
+            self._take_logs,
+        )
         self.shards: list[ShareStateShard | None] = [None] * self.num_partitions
         """Each partition's shard; None while it loads (or is led by another node)."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -96,9 +104,9 @@ class ShareStateRuntime:
         stored = self.topics.stored_partitions(SHARE_GROUP_STATE_TOPIC)
         if self.clustered:
             if stored:
-                self._open_topic()
+                self.state_topic.open_now()
         elif any(p < self.num_partitions for p in stored):
-            self._open_topic()
+            self.state_topic.open_now()
             self._spawn(self._load_all())
         else:
             self.shards = [self._new_shard() for _ in range(self.num_partitions)]
@@ -121,26 +129,14 @@ class ShareStateRuntime:
     def _new_shard(self) -> ShareStateShard:
         return ShareStateShard(self.snapshot_every)
 
-    def _open_topic(self) -> None:
-        topic = self.topics.get(SHARE_GROUP_STATE_TOPIC)
-        if topic is None:
-            topic = self.topics.open_internal(
-                SHARE_GROUP_STATE_TOPIC,
-                self.num_partitions,
-                segment_bytes=self.config["share.coordinator.state.topic.segment.bytes"],
-            )
+    def _take_logs(self, topic: Topic) -> None:
         self.logs = list(topic.partitions)
 
     def ensure_topic(self) -> bool:
-        """Create ``__share_group_state`` on first use; False (logged) if that failed."""
-        if self.logs is None:
-            try:
-                self._open_topic()
-            except TopicError as e:
-                log.error("could not create %s (retried on use): %s", SHARE_GROUP_STATE_TOPIC, e)
-                return False
-            log.info("created %s with %d partitions", SHARE_GROUP_STATE_TOPIC, self.num_partitions)
-        return True
+        """Whether ``__share_group_state`` exists; if not, its creation is started (in a
+        worker thread: broker/data/internal_topic.py) and COORDINATOR_NOT_AVAILABLE is the answer
+        meanwhile."""
+        return self.state_topic.ensure()
 
     def partition_of(self, key: SharePartitionKey) -> int:
         return key.state_partition(self.num_partitions)
@@ -206,7 +202,7 @@ class ShareStateRuntime:
         """Serve the partition from ``plog``: its log is online again
         (broker/data/reopening.py), or this node took the partition over (cluster mode). It is
         replayed in a task of its own (COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
-        if partition < self.num_partitions and self.ensure_topic():
+        if partition < self.num_partitions and await self.state_topic.wait():
             assert self.logs is not None
             self.logs[partition] = plog
             self.shards[partition] = None

@@ -42,9 +42,10 @@ from kcoord.protocol.key_values import decode_key_values
 from kcoord.protocol.record_encoding import encode_kv_batch
 from kcoord.storage.engine import Log
 
+from ..data.internal_topic import InternalTopic
 from ..data.retention import compact_if_grown
 from ..data.topic_names import TRANSACTION_STATE_TOPIC
-from ..data.topics import TopicError
+from ..data.topics import Topic
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -105,6 +106,9 @@ class TxnRuntime:
             allocate_producer_id,
         )
         self.logs: list[Log] | None = None
+        self.state_topic = InternalTopic(
+            topics, TRANSACTION_STATE_TOPIC, self.num_partitions, config["transaction.state.log.segment.bytes"], self._take_logs
+        )
         self.loaded = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._completions: dict[str, asyncio.Task[None]] = {}
@@ -119,10 +123,10 @@ class TxnRuntime:
         stored = self.topics.stored_partitions(TRANSACTION_STATE_TOPIC)
         if self.clustered:
             if stored:
-                self._open_topic()
+                self.state_topic.open_now()
             self._loaded()
         elif any(p < self.num_partitions for p in stored):
-            self._open_topic()
+            self.state_topic.open_now()
             self._spawn(self._load())
         else:
             self._loaded()
@@ -140,26 +144,14 @@ class TxnRuntime:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _open_topic(self) -> None:
-        topic = self.topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            topic = self.topics.open_internal(
-                TRANSACTION_STATE_TOPIC,
-                self.num_partitions,
-                segment_bytes=self.config["transaction.state.log.segment.bytes"],
-            )
+    def _take_logs(self, topic: Topic) -> None:
         self.logs = list(topic.partitions)
 
     def ensure_topic(self) -> bool:
-        """Create ``__transaction_state`` on first use; False (logged) if that failed."""
-        if self.logs is None:
-            try:
-                self._open_topic()
-            except TopicError as e:
-                log.error("could not create %s (retried on use): %s", TRANSACTION_STATE_TOPIC, e)
-                return False
-            log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, self.num_partitions)
-        return True
+        """Whether ``__transaction_state`` exists; if not, its creation is started (in a
+        worker thread: broker/data/internal_topic.py) and COORDINATOR_NOT_AVAILABLE is the answer
+        meanwhile."""
+        return self.state_topic.ensure()
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
@@ -244,7 +236,7 @@ class TxnRuntime:
         ids take the states read from it (in a task of its own), since the log and not memory
         says what is durable (a transition whose write was reported failed may have been
         committed)."""
-        if self.ensure_topic():
+        if await self.state_topic.wait():
             self._spawn(self._reload(partition, plog))
 
     async def resign(self, partition: int, placeholder: Log) -> None:

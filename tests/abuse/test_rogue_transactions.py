@@ -52,8 +52,8 @@ class Writer:
         return error
 
     def init(self, txn_id: str) -> tuple[int, int]:
-        r = self.c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=txn_id,
-                           transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
+        r = self.c.request_coordinated(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=txn_id,
+                                       transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
         assert r.error_code == 0
         return int(r.producer_id), int(r.producer_epoch)
 

@@ -4,13 +4,41 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kio.serial import entity_reader
 
 from kcoord.protocol.apis import is_flexible
 from kcoord.protocol.codec import encode_body, request_type, response_type
+from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.responses import build
+
+from .harness import wait_for
+
+
+def _error_codes(response: Any) -> list[int]:
+    """The error codes of a response: its coordinators' (FindCoordinator v4+), or its own."""
+    coordinators = getattr(response, "coordinators", None)
+    if coordinators:
+        return [int(c.error_code) for c in coordinators]
+    return [int(response.error_code)]
+
+
+def once_coordinator_exists(send: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """The response of ``send()`` (one request), sent again while it is
+    COORDINATOR_NOT_AVAILABLE, as a real client does: on a fresh broker the coordinator's
+    internal topic (``__consumer_offsets``, ``__transaction_state``) is created at its first use
+    and FindCoordinator and InitProducerId answer that until it exists (Kafka's answer too)."""
+
+    def answered() -> list[Any] | None:
+        response = send()
+        if ErrorCode.coordinator_not_available in _error_codes(response):
+            return None
+        return [response]
+
+    got = wait_for(answered, timeout, what="the coordinator's internal topic")
+    return got[0]  # type: ignore[index]
 
 
 class RawClient:
@@ -60,6 +88,11 @@ class RawClient:
     def request(self, api_key: int, version: int, **fields: Any) -> Any:
         """Send a request built from ``fields`` and decode its response."""
         return self.response(api_key, version, self.send_request(api_key, version, **fields))
+
+    def request_coordinated(self, api_key: int, version: int, **fields: Any) -> Any:
+        """:meth:`request`, sent again while the coordinator's internal topic is being created
+        (:func:`once_coordinator_exists`)."""
+        return once_coordinator_exists(lambda: self.request(api_key, version, **fields))
 
     def send_request(self, api_key: int, version: int, **fields: Any) -> int:
         """Send a request built from ``fields``; its correlation id."""

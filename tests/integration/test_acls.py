@@ -30,6 +30,7 @@ from kcoord.protocol.errors import ErrorCode
 
 from .browser import browser  # noqa: F401 - the fixture
 from .harness import ROOT, BrokerProcess, free_port, wait_for
+from .rawclient import once_coordinator_exists
 from .test_sasl import kcoord_users
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
@@ -592,8 +593,9 @@ def test_transaction_apis_check_what_kafka_checks(broker: tuple[BrokerProcess, i
     allow(admin, ("TRANSACTIONAL_ID", "tx-a", "LITERAL", "WRITE", "ALLOW"))
     # Allowed, but a made-up producer id is in no transaction of tx-a (KIP-890).
     assert produce("alice", "tx-a") == ErrorCode.invalid_producer_id_mapping
-    init = raw(sasl, "alice", ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-a",
-               transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
+    init = once_coordinator_exists(lambda: raw(
+        sasl, "alice", ApiKey.INIT_PRODUCER_ID, 4, transactional_id="tx-a",
+        transaction_timeout=60_000, producer_id=-1, producer_epoch=-1))
     assert (init.error_code, init.producer_epoch) == (ErrorCode.none, 0)
     pid = int(init.producer_id)
     added = raw(sasl, "alice", ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id="tx-a",

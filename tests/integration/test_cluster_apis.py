@@ -77,7 +77,7 @@ def test_offsets_topic_is_internal_once_it_exists(broker: BrokerProcess) -> None
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     assert "__consumer_offsets" not in admin.list_topics(timeout=10).topics
     with RawClient(broker.port) as c:
-        r = c.request(ApiKey.FIND_COORDINATOR, 3, key="some-group", key_type=0)
+        r = c.request_coordinated(ApiKey.FIND_COORDINATOR, 3, key="some-group", key_type=0)
         assert r.error_code == 0 and r.node_id == 0 and r.port == broker.port
         md = c.request(ApiKey.METADATA, 12, topics=None, allow_auto_topic_creation=False,
                        include_topic_authorized_operations=False)

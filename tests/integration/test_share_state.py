@@ -62,9 +62,17 @@ class Node:
         self.runtime = ShareStateRuntime(config, self.topics, self.flusher)
 
     async def __aenter__(self) -> ShareStateRuntime:
-        await self.runtime.start()
-        await _until(lambda: self.runtime.loaded)
-        return self.runtime
+        rt = self.runtime
+        await rt.start()
+        await _until(lambda: rt.loaded)
+        if rt.logs is None:
+            # A fresh node makes __share_group_state at its first use, in a worker thread, and
+            # answers COORDINATOR_NOT_AVAILABLE meanwhile (a caller retries): wait for it here.
+            with pytest.raises(ShareStateError) as creating:
+                await rt.read(_key(0))
+            assert creating.value.code == E.coordinator_not_available
+            assert await rt.state_topic.wait()
+        return rt
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -222,6 +230,7 @@ async def test_the_broker_serves_share_state_across_a_restart(tmp_path: Path) ->
     await b.start()
     try:
         await _until(lambda: b.share_state.loaded)
+        assert await b.share_state.state_topic.wait()  # made on first use (Node.__aenter__)
         await b.share_state.write(key, 1, 0, StateWrite(7, (StateBatch(7, 9, ACKED, 1),)))
         topic = b.topics.get(SHARE_GROUP_STATE_TOPIC)
         assert topic is not None and topic.internal

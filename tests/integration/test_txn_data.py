@@ -148,8 +148,8 @@ class Txns:
     def begin(self, txn_id: str) -> int:
         """A producer id of ``txn_id`` (epoch 0) in a transaction holding the partition: only
         there may its transactional batches go (KIP-890)."""
-        r = self.c.request(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=txn_id,
-                           transaction_timeout=900_000, producer_id=-1, producer_epoch=-1)
+        r = self.c.request_coordinated(ApiKey.INIT_PRODUCER_ID, 4, transactional_id=txn_id,
+                                       transaction_timeout=900_000, producer_id=-1, producer_epoch=-1)
         assert (r.error_code, r.producer_epoch) == (0, 0)
         pid = int(r.producer_id)
         r = self.c.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, v3_and_below_transactional_id=txn_id,

@@ -175,6 +175,9 @@ async def test_verify_only_answers_and_their_produce_errors(pair: tuple[Broker, 
     peers = Peers(view, LISTENER, "PLAINTEXT", 5.0)
     remote = RemoteTxn(peers, view)
     try:
+        # b's __transaction_state, made first (the first InitProducerId would only start its
+        # creation, answered COORDINATOR_NOT_AVAILABLE).
+        assert await b.transactions.state_topic.wait()
         init = await peers.request(PEER, ApiKey.INIT_PRODUCER_ID, 4, transactional_id="x",
                                    transaction_timeout=60_000, producer_id=-1, producer_epoch=-1)
         assert init.error_code == 0
@@ -236,6 +239,9 @@ async def test_produce_asks_the_coordinator_the_view_names(pair: tuple[Broker, B
     peers = Peers(view, LISTENER, "PLAINTEXT", 5.0)
     verify = TxnVerification(a.transactions, view, RemoteTxn(peers, view))
     try:
+        # b's __transaction_state made first (on its first use b answers COORDINATOR_NOT_AVAILABLE,
+        # NOT_ENOUGH_REPLICAS to a produce, while it is created off the loop).
+        assert await b.transactions.state_topic.wait()
         asked = verify("x", 1, 0, "t", 0)
         assert not isinstance(asked, int)
         assert await asked == ErrorCode.invalid_producer_id_mapping  # b's answer: no such id
@@ -244,7 +250,7 @@ async def test_produce_asks_the_coordinator_the_view_names(pair: tuple[Broker, B
         view.update(view.live_nodes(), [])
         assert a.topics.get(state) is None  # never created: the local answer (no such id)
         assert verify("x", 1, 0, "t", 0) == ErrorCode.invalid_producer_id_mapping
-        a.transactions.ensure_topic()
+        assert await a.transactions.state_topic.wait()
         assert verify("x", 1, 0, "t", 0) == ErrorCode.not_enough_replicas  # no leader now
     finally:
         await peers.close()

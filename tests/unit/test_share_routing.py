@@ -51,6 +51,9 @@ async def _broker(path: Path) -> Broker:
     )
     b = Broker(config)
     await b.start()
+    # A fresh node makes __share_group_state at its first use, in a worker thread
+    # (COORDINATOR_NOT_AVAILABLE meanwhile, which a caller retries): these tests start after it.
+    assert await b.share_state.state_topic.wait()
     return b
 
 

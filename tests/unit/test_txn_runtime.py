@@ -60,6 +60,9 @@ async def _broker(data_dir: Path, markers: Markers, **settings: object) -> Broke
     b.transactions.write_markers = markers
     await b.start()
     await _until(lambda: b.transactions.loaded)
+    # A fresh node makes __transaction_state at its first use, in a worker thread
+    # (COORDINATOR_NOT_AVAILABLE meanwhile, which a client retries): these tests start after it.
+    assert await b.transactions.state_topic.wait()
     return b
 
 
