@@ -375,6 +375,15 @@ class TopicStore:
         log.info("topic %s now has %d partitions", res.name, len(topic.partitions))
         return topic
 
+    def _do_now(self, res: Reservation) -> Topic:
+        """Do a reserved change on the calling thread (small ones, and start-up)."""
+        try:
+            logs = self.build(res)
+        except BaseException:
+            self.release(res)
+            raise
+        return self.complete(res, logs)
+
     def start(self, res: Reservation) -> asyncio.Future[Topic]:
         """Do a reserved change in a worker thread; the returned future (also ``res.done``)
         gets the topic once registered, or a TopicError. The change completes even if nobody
@@ -406,12 +415,7 @@ class TopicStore:
         if validate_only:
             self.release(res)
             return None
-        try:
-            logs = self.build(res)
-        except BaseException:
-            self.release(res)
-            raise
-        return self.complete(res, logs)
+        return self._do_now(res)
 
     def add_partitions(self, name: str, count: int, validate_only: bool = False) -> None:
         """Grow topic ``name`` to ``count`` partitions synchronously. Raises TopicError."""
@@ -419,12 +423,7 @@ class TopicStore:
         if validate_only:
             self.release(res)
             return
-        try:
-            logs = self.build(res)
-        except BaseException:
-            self.release(res)
-            raise
-        self.complete(res, logs)
+        self._do_now(res)
 
     def open_internal(self, name: str, partitions: int, segment_bytes: int) -> Topic:
         """Open (creating if needed) an internal topic such as ``__consumer_offsets``.
@@ -436,13 +435,9 @@ class TopicStore:
         self._set_internal(name, segment_bytes)
         stored = self.engine.stored_topics().get(name)
         if stored is None:
-            res = self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)
-            try:
-                logs = self.build(res)
-            except BaseException:
-                self.release(res)
-                raise
-            return self.complete(res, logs)
+            return self._do_now(
+                self.reserve_topic(name, partitions, segment_bytes=segment_bytes, internal=True)
+            )
         topic = self._open_topic(
             name, stored.topic_id or uuid.uuid4(), partitions, stored.partitions, segment_bytes
         )

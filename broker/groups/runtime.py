@@ -135,10 +135,6 @@ class GroupRuntime:
             self._observe_rebalance(done)
 
     # start-up and the offsets topic -----------------------------------------------------------
-    @property
-    def topic_exists(self) -> bool:
-        return self._offsets.topic is not None
-
     async def start(self) -> None:
         """Load the offsets topic if it is on disk (in the background). In a cluster, every
         shard starts unloaded: the partitions this node leads are loaded as it takes them
@@ -152,9 +148,8 @@ class GroupRuntime:
             for sr in self.shards:
                 self._process(sr, sr.shard.unload(t))
                 sr.loaded = True
-            # Made before the node joins (nothing is served yet, so off the loop is no gain but
-            # one path): the join's round then takes this node's share of it, and the node
-            # serves once that is loaded (broker/app.py), as before the topic was made lazily.
+            # Made before the node joins (nothing is served yet): the join's round takes this
+            # node's share of it, and the node serves once that is loaded (broker/app.py).
             await self._offsets.wait()
         elif any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
             self._offsets.open_now()
@@ -166,9 +161,8 @@ class GroupRuntime:
                 self._finish(sr, t)
 
     def ensure_topic(self) -> bool:
-        """Whether the offsets topic exists; if not, its creation is started (A5, in a worker
-        thread: broker/data/internal_topic.py): FindCoordinator answers COORDINATOR_NOT_AVAILABLE
-        meanwhile, and writes wait for it (:meth:`_defer`)."""
+        """Whether the offsets topic exists, else its creation is started (A5, off the loop):
+        FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile, writes wait (:meth:`_defer`)."""
         return self._offsets.ensure()
 
     def coordinator_available(self, group_id: str) -> bool:
@@ -590,12 +584,12 @@ class GroupRuntime:
     def _fire(self, sr: ShardRuntime) -> None:
         sr.timer = None
         sr.timer_at = None
-        if self._timer_turns.used_up():  # the other shards' timers had this turn: the next one
+        # A bounded number per shard and a time budget shared by all shards per turn of the
+        # event loop (a thousand sessions ending together); the rest fire in a later turn.
+        if self._timer_turns.used_up():
             sr.timer_at = sr.shard.next_wakeup()
             sr.timer = asyncio.get_running_loop().call_soon(self._fire, sr)
             return
-        # A bounded number per turn of the event loop: a thousand members whose sessions end
-        # together each rebalance their group; the rest fire a turn later (_reschedule).
         started = time.perf_counter()
         out = sr.shard.advance(now_ms(), TIMERS_PER_TURN)
         self._process(sr, out)
