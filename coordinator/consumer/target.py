@@ -1,11 +1,19 @@
 """The target assignment of a consumer group: which assignor, over which members and
 topics, and which records a new target writes.
 
-When the group epoch has moved ahead of the target assignment epoch (a member joined, left or
-changed its subscription, or a subscribed topic changed), :func:`update_target` runs the
-group's assignor over every member and the subscribed topics, writes a target record (7) for
-each member whose target changed, then the new target assignment epoch (6), and applies both
-to the group.
+A computation has three steps, so that the middle one can run off the coordinator
+(:mod:`coordinator.consumer.batching` decides when and where, KIP-1263):
+
+- :func:`assignment_job` takes, on the coordinator, a snapshot of what the assignor reads: the
+  members' subscriptions and current targets and the subscribed topics' partition counts, in
+  objects the group never changes afterwards (its targets are replaced, never mutated), so a
+  worker thread may read them while the group moves on;
+- :func:`run_job` runs the group's assignor over it (pure; any thread);
+- :func:`install_target` applies a result at the epoch it was computed for: a target record
+  (7) for each current member whose target changed (a member that joined since gets an empty
+  one), then the target epoch and its timestamp (6).
+
+:func:`update_target` does the three at once.
 """
 
 from __future__ import annotations
@@ -13,9 +21,11 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from kcoord.coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, PartitionAssignor
+from kcoord.coordinator.consumer.assignors.spec import Assignment
 from kcoord.coordinator.consumer.group import ConsumerGroup
 from kcoord.coordinator.consumer.persistence import assignment_epoch_record, target_record
 from kcoord.coordinator.consumer.topics import TopicId
@@ -35,12 +45,36 @@ def preferred_assignor(group: ConsumerGroup, default: str) -> PartitionAssignor:
     return ASSIGNORS[default]
 
 
-def update_target(
-    group: ConsumerGroup, default_assignor: str, emit: Callable[[Record], None]
-) -> None:
-    """Recompute the target assignment at the group epoch (module docstring)."""
+@dataclass(frozen=True, slots=True)
+class AssignmentJob:
+    """What one assignor run reads, taken at group epoch ``epoch`` (module docstring)."""
+
+    group_id: str
+    epoch: int
+    assignor: PartitionAssignor
+    members: tuple[AssignmentMember, ...]
+    partitions: Mapping[TopicId, int]
+
+    @property
+    def size(self) -> int:
+        """Members plus partitions: what an assignor's run grows with."""
+        return len(self.members) + sum(self.partitions.values())
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentResult:
+    """The target :func:`run_job` computed for group ``group_id`` at group epoch ``epoch``
+    (member id -> partitions), or None if the assignor failed; how long it took."""
+
+    group_id: str
+    epoch: int
+    target: Assignment | None
+    took_ms: float
+
+
+def assignment_job(group: ConsumerGroup, default_assignor: str) -> AssignmentJob:
+    """The snapshot an assignor run reads, at the group's epoch now."""
     subscribed = group.subscribed
-    assignor = preferred_assignor(group, default_assignor)
     # Members mostly share a few subscriptions: each one's topic ids are looked up once, and
     # equal subscriptions share one frozenset (the assignors compare them cheaply then).
     ids_of: dict[tuple[tuple[str, ...], str | None], frozenset[TopicId]] = {}
@@ -58,23 +92,65 @@ def update_target(
             )
         )
     partitions = {info.topic_id: info.partitions for info in subscribed.values()}
+    return AssignmentJob(
+        group.group_id,
+        group.group_epoch,
+        preferred_assignor(group, default_assignor),
+        tuple(members),
+        partitions,
+    )
+
+
+def run_job(job: AssignmentJob) -> AssignmentResult:
+    """Run the job's assignor (pure: safe in a worker thread). A failing assignor gives a
+    result without a target, logged."""
     started = time.perf_counter()
-    result = assignor.assign(members, partitions)
+    target: Assignment | None
+    try:
+        target = job.assignor.assign(job.members, job.partitions)
+    except Exception:  # a name of its own: the group must not wait for it forever
+        log.exception("group %s: assignor %s failed at epoch %d", job.group_id, job.assignor.name, job.epoch)
+        target = None
     took_ms = (time.perf_counter() - started) * 1000
+    log.debug(
+        "group %s: target assignment of epoch %d by %s over %d members in %.1f ms",
+        job.group_id,
+        job.epoch,
+        job.assignor.name,
+        len(job.members),
+        took_ms,
+    )
+    return AssignmentResult(job.group_id, job.epoch, target, took_ms)
+
+
+def install_target(
+    group: ConsumerGroup,
+    epoch: int,
+    target: Assignment,
+    now_ms: int,
+    emit: Callable[[Record], None],
+) -> None:
+    """Make ``target`` the group's target assignment at ``epoch``, computed at ``now_ms``
+    (module docstring)."""
     gid = group.group_id
     for member_id in group.members:
-        new = result.get(member_id, {})
+        new = target.get(member_id, {})
         old = group.target.get(member_id)
         if old is None or new != old:  # a new member always gets its record
             group.target[member_id] = new
             emit(target_record(gid, member_id, new))
-    group.assignment_epoch = group.group_epoch
+    group.assignment_epoch = epoch
+    group.assignment_timestamp = now_ms
     emit(assignment_epoch_record(group))
-    log.debug(
-        "group %s: target assignment of epoch %d by %s over %d members in %.1f ms",
-        gid,
-        group.group_epoch,
-        assignor.name,
-        len(members),
-        took_ms,
-    )
+
+
+def update_target(
+    group: ConsumerGroup, default_assignor: str, emit: Callable[[Record], None], now_ms: int
+) -> bool:
+    """Recompute the target assignment at the group epoch, here and now; False (nothing
+    changed) if the assignor failed."""
+    result = run_job(assignment_job(group, default_assignor))
+    if result.target is None:
+        return False
+    install_target(group, result.epoch, result.target, now_ms, emit)
+    return True
