@@ -5,10 +5,11 @@ A computation has three steps, so that the middle one can run off the coordinato
 (:mod:`coordinator.consumer.batching` decides when and where, KIP-1263):
 
 - :func:`assignment_job` takes, on the coordinator, a snapshot of what the assignor reads: the
-  members' subscriptions and current targets and the subscribed topics' partition counts, in
-  objects the group never changes afterwards (its targets are replaced, never mutated), so a
+  members, their current targets, the regexes' topics and the subscribed topics, in objects
+  the group never changes afterwards (members and targets are replaced, never mutated), so a
   worker thread may read them while the group moves on;
-- :func:`run_job` runs the group's assignor over it (pure; any thread);
+- :func:`run_job` chooses the assignor the members ask for most and runs it over that
+  snapshot (pure; any thread);
 - :func:`install_target` applies a result at the epoch it was computed for: a target record
   (7) for each current member whose target changed (a member that joined since gets an empty
   one), then the target epoch and its timestamp (6).
@@ -21,22 +22,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kcoord.coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, PartitionAssignor
-from kcoord.coordinator.consumer.assignors.spec import Assignment
+from kcoord.coordinator.consumer.assignors.spec import Assignment as GroupAssignment
 from kcoord.coordinator.consumer.group import ConsumerGroup
+from kcoord.coordinator.consumer.member import Assignment, ConsumerMember
 from kcoord.coordinator.consumer.persistence import assignment_epoch_record, target_record
-from kcoord.coordinator.consumer.topics import TopicId
+from kcoord.coordinator.consumer.topics import TopicId, TopicInfo
 from kcoord.coordinator.output import Record
 
 log = logging.getLogger(__name__)
 
 
-def preferred_assignor(group: ConsumerGroup, default: str) -> PartitionAssignor:
+def preferred_assignor(members: Iterable[ConsumerMember], default: str) -> PartitionAssignor:
     """The assignor most members ask for (ties: the first in name order), else ``default``."""
-    votes = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+    votes = Counter(m.server_assignor for m in members if m.server_assignor)
     if votes:
         best = max(votes.values())
         name = min(n for n, c in votes.items() if c == best)
@@ -47,18 +49,23 @@ def preferred_assignor(group: ConsumerGroup, default: str) -> PartitionAssignor:
 
 @dataclass(frozen=True, slots=True)
 class AssignmentJob:
-    """What one assignor run reads, taken at group epoch ``epoch`` (module docstring)."""
+    """What one assignor run reads, taken at group epoch ``epoch`` (module docstring): the
+    members (immutable), a copy of the targets, of the regexes' topics and of the subscribed
+    topics. Taking it costs the coordinator a few C-level copies; building the assignor's view
+    of the members is the run's work."""
 
     group_id: str
     epoch: int
-    assignor: PartitionAssignor
-    members: tuple[AssignmentMember, ...]
-    partitions: Mapping[TopicId, int]
+    default_assignor: str
+    members: tuple[ConsumerMember, ...]
+    targets: dict[str, Assignment]
+    regex_topics: dict[str, tuple[str, ...]]
+    subscribed: dict[str, TopicInfo]
 
     @property
     def size(self) -> int:
-        """Members plus partitions: what an assignor's run grows with."""
-        return len(self.members) + sum(self.partitions.values())
+        """Members plus subscribed partitions: what an assignor's run grows with."""
+        return len(self.members) + sum(info.partitions for info in self.subscribed.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,55 +75,62 @@ class AssignmentResult:
 
     group_id: str
     epoch: int
-    target: Assignment | None
+    target: GroupAssignment | None
     took_ms: float
 
 
 def assignment_job(group: ConsumerGroup, default_assignor: str) -> AssignmentJob:
     """The snapshot an assignor run reads, at the group's epoch now."""
-    subscribed = group.subscribed
+    return AssignmentJob(
+        group.group_id,
+        group.group_epoch,
+        default_assignor,
+        tuple(group.members.values()),
+        dict(group.target),
+        {regex: resolved.topics for regex, resolved in group.regexes.items()},
+        dict(group.subscribed),
+    )
+
+
+def _assignment_members(job: AssignmentJob) -> list[AssignmentMember]:
+    subscribed = job.subscribed
     # Members mostly share a few subscriptions: each one's topic ids are looked up once, and
     # equal subscriptions share one frozenset (the assignors compare them cheaply then).
     ids_of: dict[tuple[tuple[str, ...], str | None], frozenset[TopicId]] = {}
     members = []
-    for m in group.members.values():
+    for m in job.members:
         key = (m.subscribed_topic_names, m.subscribed_topic_regex)
         ids = ids_of.get(key)
         if ids is None:
-            ids = ids_of[key] = frozenset(
-                subscribed[n].topic_id for n in group.topics_of(m) if n in subscribed
-            )
+            names = set(m.subscribed_topic_names)
+            if m.subscribed_topic_regex is not None:
+                names.update(job.regex_topics.get(m.subscribed_topic_regex, ()))
+            ids = ids_of[key] = frozenset(subscribed[n].topic_id for n in names if n in subscribed)
         members.append(
-            AssignmentMember(
-                m.member_id, m.instance_id, m.rack_id, ids, group.target.get(m.member_id, {})
-            )
+            AssignmentMember(m.member_id, m.instance_id, m.rack_id, ids, job.targets.get(m.member_id, {}))
         )
-    partitions = {info.topic_id: info.partitions for info in subscribed.values()}
-    return AssignmentJob(
-        group.group_id,
-        group.group_epoch,
-        preferred_assignor(group, default_assignor),
-        tuple(members),
-        partitions,
-    )
+    return members
 
 
 def run_job(job: AssignmentJob) -> AssignmentResult:
-    """Run the job's assignor (pure: safe in a worker thread). A failing assignor gives a
-    result without a target, logged."""
+    """Run the group's assignor over the job (pure: safe in a worker thread). A failing
+    assignor gives a result without a target, logged."""
     started = time.perf_counter()
-    target: Assignment | None
+    assignor = preferred_assignor(job.members, job.default_assignor)
+    target: GroupAssignment | None
     try:
-        target = job.assignor.assign(job.members, job.partitions)
+        members = _assignment_members(job)
+        partitions = {info.topic_id: info.partitions for info in job.subscribed.values()}
+        target = assignor.assign(members, partitions)
     except Exception:  # a name of its own: the group must not wait for it forever
-        log.exception("group %s: assignor %s failed at epoch %d", job.group_id, job.assignor.name, job.epoch)
+        log.exception("group %s: assignor %s failed at epoch %d", job.group_id, assignor.name, job.epoch)
         target = None
     took_ms = (time.perf_counter() - started) * 1000
     log.debug(
         "group %s: target assignment of epoch %d by %s over %d members in %.1f ms",
         job.group_id,
         job.epoch,
-        job.assignor.name,
+        assignor.name,
         len(job.members),
         took_ms,
     )
@@ -126,7 +140,7 @@ def run_job(job: AssignmentJob) -> AssignmentResult:
 def install_target(
     group: ConsumerGroup,
     epoch: int,
-    target: Assignment,
+    target: GroupAssignment,
     now_ms: int,
     emit: Callable[[Record], None],
 ) -> None:
