@@ -19,7 +19,8 @@ batching and offload (KIP-1263).
   While one run is out no other starts. When it lands it becomes the target at the epoch it
   was computed for, even if the group has moved on since (the members that left are left out,
   those that joined get an empty target), and the next computation follows per the interval.
-  A result for a group that is gone, was reloaded, or whose write failed since is dropped.
+  A result for a group that is gone (or deleted and created again), was reloaded, or whose
+  write failed since is dropped.
   Unlike Kafka, which decides by the config alone, a group whose first target it is, or whose
   input is small (fewer than :data:`OFFLOAD_MIN_SIZE` members plus partitions), computes inline:
   handing it to a thread would cost more than running it. Kafka 4.3 starts every group at epoch
@@ -29,6 +30,8 @@ batching and offload (KIP-1263).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -81,6 +84,7 @@ class TargetBatching:
         self._timers = timers
         self.requests: list[AssignmentRequest] = []
         """Offloaded runs asked for and not yet taken by the runtime."""
+        self._runs = itertools.count(1)
         timers.register(ASSIGNMENT_TIMER, TimerKind(live=self._timer_live, fire=self._timer_fired))
 
     def interval_ms(self, group_id: str) -> int:
@@ -108,7 +112,8 @@ class TargetBatching:
         manager = self._manager
         job = assignment_job(group, manager.config.consumer_assignors[0])
         if group.assignment_epoch > 0 and job.size >= OFFLOAD_MIN_SIZE and self.offload(group.group_id):
-            group.assigning_epoch = job.epoch
+            job = dataclasses.replace(job, run=next(self._runs))
+            group.assigning_epoch, group.assigning_run = job.epoch, job.run
             self.requests.append(AssignmentRequest(job))
             return
         result = run_job(job)
@@ -120,10 +125,11 @@ class TargetBatching:
         """An offloaded run landed (module docstring)."""
         manager = self._manager
         group = manager.groups.get(result.group_id)
-        if group is None or group.dead or group.assigning_epoch != result.epoch:
+        if group is None or group.dead or group.assigning_run != result.run:
             log.debug("group %s: the target of epoch %d is stale, dropped", result.group_id, result.epoch)
             return
-        group.assigning_epoch = 0  # before the change's copy: a failed write must not keep it
+        # Before the change's copy: a failed write must not keep the run out.
+        group.assigning_epoch = group.assigning_run = 0
         if result.target is None:
             return  # logged; the next heartbeat asks again
         change = Change(group, created=False)

@@ -87,6 +87,9 @@ class ConsumerGroup:
     assigning_epoch: int = 0
     """The group epoch of the target assignment being computed off the coordinator, 0 if none
     (coordinator.consumer.batching; not stored)."""
+    assigning_run: int = 0
+    """That computation's run number (a group deleted and created again may reach the same
+    epoch while an old run is out)."""
     assignment_timer: int = 0
     """The token of the timer that computes the target once the interval has passed, 0 if
     none is armed (coordinator.consumer.batching)."""
@@ -222,6 +225,7 @@ class ConsumerGroup:
             settled=self.settled,
             changes=self.changes,
             assigning_epoch=self.assigning_epoch,
+            assigning_run=self.assigning_run,
             assignment_timer=self.assignment_timer,
         )
 

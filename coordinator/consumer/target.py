@@ -61,6 +61,8 @@ class AssignmentJob:
     targets: dict[str, Assignment]
     regex_topics: dict[str, tuple[str, ...]]
     subscribed: dict[str, TopicInfo]
+    run: int = 0
+    """Which offloaded run this is (coordinator.consumer.batching), 0 inline."""
 
     @property
     def size(self) -> int:
@@ -71,15 +73,17 @@ class AssignmentJob:
 @dataclass(frozen=True, slots=True)
 class AssignmentResult:
     """The target :func:`run_job` computed for group ``group_id`` at group epoch ``epoch``
-    (member id -> partitions), or None if the assignor failed; how long it took."""
+    (member id -> partitions), or None if the assignor failed; how long it took; the job's
+    ``run``."""
 
     group_id: str
     epoch: int
     target: GroupAssignment | None
     took_ms: float
+    run: int = 0
 
 
-def assignment_job(group: ConsumerGroup, default_assignor: str) -> AssignmentJob:
+def assignment_job(group: ConsumerGroup, default_assignor: str, run: int = 0) -> AssignmentJob:
     """The snapshot an assignor run reads, at the group's epoch now."""
     return AssignmentJob(
         group.group_id,
@@ -89,6 +93,7 @@ def assignment_job(group: ConsumerGroup, default_assignor: str) -> AssignmentJob
         dict(group.target),
         {regex: resolved.topics for regex, resolved in group.regexes.items()},
         dict(group.subscribed),
+        run,
     )
 
 
@@ -134,7 +139,7 @@ def run_job(job: AssignmentJob) -> AssignmentResult:
         len(job.members),
         took_ms,
     )
-    return AssignmentResult(job.group_id, job.epoch, target, took_ms)
+    return AssignmentResult(job.group_id, job.epoch, target, took_ms, job.run)
 
 
 def install_target(

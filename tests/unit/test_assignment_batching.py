@@ -191,6 +191,24 @@ def test_kip_1263_a_result_for_an_undone_operation_is_dropped() -> None:
     assert g.group().assignment_epoch == 1
 
 
+def test_kip_1263_a_result_for_a_group_deleted_and_created_again_is_dropped() -> None:
+    from kcoord.coordinator.messages import DeleteGroupsRequest
+
+    g = offloaded()
+    g.hb("a", 0)
+    g.hb("b", 0)
+    [old] = g.shard.take_assignment_requests()
+    g.hb("a", -1)
+    g.hb("b", -1)
+    g.shard.delete_groups("d", DeleteGroupsRequest(("g",)), g.now)
+    g.hb("a", 0)
+    g.hb("b", 0)  # the new group's run, at the same epoch 2
+    assert g.group().assigning_epoch == old.job.epoch == 2
+    out = g.shard.assignment_computed(run_job(old.job), g.now)
+    assert out.records == [] and g.group().assignment_epoch == 1
+    assert land(g) == 1 and g.group().assignment_epoch == 2
+
+
 def test_kip_1263_a_result_for_a_replaced_shard_changes_nothing_there() -> None:
     g = offloaded()
     g.hb("a", 0)
