@@ -38,6 +38,11 @@ partition loads) and until it is served, the event loop's longest stall meanwhil
 ApiVersions pinger, as above), the load of the group's partition as logged, and the opening of
 the topic's partitions (done before the port serves).
 
+``--kip1263`` measures instead one group of ``--members`` members over ``--partitions``
+partitions (say 5,000 and 10,000) loaded from a data directory: the stall while one member
+joins, ``--joins`` members join pipelined, and a subscription flips (issue 32's KIP-1263 and
+issue 34's finding 11), each window held ``--settle`` seconds past the answer.
+
 Prints one JSON document. Figures are wall-clock on a shared machine: read them as orders of
 magnitude (is it 5 ms or 5 s?), not to the millisecond.
 """
@@ -645,6 +650,92 @@ def restart(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def _settled(bench: Bench, settle: float, send: Callable[[], tuple[dict[str, Any], Any]]
+             ) -> tuple[dict[str, Any], Any]:
+    """``send`` (a measure or a burst), with the pinger's window held open ``settle`` seconds
+    past the answer: an offloaded or batched target is computed after the heartbeat is answered,
+    and its stall counts too."""
+    figures, resp = send()
+    time.sleep(settle)
+    figures["stall_ms"] = max(figures["stall_ms"], round(bench.pinger.read() * 1000, 1))
+    figures["settle_s"] = settle
+    return figures, resp
+
+
+def kip1263(args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 32 (KIP-1263) and issue 34 finding 11's subscription flips at scale: one KIP-848
+    group of ``--members`` (5,000) members over ``--partitions`` (10,000) partitions, loaded
+    from a data directory (tests/integration/big_group.py; its members never heartbeat, so
+    sessions last an hour); then the loop's longest stall seen by the pinger during one new
+    member's join, ``--joins`` new members' pipelined joins, and member 0's subscription
+    flipping to the big topic plus a small one and back, each window held open ``--settle``
+    seconds past the answer (a batched or offloaded target is computed after it)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
+    out: dict[str, Any] = {"benchmark": "loop_stalls --kip1263", "commit": commit,
+                           "members": args.members, "partitions": args.partitions,
+                           "extra_settings": dict(args.set)}
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        data = Path(tmp) / "data"
+        started = time.perf_counter()
+        group = write_big_group(data, members=args.members, partitions=args.partitions)
+        out["setup_write_s"] = round(time.perf_counter() - started, 1)
+        settings: dict[str, object] = {
+            "log.cleaner.enable": "false",
+            "group.consumer.session.timeout.ms": 3_600_000,
+            "group.consumer.max.session.timeout.ms": 3_600_000,
+            "max.broker.partitions": args.partitions + 1_000,
+            **dict(args.set),
+        }
+        broker = BrokerProcess(data, settings)
+        if not args.set:  # the broker's own defaults (the harness sets the interval to 0)
+            broker.settings.pop("group.consumer.assignment.interval.ms", None)
+        broker.start(timeout=600)
+        try:
+            wait_for(lambda: "loaded __consumer_offsets:" in broker.log(), 1200, what="load")
+            create_topic(broker.bootstrap, "flip-small", 16, timeout=120)
+            bench = Bench(broker)
+            results: dict[str, list[dict[str, Any]]] = {}
+
+            def record(kind: str, size: int, fn: Callable[[], tuple[dict[str, Any], Any]]) -> None:
+                figures, resp = fn()
+                figures = {"size": size, **figures, "codes": _codes(resp)}
+                results.setdefault(kind, []).append(figures)
+                print(kind, json.dumps(figures), file=sys.stderr, flush=True)
+
+            def beat(mid: str, epoch: int, topics: list[str] | None) -> dict[str, Any]:
+                return dict(group_id=group.group_id, member_id=mid, member_epoch=epoch,
+                            instance_id=None, rack_id=None, rebalance_timeout=60000,
+                            subscribed_topic_names=topics, subscribed_topic_regex=None,
+                            server_assignor=None, topic_partitions=[] if epoch == 0 else None)
+
+            # The first heartbeat after the load serves the group (no stall measured here).
+            first = _answer(broker.port, 68, 1, **beat(group.member_ids[0], group.epoch, None))
+            out["first_heartbeat_code"] = int(first.error_code)
+            record("ConsumerGroupHeartbeat v1 join (one new member)", args.members + 1,
+                   lambda: _settled(bench, args.settle, lambda: bench.measure(
+                       68, 1, **beat("joiner-00000", 0, [group.topic]))))
+            joins = bench.frames(68, 1, [beat(f"joiner-{i:05d}", 0, [group.topic])
+                                         for i in range(1, args.joins + 1)])
+            record("ConsumerGroupHeartbeat v1 joins pipelined (new members)", args.joins,
+                   lambda: _settled(bench, args.settle, lambda: bench.burst(joins, 68, 1)))
+            epoch = group.epoch
+            for topics in ([group.topic, "flip-small"], [group.topic]) * 2:
+                figures, resp = _settled(bench, args.settle, lambda t=topics, e=epoch: bench.measure(
+                    68, 1, **beat(group.member_ids[0], e, t)))
+                record("ConsumerGroupHeartbeat v1 subscription flip (members)", args.members,
+                       lambda f=figures, r=resp: (f, r))
+                epoch = int(resp.member_epoch) if resp.member_epoch > 0 else epoch
+            out["results"] = results
+            out["broker_alive"] = broker.alive()
+            bench.pinger.stop.set()
+            bench.pinger.join(timeout=10)
+        finally:
+            broker.stop()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--groups", type=int, default=400_000)
@@ -664,8 +755,17 @@ def main() -> None:
                         help="only these cases, comma-separated: joins (the pipelined JoinGroups),"
                              " first-txn (a fresh broker's first InitProducerId)")
     parser.add_argument("--repeat", type=int, default=1, help="--only: runs of each case")
+    parser.add_argument("--kip1263", action="store_true",
+                        help="only the big group's joins and subscription flips (KIP-1263)")
+    parser.add_argument("--settle", type=float, default=3.0,
+                        help="--kip1263: seconds the stall window stays open past each answer")
+    parser.add_argument("--set", action="append", default=[], type=lambda x: tuple(x.split("=", 1)),
+                        help="--kip1263: a broker setting NAME=VALUE (repeatable)")
     args = parser.parse_args()
-    result = restart(args) if args.restart else only(args) if args.only else run(args)
+    if args.kip1263:
+        result = kip1263(args)
+    else:
+        result = restart(args) if args.restart else only(args) if args.only else run(args)
     print(json.dumps(result, indent=2))
 
 

@@ -62,6 +62,16 @@ class GroupConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     """group.consumer.assignors: the server assignors offered; the first is the default."""
 
+    consumer_assignment_interval_ms: int = 0
+    """group.consumer.assignment.interval.ms (KIP-1263): a consumer group's target assignment
+    is computed at most once per interval; until it has passed since the last computation,
+    heartbeats get the last target. 0: at once. The broker setting has Kafka's default, 1000;
+    this field's default is 0, so a coordinator built without settings assigns at once."""
+
+    consumer_assignor_offload: bool = True
+    """group.consumer.assignor.offload.enable (KIP-1263): compute a large group's target off
+    the coordinator (coordinator.consumer.batching), in the broker's worker thread."""
+
     consumer_migration_policy: str = "bidirectional"
     """group.consumer.migration.policy: bidirectional, upgrade, downgrade or disabled: which
     online conversions between classic and consumer groups with members are allowed."""
@@ -98,6 +108,8 @@ class GroupConfig:
             raise ValueError("max_batch_bytes must be >= 0")
         if self.consumer_heartbeat_interval_ms < 1 or self.consumer_session_timeout_ms < 1:
             raise ValueError("consumer heartbeat interval and session timeout must be >= 1")
+        if self.consumer_assignment_interval_ms < 0:
+            raise ValueError("consumer_assignment_interval_ms must be >= 0")
         if self.consumer_max_size < 1:
             raise ValueError("consumer_max_size must be >= 1")
         if self.share_heartbeat_interval_ms < 1 or self.share_session_timeout_ms < 1:
@@ -112,7 +124,9 @@ GroupOverrides = Callable[[str], Mapping[str, str]]
 """The dynamic configs set on one group (Kafka's GROUP config resource, by IncrementalAlterConfigs):
 ``share.session.timeout.ms``, ``share.heartbeat.interval.ms``, ``share.record.lock.duration.ms``,
 ``share.auto.offset.reset``, ``share.isolation.level``, ``consumer.session.timeout.ms``,
-``consumer.heartbeat.interval.ms``, as validated strings by Kafka name; a name not set is absent.
+``consumer.heartbeat.interval.ms``, ``consumer.assignment.interval.ms``,
+``consumer.assignor.offload.enable`` (``true``/``false``), as validated strings by Kafka
+name; a name not set is absent.
 Kept by broker/groups/group_configs.py; the coordinator and the share partitions read them."""
 
 

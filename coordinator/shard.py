@@ -55,8 +55,9 @@ from kcoord.coordinator.consumer.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from kcoord.coordinator.consumer.regex_refresh import RegexRequest, RegexResult, apply_resolution
+from kcoord.coordinator.consumer.regex_refresh import RegexResult, apply_resolution
 from kcoord.coordinator.consumer.steady import steady_heartbeat
+from kcoord.coordinator.consumer.target import AssignmentResult
 from kcoord.coordinator.consumer.topics import NO_TOPICS, TopicsView
 from kcoord.coordinator.deletion import delete_groups
 from kcoord.coordinator.messages import (
@@ -457,14 +458,12 @@ class GroupShard(ShardViews):
             op.reply(handle, commit_error(req, error))
         return op.end()
 
-    def take_regex_requests(self) -> list[RegexRequest]:
-        """The regex resolutions consumer groups asked for since the last call (the runtime
-        resolves them and hands each back to :meth:`regexes_resolved`)."""
-        requests = self.consumer.regex_requests
-        if not requests:
-            return []
-        self.consumer.regex_requests = []
-        return requests
+    def assignment_computed(self, result: AssignmentResult, now_ms: int) -> Output:
+        """An offloaded target computation (KIP-1263; a stale one is dropped), as an operation."""
+        self._op.begin()
+        if self._mode is _ACTIVE:
+            self.consumer.batching.computed(result, now_ms)
+        return self._op.end()
 
     def topics_deleted(self, handle: Hashable, req: TopicsDeletedRequest, now_ms: int) -> Output:
         """Topics were deleted: tombstone their offsets in one slice of this shard's groups

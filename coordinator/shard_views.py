@@ -6,7 +6,8 @@ reports completed rebalances.
 accessors, so that the shard's own module is its routing and its operations. They read the
 managers the shard built (its ``classic``, ``consumer``, ``offsets`` and ``timers``) as they
 are now, with no routing check (partition, loading) and no Output; only setting
-``rebalance_observer`` changes anything. The routing check itself (:meth:`ShardViews._gate`),
+``rebalance_observer`` and taking the queued regex resolutions and offloaded target computations
+change anything. The routing check itself (:meth:`ShardViews._gate`),
 which reads the shard's mode and partition, is here too.
 """
 
@@ -18,8 +19,10 @@ from enum import Enum
 
 from kcoord.coordinator.classic.group import ClassicGroup
 from kcoord.coordinator.classic.manager import ClassicGroupManager
+from kcoord.coordinator.consumer.batching import AssignmentRequest
 from kcoord.coordinator.consumer.group import ConsumerGroup
 from kcoord.coordinator.consumer.manager import ConsumerGroupManager
+from kcoord.coordinator.consumer.regex_refresh import RegexRequest
 from kcoord.coordinator.offsets import OffsetManager
 from kcoord.coordinator.output import Operation, RebalanceCompleted
 from kcoord.coordinator.rebalances import RebalanceStart
@@ -162,6 +165,23 @@ class ShardViews:
         return len(self.timers)
 
     # ---- routing: the one check every request of a group passes first ----------------------
+
+    # ---- what the runtime takes to run off the event loop --------------------------------------
+
+    def take_regex_requests(self) -> list[RegexRequest]:
+        """The regex resolutions consumer groups asked for since the last call (the runtime
+        resolves them and hands each back to ``GroupShard.regexes_resolved``)."""
+        requests = self.consumer.regex_requests
+        if not requests:
+            return []
+        self.consumer.regex_requests = []
+        return requests
+
+    def take_assignment_requests(self) -> list[AssignmentRequest]:
+        """The offloaded target computations consumer groups asked for since the last call
+        (KIP-1263: the runtime runs each in a worker thread and hands the result back to
+        ``GroupShard.assignment_computed``)."""
+        return self.consumer.batching.take()
 
     def _gate(self, group_id: str, *, empty_id_ok: bool) -> int | None:
         """D1's first checks: invalid group id, not coordinator, loading."""

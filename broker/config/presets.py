@@ -26,6 +26,8 @@ DEV_PRESET: dict[str, object] = {
     "group.share.min.session.timeout.ms": 6000,
     "group.share.session.timeout.ms": 6000,
     "group.share.min.record.lock.duration.ms": 1000,
+    # A KIP-848 group's target assignment at once, not batched over 1 s (KIP-1263).
+    "group.consumer.assignment.interval.ms": 0,
     # A topic a client names is there, with partitions enough for a group to share.
     "auto.create.topics.enable": True,
     "num.partitions": 3,

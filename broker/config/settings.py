@@ -338,6 +338,26 @@ SETTINGS: dict[str, Setting] = {
             "uniform,range",
             "Server assignors offered to consumer groups (uniform, range); the first is the default.",
         ),
+        # KIP-1263 (Kafka 4.3): batched and offloaded target assignment (docs/groups.md).
+        Setting(
+            "group.consumer.assignment.interval.ms",
+            int,
+            1000,
+            "A consumer group's target assignment is computed at most once per interval"
+            " (0: at once).",
+            0,
+        ),
+        Setting("group.consumer.min.assignment.interval.ms", int, 0, "Lower bound of the above.", 0),
+        Setting(
+            "group.consumer.max.assignment.interval.ms", int, 60000, "Upper bound of the above.", 0
+        ),
+        Setting(
+            "group.consumer.assignor.offload.enable",
+            bool,
+            True,
+            "Compute a large consumer group's target assignment in a worker thread, off the"
+            " event loop.",
+        ),
         Setting(
             "group.consumer.migration.policy",
             str,

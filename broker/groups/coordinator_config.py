@@ -1,5 +1,6 @@
 """The group coordinator's settings (:class:`coordinator.config.GroupConfig`) taken from the
-broker's configuration: the one place a broker setting becomes a coordinator field."""
+broker's configuration: the one place a broker setting becomes a coordinator field (an
+assignment interval outside its bounds is brought within them, as Kafka clamps it)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ def coordinator_config(config: Config) -> GroupConfig:
         consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
         consumer_max_size=config["group.consumer.max.size"],
         consumer_assignors=config.consumer_assignors,
+        consumer_assignment_interval_ms=min(
+            max(
+                config["group.consumer.assignment.interval.ms"],
+                config["group.consumer.min.assignment.interval.ms"],
+            ),
+            config["group.consumer.max.assignment.interval.ms"],
+        ),
+        consumer_assignor_offload=config["group.consumer.assignor.offload.enable"],
         consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
         share_heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
         share_session_timeout_ms=config["group.share.session.timeout.ms"],

@@ -5,13 +5,16 @@ one group with IncrementalAlterConfigs, their checks, and the store that keeps t
 |---|---|---|---|
 | ``consumer.session.timeout.ms`` | int | ``group.consumer.session.timeout.ms`` | ``group.consumer.min/max.session.timeout.ms`` |
 | ``consumer.heartbeat.interval.ms`` | int | ``group.consumer.heartbeat.interval.ms`` | ``group.consumer.min/max.heartbeat.interval.ms`` |
+| ``consumer.assignment.interval.ms`` | int >= 0 | ``group.consumer.assignment.interval.ms`` | ``group.consumer.min/max.assignment.interval.ms`` |
+| ``consumer.assignor.offload.enable`` | true, false | ``group.consumer.assignor.offload.enable`` | |
 | ``share.session.timeout.ms`` | int | ``group.share.session.timeout.ms`` | ``group.share.min/max.session.timeout.ms`` |
 | ``share.heartbeat.interval.ms`` | int | ``group.share.heartbeat.interval.ms`` | ``group.share.min/max.heartbeat.interval.ms`` |
 | ``share.record.lock.duration.ms`` | int >= 1000 | ``group.share.record.lock.duration.ms`` | ``group.share.min/max.record.lock.duration.ms`` |
 | ``share.auto.offset.reset`` | latest, earliest, by_duration:ISO-8601 | latest | |
 | ``share.isolation.level`` | read_uncommitted, read_committed | read_uncommitted | |
 
-These are Kafka 4.2's group configs but for its ``streams.*`` ones: kcoord has no streams groups,
+These are Kafka 4.2's group configs and Kafka 4.3's two of KIP-1263 (batched and offloaded
+assignment), but for the ``streams.*`` ones: kcoord has no streams groups,
 so they are refused like a name Kafka does not know. A change is checked as Kafka's controller
 checks it: the group's configs as they would be after the change, over the broker's values for
 those it does not set, each value parsed and within its floor, each one the group sets within the
@@ -46,6 +49,7 @@ CONFIGS_FILE = "group-configs.json"
 # DescribeConfigs' config sources and types (Kafka's DescribeConfigsResponse).
 SOURCE_DEFAULT = 5
 SOURCE_GROUP = 8
+TYPE_BOOLEAN = 1
 TYPE_STRING = 2
 TYPE_INT = 3
 
@@ -130,6 +134,13 @@ class GroupConfigDef:
                     f" is {self.floor}"
                 )
             return str(int(text))
+        if self.type == TYPE_BOOLEAN:
+            text = value.strip().lower()  # as Kafka's ConfigDef reads a boolean
+            if text not in ("true", "false"):
+                raise GroupConfigProblem(
+                    f"invalid value {value[:40]!r} for group config {self.name}: true or false"
+                )
+            return text
         if self.name == "share.auto.offset.reset":
             try:
                 auto_offset_reset(value)
@@ -171,6 +182,23 @@ DEFS: dict[str, GroupConfigDef] = {
             1,
             "The heartbeat interval told to the members of this consumer group. Falls back to"
             " group.consumer.heartbeat.interval.ms.",
+        ),
+        _int_def(
+            "consumer.assignment.interval.ms",
+            "group.consumer.assignment.interval.ms",
+            0,
+            "This consumer group's target assignment is computed at most once per interval (0:"
+            " at once). Falls back to group.consumer.assignment.interval.ms.",
+        ),
+        GroupConfigDef(
+            "consumer.assignor.offload.enable",
+            TYPE_BOOLEAN,
+            None,
+            "group.consumer.assignor.offload.enable",
+            0,
+            None,
+            "Whether this consumer group's target assignment, when large, is computed off the"
+            " event loop. Falls back to group.consumer.assignor.offload.enable.",
         ),
         _int_def(
             "share.session.timeout.ms",
@@ -381,7 +409,8 @@ class GroupConfigs:
         """What config ``name`` is for a group that does not set it."""
         d = DEFS[name]
         if d.broker_setting is not None:
-            return str(self._broker(d.broker_setting))
+            value = self._broker(d.broker_setting)
+            return str(value).lower() if isinstance(value, bool) else str(value)
         assert d.default is not None
         return d.default
 

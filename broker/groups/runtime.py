@@ -6,10 +6,10 @@ the records of the shard's output to that partition's log, waits for the group-c
 and only then completes the replies (which may answer other, earlier parked requests). Outputs
 of one shard are completed in the order they were produced, so a reply never overtakes the
 durability of a record emitted before it. Timers are one ``call_at`` per shard, set to the
-shard's next deadline and delivered back with ``advance``. Regex resolutions the shards ask for
-are done by broker/groups/regex_resolver.py and handed back as operations. The per-shard plumbing, the batches an
-output is appended as and the chain that completes outputs in order are in
-broker/groups/write_path.py.
+shard's next deadline and delivered back with ``advance``. What the shards ask to run off the
+loop, regex resolutions and large target assignments (broker/groups/assignment_offload.py), comes
+back as operations. The per-shard plumbing, the batches an output is appended as and the chain
+that completes outputs in order are in broker/groups/write_path.py.
 
 At start-up each existing partition is replayed into its shard in slices on the event loop (the
 Kafka port serves meanwhile); until then that shard answers COORDINATOR_LOAD_IN_PROGRESS (K3).
@@ -43,10 +43,10 @@ from kcoord.storage.offline import moved_away
 from ..data.internal_topic import InternalTopic
 from ..data.topics import OFFSETS_TOPIC, Topic
 from ..net.offload import SliceTimer, TurnBudget, pause
+from .assignment_offload import OffLoop
 from .cleaner import clean_offsets
 from .coordinator_config import coordinator_config
 from .offsets_load import read_partition
-from .regex_resolver import RegexResolver
 from .topics_view import StoreTopics
 from .write_path import OutputCompletion, ShardRuntime, output_batches
 
@@ -114,9 +114,7 @@ class GroupRuntime:
         self._reloads: set[asyncio.Task[None]] = set()  # shards being loaded by lead()
         self._reloads_started, self._reload_records = 0.0, 0  # since the first of them
         self.load_seconds: float | None = None
-        self._regexes = RegexResolver(
-            topics, lambda sr, shard, result: self._process(sr, shard.regexes_resolved(result, now_ms()))
-        )
+        self._off_loop = OffLoop(topics, self._process, now_ms)
 
     def _new_shard(self, partition: int, t: int) -> GroupShard:
         """A shard loading partition ``partition`` (COORDINATOR_LOAD_IN_PROGRESS until
@@ -334,7 +332,7 @@ class GroupRuntime:
         for task in (self._load_task, self._cleaner_task, *self._reloads):
             if task is not None and not task.done():
                 task.cancel()
-        self._regexes.stop()
+        self._off_loop.stop()
         for sr in self.shards:
             if sr.timer is not None:
                 sr.timer.cancel()
@@ -556,9 +554,9 @@ class GroupRuntime:
 
     # timers -------------------------------------------------------------------------------------
     def _reschedule(self, sr: ShardRuntime) -> None:
-        # After every shard operation: the regex resolutions it asked for, the share members
-        # that left, then the timer.
-        self._regexes.take(sr)
+        # After every shard operation: what it asked to run off the loop, the share members that
+        # left, then the timer.
+        self._off_loop.take(sr)
         left = sr.shard.take_share_members_left()
         if left and self.share_member_left is not None:
             for group_id, member_id in left:

@@ -55,6 +55,8 @@ class ConsumerGroup:
     group_id: str
     group_epoch: int = 0
     assignment_epoch: int = 0
+    assignment_timestamp: int = 0
+    """When the target at ``assignment_epoch`` was computed (KIP-1263; 0: not known)."""
     metadata_hash: int = 0
     legacy_partition_metadata: bool = False
     """A record 4 (subscription metadata, before KIP-1101) was loaded and not yet deleted."""
@@ -82,6 +84,15 @@ class ConsumerGroup:
     """Counts the operations that changed the group (a failed write undoes only the last)."""
     regex_resolving: bool = False
     """A resolution of its regexes is out (coordinator.consumer.regex_refresh; not stored)."""
+    assigning_epoch: int = 0
+    """The group epoch of the target assignment being computed off the coordinator, 0 if none
+    (coordinator.consumer.batching; not stored)."""
+    assigning_run: int = 0
+    """That computation's run number (a group deleted and created again may reach the same
+    epoch while an old run is out)."""
+    assignment_timer: int = 0
+    """The token of the timer that computes the target once the interval has passed, 0 if
+    none is armed (coordinator.consumer.batching)."""
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -197,6 +208,7 @@ class ConsumerGroup:
             group_id=self.group_id,
             group_epoch=self.group_epoch,
             assignment_epoch=self.assignment_epoch,
+            assignment_timestamp=self.assignment_timestamp,
             metadata_hash=self.metadata_hash,
             legacy_partition_metadata=self.legacy_partition_metadata,
             members=dict(self.members),
@@ -212,6 +224,9 @@ class ConsumerGroup:
             rebalance=self.rebalance,
             settled=self.settled,
             changes=self.changes,
+            assigning_epoch=self.assigning_epoch,
+            assigning_run=self.assigning_run,
+            assignment_timer=self.assignment_timer,
         )
 
     def owners(self) -> Owners:

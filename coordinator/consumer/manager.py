@@ -5,8 +5,8 @@ A heartbeat that passed Kafka's checks (:mod:`coordinator.consumer.heartbeat_che
 through Kafka's three steps: (1) create or update the member (record 5), bumping the group epoch
 (record 3, :mod:`coordinator.consumer.group_epoch`) when its subscription changed or the
 subscribed topics did; (2) if the group epoch is ahead of the target assignment, recompute the
-target (records 7, then 6); (3) move the member towards its target (record 8,
-:func:`coordinator.consumer.member.reconcile`). A member leaves with epoch -1 (tombstones 8, 7,
+target (records 7, then 6) when :mod:`coordinator.consumer.batching` says so (KIP-1263); (3)
+move the member towards its target (record 8, :func:`coordinator.consumer.member.reconcile`). A member leaves with epoch -1 (tombstones 8, 7,
 5, then 3), a static member steps out with epoch -2 and keeps its partitions until its session
 ends or the same instance id comes back; a member silent for the session timeout, or one that
 does not revoke within its rebalance timeout, is fenced the same way.
@@ -27,6 +27,7 @@ from functools import partial
 from kcoord.coordinator.config import GroupConfig, GroupOverrides, no_overrides
 from kcoord.coordinator.consumer import persistence as records
 from kcoord.coordinator.consumer.assignors import ASSIGNORS
+from kcoord.coordinator.consumer.batching import TargetBatching
 from kcoord.coordinator.consumer.change import Change, ConsumerWriteFailed
 from kcoord.coordinator.consumer.group import STABLE, ConsumerGroup, MemberTimers
 from kcoord.coordinator.consumer.group_epoch import bump_group_epoch, refresh_topics
@@ -45,7 +46,6 @@ from kcoord.coordinator.consumer.messages import (
 from kcoord.coordinator.consumer.persistence import ConsumerGroupLoader, to_topic_partitions
 from kcoord.coordinator.consumer.regex import Describable, every_topic
 from kcoord.coordinator.consumer.regex_refresh import RegexRequest, ask_resolution
-from kcoord.coordinator.consumer.target import update_target
 from kcoord.coordinator.consumer.topics import TopicId, TopicsView
 from kcoord.coordinator.output import Operation, RebalanceCompleted
 from kcoord.coordinator.rebalances import Settled, finish
@@ -97,6 +97,8 @@ class ConsumerGroupManager:
         timers.register(
             REBALANCE_TIMER, TimerKind(live=self._rebalance_live, fire=self._rebalance_expired)
         )
+        self.batching = TargetBatching(self, timers)
+        """When and where targets are computed (KIP-1263: interval, offloaded runs)."""
 
     def __iter__(self) -> Iterator[ConsumerGroup]:
         return iter(self.groups.values())
@@ -223,8 +225,7 @@ class ConsumerGroupManager:
         if reason:
             bump_group_epoch(self.op, change, now_ms, reason)
         if group.group_epoch > group.assignment_epoch:
-            change.touch()
-            update_target(group, self.config.consumer_assignors[0], lambda r: emit(*r))
+            self.batching.maybe_update(change, now_ms)
         current = group.members[member_id]
         if not current.is_reconciled_to(group.assignment_epoch):
             reconciled = reconcile(

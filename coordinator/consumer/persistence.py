@@ -112,7 +112,7 @@ def target_record(group_id: str, member_id: str, assignment: Assignment) -> Reco
 def assignment_epoch_record(group: ConsumerGroup) -> Record:
     return _record(
         ConsumerGroupTargetAssignmentMetadataKey(group.group_id),
-        ConsumerGroupTargetAssignmentMetadataValue(group.assignment_epoch),
+        ConsumerGroupTargetAssignmentMetadataValue(group.assignment_epoch, group.assignment_timestamp),
     )
 
 
@@ -177,6 +177,7 @@ def group_tombstones(group: ConsumerGroup) -> list[Record]:
 class _Loaded:
     epoch: ConsumerGroupMetadataValue | None = None
     assignment_epoch: int | None = None
+    assignment_timestamp: int = 0
     members: dict[str, ConsumerGroupMemberMetadataValue] = field(default_factory=dict)
     current: dict[str, ConsumerGroupCurrentMemberAssignmentValue] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
@@ -205,9 +206,12 @@ class ConsumerGroupLoader:
                 assert isinstance(decoded, ConsumerGroupMetadataValue)
                 loaded.epoch = decoded
         elif isinstance(key, ConsumerGroupTargetAssignmentMetadataKey):
-            loaded.assignment_epoch = (
-                None if decoded is None else decoded.assignment_epoch  # type: ignore[union-attr]
-            )
+            if decoded is None:
+                loaded.assignment_epoch, loaded.assignment_timestamp = None, 0
+            else:
+                assert isinstance(decoded, ConsumerGroupTargetAssignmentMetadataValue)
+                loaded.assignment_epoch = decoded.assignment_epoch
+                loaded.assignment_timestamp = decoded.assignment_timestamp
         elif isinstance(key, ConsumerGroupMemberMetadataKey):
             _put(loaded.members, key.member_id, decoded)
         elif isinstance(key, ConsumerGroupCurrentMemberAssignmentKey):
@@ -233,6 +237,7 @@ class ConsumerGroupLoader:
                 gid,
                 group_epoch=loaded.epoch.epoch,
                 assignment_epoch=loaded.assignment_epoch or 0,
+                assignment_timestamp=loaded.assignment_timestamp,
                 metadata_hash=loaded.epoch.metadata_hash,
                 legacy_partition_metadata=loaded.legacy_partition_metadata,
             )

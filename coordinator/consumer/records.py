@@ -26,7 +26,7 @@ The records, by key version (record type):
   that joined through the classic protocol (a nullable struct in a tagged field starts with a
   varint presence marker, 1 = present).
 - 6 ConsumerGroupTargetAssignmentMetadataKey -> ConsumerGroupTargetAssignmentMetadataValue:
-  the target assignment's epoch.
+  the target assignment's epoch; since Kafka 4.3 (KIP-1263) tagged field 0, when it was computed.
 - 7 ConsumerGroupTargetAssignmentMemberKey -> ConsumerGroupTargetAssignmentMemberValue: a
   member's target partitions.
 - 8 ConsumerGroupCurrentMemberAssignmentKey -> ConsumerGroupCurrentMemberAssignmentValue: a
@@ -241,7 +241,11 @@ class ConsumerGroupMemberMetadataValue:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataValue:
+    """``assignment_timestamp`` (Kafka 4.3, KIP-1263): when the target's computation finished,
+    tagged field 0, written only when non-zero (0: unknown, as an older writer leaves it)."""
+
     assignment_epoch: int
+    assignment_timestamp: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,7 +407,10 @@ def encode_consumer_value(value: ConsumerRecordValue) -> bytes:
             w.tags([(0, _classic_member_metadata(classic))])
     elif isinstance(value, ConsumerGroupTargetAssignmentMetadataValue):
         w.int32(value.assignment_epoch)
-        w.no_tags()
+        if value.assignment_timestamp:
+            w.tags([(0, I64.pack(value.assignment_timestamp))])
+        else:
+            w.no_tags()
     elif isinstance(value, ConsumerGroupTargetAssignmentMemberValue):
         write_topic_partitions(w, value.topic_partitions)
         w.no_tags()
@@ -502,8 +509,9 @@ def _decode_member_metadata(r: Reader) -> ConsumerGroupMemberMetadataValue:
 
 def _decode_target_metadata(r: Reader) -> ConsumerGroupTargetAssignmentMetadataValue:
     epoch = r.int32("assignment_epoch")
-    r.tags()
-    return ConsumerGroupTargetAssignmentMetadataValue(epoch)
+    stamps: list[int] = []
+    r.tags({0: lambda t: stamps.append(t.int64("assignment_timestamp"))})
+    return ConsumerGroupTargetAssignmentMetadataValue(epoch, stamps[-1] if stamps else 0)
 
 
 def _decode_target_member(r: Reader) -> ConsumerGroupTargetAssignmentMemberValue:

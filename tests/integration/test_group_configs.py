@@ -72,8 +72,12 @@ def test_set_described_refused_and_kept_across_a_restart(broker_factory: Any) ->
     assert set(before) == {
         "consumer.heartbeat.interval.ms", "consumer.session.timeout.ms", "share.auto.offset.reset",
         "share.heartbeat.interval.ms", "share.isolation.level", "share.record.lock.duration.ms",
-        "share.session.timeout.ms",
+        "share.session.timeout.ms", "consumer.assignment.interval.ms",
+        "consumer.assignor.offload.enable",
     }  # fmt: skip
+    # KIP-1263's two (the harness sets the broker's interval to 0; offload is on by default).
+    assert before["consumer.assignment.interval.ms"] == ("0", "DEFAULT_CONFIG")
+    assert before["consumer.assignor.offload.enable"] == ("true", "DEFAULT_CONFIG")
 
     alter(admin, "q", ("share.auto.offset.reset", "earliest", SET),
           ("consumer.session.timeout.ms", "50000", SET))  # fmt: skip
@@ -92,6 +96,8 @@ def test_set_described_refused_and_kept_across_a_restart(broker_factory: Any) ->
         ((("consumer.heartbeat.interval.ms", "50000", SET),), "max.heartbeat.interval.ms"),
         ((("share.isolation.level", "read_committed", APPEND),), "not a list"),
         ((("nonsense.ms", "1", SET),), "unknown group config"),
+        ((("consumer.assignor.offload.enable", "yes", SET),), "true or false"),
+        ((("consumer.assignment.interval.ms", "-1", SET),), "least allowed"),
         # One bad change refuses the whole request.
         ((("share.auto.offset.reset", "latest", SET), ("share.isolation.level", "x", SET)), "x"),
     ]:

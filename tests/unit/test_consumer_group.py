@@ -533,6 +533,7 @@ def _state(shard: GroupShard) -> dict[str, Any]:
         out[group.group_id] = (
             group.group_epoch,
             group.assignment_epoch,
+            group.assignment_timestamp,
             {m.member_id: m for m in group.members.values()},
             dict(group.target),
             dict(group.static_members),
@@ -543,9 +544,10 @@ def _state(shard: GroupShard) -> dict[str, Any]:
     return out
 
 
-def _random_activity(seed: int) -> Group:
+def _random_activity(seed: int, **config: Any) -> Group:
     rnd = random.Random(seed)
-    g = Group({"t": 6, "u": 3})
+    g = Group({"t": 6, "u": 3}, **config)
+    g.now = 1_000  # a target's timestamp of 0 reads as "not known" (KIP-1263)
     members = ["a", "b", "c", "d"]
     for _ in range(60):
         m = rnd.choice(members)
