@@ -53,6 +53,7 @@ MODULES = (
     "protocol/apis.py",
     "coordinator/timers.py",
     "coordinator/offsets.py",
+    "coordinator/commit_records.py",
     "coordinator/offset_interface.py",
     "coordinator/classic/group.py",
     "coordinator/classic/join.py",

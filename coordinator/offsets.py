@@ -23,10 +23,10 @@ from __future__ import annotations
 import itertools
 import logging
 import operator
-import struct
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kcoord.coordinator.commit_records import CommitKeys, stored_answer, stored_before
 from kcoord.coordinator.config import GroupConfig
 from kcoord.coordinator.messages import (
     FetchedOffset,
@@ -47,7 +47,6 @@ from kcoord.coordinator.schemas import (
     encode_key,
     encode_offset_commit_fields,
     encode_offset_commit_value,
-    offset_commit_key_prefix,
 )
 from kcoord.coordinator.timers import TimerEntry, TimerKind, Timers
 from kcoord.coordinator.txn_pending import PendingTxnOffsets, TxnCommitWriteFailed, unstable
@@ -61,7 +60,6 @@ RETENTION_TIMER = 3
 
 Offsets = dict[tuple[str, int], OffsetCommitValue]
 
-_I32_PACK = struct.Struct(">i").pack
 _NONE = ErrorCode.none
 _NO_OFFSETS: Offsets = {}  # never written
 _new_tuple = tuple.__new__  # a named tuple without its constructor's frame (per partition)
@@ -157,6 +155,7 @@ class OffsetManager:
         self.pending = PendingTxnOffsets()
         """Offsets of open transactions (TxnOffsetCommit), invisible until their COMMIT."""
         self._retention_token = 0
+        self._keys = CommitKeys()
         self.committed_count = 0
         """Partition offsets accepted by OffsetCommit since start (a metrics counter)."""
         self.expired_count = 0
@@ -248,10 +247,14 @@ class OffsetManager:
         cache = {} if transactional else self._offsets.get(group_id)
         op = self._op
         assert op.out is not None
-        emit = op.out.records.append  # the hot loop: one record per partition
+        # The hot loop, one pass per partition: its key comes from the shard's CommitKeys, its
+        # value is encoded once, and a topic whose partitions were all stored is answered with
+        # shared pairs (no (partition, error) pair is built unless one is refused).
+        records: list[tuple[bytes, bytes | None]] = op.out.records
+        keys = self._keys
         new_value = tuple.__new__  # OffsetCommitValue without its constructor's frame
-        ok, too_large, no_topic = (
-            ErrorCode.none,
+        value_type = OffsetCommitValue
+        too_large, no_topic = (
             ErrorCode.offset_metadata_too_large,
             ErrorCode.unknown_topic_or_partition,
         )
@@ -261,25 +264,28 @@ class OffsetManager:
         ids = dict(req.topic_ids) if isinstance(req, OffsetCommitRequest) else {}
         expire_at = expire_timestamp(req, now_ms)
         for topic, partitions in req.topics:
-            errors: list[tuple[int, int]] = []
+            errors: list[tuple[int, int]] | None = None  # made at the first refusal
             topic_id = ids.get(topic) if ids else None
-            try:
-                key_prefix: bytes | None = offset_commit_key_prefix(group_id, topic)
-            except SchemaError:
-                key_prefix = None
-            for partition, offset, leader_epoch, metadata in partitions:
+            topic_keys = keys.of(group_id, topic)
+            for i, (partition, offset, leader_epoch, metadata) in enumerate(partitions):
                 if check is not None:
                     refused = check(topic, partition)
                     if refused is not None:
+                        if errors is None:
+                            errors = stored_before(partitions, i)
                         errors.append((partition, refused))
                         continue
                 if metadata is None:
                     metadata = ""
                 elif len(metadata) * 4 > max_bytes and len(metadata.encode("utf-8")) > max_bytes:
+                    if errors is None:
+                        errors = stored_before(partitions, i)
                     errors.append((partition, too_large))
                     continue
-                if key_prefix is None:
+                if topic_keys is None:
                     # A topic or group name too long for the record key: no such topic exists.
+                    if errors is None:
+                        errors = stored_before(partitions, i)
                     errors.append((partition, no_topic))
                     continue
                 try:
@@ -288,13 +294,14 @@ class OffsetManager:
                             offset, leader_epoch, metadata, now_ms, topic_id
                         )
                         value = new_value(
-                            OffsetCommitValue,
-                            (offset, metadata, now_ms, leader_epoch, -1, topic_id),
+                            value_type, (offset, metadata, now_ms, leader_epoch, -1, topic_id)
                         )
                     else:  # value v1, as Kafka writes it: no leader epoch, no topic id
                         value = OffsetCommitValue(offset, metadata, now_ms, -1, expire_at)
                         value_bytes = encode_offset_commit_value(value)
                 except SchemaError:
+                    if errors is None:
+                        errors = stored_before(partitions, i)
                     errors.append((partition, no_topic))  # metadata over an int16 length
                     continue
                 if cache is None:
@@ -302,9 +309,13 @@ class OffsetManager:
                 tp = (topic, partition)
                 written.append((topic, partition, value, cache.get(tp)))
                 cache[tp] = value
-                emit((key_prefix + _I32_PACK(partition), value_bytes))
-                errors.append((partition, ok))
-            results.append((topic, tuple(errors)))
+                records.append((topic_keys.key(partition), value_bytes))
+                if errors is not None:
+                    errors.append((partition, _NONE))
+            if errors is None:
+                results.append((topic, stored_answer(partitions)))
+            else:
+                results.append((topic, tuple(errors)))
         response = OffsetCommitResponse(tuple(results))
         op.reply(handle, response)
         if not written:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from kcoord.coordinator.consumer.record_codec import Reader, Writer
 from kcoord.coordinator.consumer.records import (
@@ -77,9 +77,9 @@ __all__ = [
     "offset_commit_value_size",
 ]
 
-OFFSET_COMMIT_KEY_VERSION = 1
+OFFSET_COMMIT_KEY_VERSION: Final = 1
 GROUP_METADATA_KEY_VERSION = 2
-OFFSET_COMMIT_VALUE_VERSION = 4
+OFFSET_COMMIT_VALUE_VERSION: Final = 4
 GROUP_METADATA_VALUE_VERSION = 3
 
 
@@ -166,9 +166,9 @@ class GroupMetadataValue:
 # --------------------------------------------------------------------------------------------
 # Primitive writer / reader
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+_I16: Final = struct.Struct(">h")
+_I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
 
 
 class _Writer:
@@ -290,10 +290,10 @@ def _version(buf: bytes, what: str) -> tuple[int, _Reader]:
 # Keys
 
 
-_KEY_HEAD = struct.Struct(">hh")
-_VALUE_HEAD = struct.Struct(">hqi")  # v4: version, offset, leader epoch; then the metadata
-_VALUE_EMPTY = struct.Struct(">hqiBqB")  # v4, empty metadata (length 0 + 1), no tagged field
-_TOPIC_ID_TAG = b"\x00\x10"  # tag 0, 16 bytes: v4's topic id
+_KEY_HEAD: Final = struct.Struct(">hh")
+_VALUE_HEAD: Final = struct.Struct(">hqi")  # v4: version, offset, leader epoch; then the metadata
+_VALUE_EMPTY: Final = struct.Struct(">hqiBqB")  # v4, empty metadata (length 0 + 1), no tagged field
+_TOPIC_ID_TAG: Final = b"\x00\x10"  # tag 0, 16 bytes: v4's topic id
 
 
 def _short_string(v: str) -> bytes:
