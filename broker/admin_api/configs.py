@@ -88,8 +88,6 @@ class ConfigApi:
         self.config = config
         self.topics = topics
         self.groups = groups
-        self._group_writes = asyncio.Lock()
-        """One change of a group's configs at a time: each is computed from the stored ones."""
 
     # DescribeConfigs ------------------------------------------------------------------------------
     def describe_configs(self, ctx: RequestContext, req: Any) -> Any:
@@ -288,8 +286,8 @@ class ConfigApi:
         """IncrementalAlterConfigs or AlterConfigs of one group (module docstring)."""
         group_id = r.resource_name
         _check_group_name(group_id)
-        async with self._group_writes:
-            current = self.groups.stored(group_id)
+
+        def change(current: dict[str, str]) -> dict[str, str]:
             wanted: dict[str, str | None] = dict(current) if incremental else {}
             for c in r.configs:
                 op = c.config_operation if incremental else SET
@@ -304,17 +302,20 @@ class ConfigApi:
                         f"cannot {verb} group config {c.name[:80]!r}: it is not a list",
                     )
             try:
-                checked = self.groups.check(wanted)
+                return self.groups.check(wanted)
             except GroupConfigProblem as e:
                 raise _Refused(ErrorCode.invalid_config, str(e)) from None
-            if validate_only or checked == current:
-                return
-            try:
-                await asyncio.to_thread(self.groups.set, group_id, checked)
-            except OSError as e:
-                raise _Refused(
-                    ErrorCode.kafka_storage_error, f"the change could not be stored: {e}"
-                ) from e
+
+        if validate_only:
+            change(self.groups.stored(group_id))
+            return
+        try:
+            # made on the group's configs as stored (another node may have changed them)
+            checked = await asyncio.to_thread(self.groups.alter, group_id, change)
+        except OSError as e:
+            raise _Refused(
+                ErrorCode.kafka_storage_error, f"the change could not be stored: {e}"
+            ) from e
         log.info("group %r configs now %s", group_id, checked or "the broker's settings")
 
     async def _apply(
