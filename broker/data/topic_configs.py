@@ -17,7 +17,7 @@ on the document as stored (:meth:`TopicConfigs.alter`: one topic's overrides as 
 what is stored for it), so two nodes of a cluster changing it at once both keep their changes
 (``Documents.update_document``); the store then holds the document it wrote. A deleted topic's
 entry is removed with it; the entry of a topic whose creation failed stays in the document
-(harmless: ids are never reused) and is left out in memory.
+(harmless: ids are never reused).
 """
 
 from __future__ import annotations
