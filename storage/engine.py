@@ -23,6 +23,8 @@ The contract every engine keeps (its tests run against each engine: ``tests/unit
 * creating partitions is all-or-nothing; deleting a topic is durable once
   :meth:`StorageEngine.delete_logs` returns;
 * a document write is atomic and durable once :meth:`StorageEngine.write_document` returns;
+  :meth:`Documents.update_document` applies a change to the document as it stands, and two
+  updates of one document (threads, processes, nodes of a cluster) never lose each other's;
 * a read outside [log start, log end] raises :class:`OffsetOutOfRange`; a closed log raises
   :class:`LogClosed`, an offline one ``storage.offline.LogOffline`` (an OSError).
 
@@ -34,7 +36,7 @@ threads.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -200,6 +202,11 @@ class SharedFlush(Protocol):
         errors."""
 
 
+DocumentChange = Callable[[bytes | None], bytes | None]
+"""A change of a document: its new bytes given its current ones (None: no document / no
+change); see :meth:`Documents.update_document`."""
+
+
 class Documents(Protocol):
     """Small documents, each read whole and replaced whole (what a store of configs, ACLs or
     credentials needs of an engine)."""
@@ -209,6 +216,16 @@ class Documents(Protocol):
 
     def write_document(self, name: str, data: bytes) -> None:
         """Replace the document ``name`` atomically and durably. Raises OSError."""
+
+    def update_document(self, name: str, change: DocumentChange) -> bytes | None:
+        """Apply ``change`` to the document ``name`` as it stands and store what it returns,
+        atomically and durably, such that no other update of the document made meanwhile (by
+        this process or another) is lost: the change is made on the latest document and nobody
+        writes it between that read and this write. ``change`` gets the current bytes (None if
+        there is no document) and returns the new bytes, or None to leave the document as it
+        is; it may be called more than once (each call on the document as it then stands: make
+        it a function of its argument) and what it raises is raised here, nothing written.
+        Returns the document as it stands after (blocking; any thread). Raises OSError."""
 
 
 class StorageEngine(Documents, Protocol):

@@ -8,7 +8,9 @@ staging directory, moved into place after a commit point; start-up rolls an inte
 back or forward). Deleting renames the directories to ``-delete`` names at once (one directory
 fsync) and removes the files later, off the event loop, or at the next start.
 
-Documents are files in the data directory, replaced atomically (``storage.files.write_file``).
+Documents are files in the data directory, replaced atomically (``storage.files.write_file``);
+one process owns the directory (the broker's ``node.lock``), so updates of a document are kept
+from losing each other by a lock of this engine's.
 The offset checkpoints are Kafka's two checkpoint files (``storage.file_checkpoints``), which
 also let start-up report offsets lost behind the broker's back.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,7 +31,7 @@ from kcoord.storage.creation import (
     create_partitions,
     recover_staged,
 )
-from kcoord.storage.engine import LeaderFence, Log, LogSpec, StoredTopic
+from kcoord.storage.engine import DocumentChange, LeaderFence, Log, LogSpec, StoredTopic
 from kcoord.storage.file_checkpoints import CheckpointSnapshot, OffsetCheckpoints, short_error
 from kcoord.storage.files import FilePool, describe_error, fsync_dir, write_file
 from kcoord.storage.log import DEFAULT_PRODUCER_EXPIRATION_MS, PartitionLog
@@ -98,6 +101,7 @@ class FileEngine:
         self.pool = pool
         self._checkpoints = OffsetCheckpoints(self.data_dir, fsync=fsync)
         self._doomed: list[Path] = []  # directories of deleted partitions, to remove
+        self._updating = threading.Lock()  # one document update at a time (update_document)
 
     @property
     def description(self) -> str:
@@ -125,6 +129,17 @@ class FileEngine:
         # (The directory may not exist yet: ``kcoord users`` writes before any broker ran.)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         write_file(self.data_dir / name, data)
+
+    def update_document(self, name: str, change: DocumentChange) -> bytes | None:
+        # Safe because every update of this process holds the lock from its read to its write,
+        # and no other process writes the directory's documents while a broker runs.
+        with self._updating:
+            current = self.read_document(name)
+            new = change(current)
+            if new is None:
+                return current
+            self.write_document(name, new)
+            return new
 
     # partitions ---------------------------------------------------------------------------------
     def _partition_dirs(self) -> dict[str, dict[int, Path]]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
@@ -88,8 +88,6 @@ class ConfigApi:
         self.config = config
         self.topics = topics
         self.groups = groups
-        self._group_writes = asyncio.Lock()
-        """One change of a group's configs at a time: each is computed from the stored ones."""
 
     # DescribeConfigs ------------------------------------------------------------------------------
     def describe_configs(self, ctx: RequestContext, req: Any) -> Any:
@@ -214,31 +212,45 @@ class ConfigApi:
                         f"resource type {r.resource_type} is not supported",
                     )
                 topic = self._topic(r.resource_name)
-                current = self.topics.configs.overrides(topic.topic_id, topic.name)
-                if incremental:
-                    wanted = self._incremental(topic, current, r.configs)
+                change = self._topic_change(topic, r.configs, incremental)
+                if req.validate_only:
+                    change(self.topics.configs.overrides(topic.topic_id, topic.name))
                 else:
-                    wanted = _checked((c.name, c.value) for c in r.configs)
-                policy = INTERNAL_CLEANUP_POLICY.get(topic.name)
-                if policy is not None and wanted.setdefault("cleanup.policy", policy) != policy:
-                    raise _Refused(
-                        ErrorCode.invalid_config,
-                        f"cleanup.policy of {topic.name} must stay {policy} (its coordinator"
-                        " reads it back)",
-                    )
-                if not req.validate_only and wanted != current:
-                    await self._apply(topic, wanted)
+                    await self._apply(topic, change)
             except _Refused as e:
                 entry.update(error_code=e.code, error_message=str(e))
             responses.append(entry)
         return ctx.respond(throttle_time=0, responses=responses)
+
+    def _topic_change(
+        self, topic: Topic, configs: Sequence[Any], incremental: bool
+    ) -> Callable[[dict[str, str]], dict[str, str]]:
+        """The request's change of a topic's overrides, as a function of the overrides as they
+        stand (so that it is made on the stored ones: ``TopicConfigs.alter``)."""
+
+        def change(current: dict[str, str]) -> dict[str, str]:
+            if incremental:
+                wanted = self._incremental(topic, current, configs)
+            else:
+                wanted = _checked((c.name, c.value) for c in configs)
+            policy = INTERNAL_CLEANUP_POLICY.get(topic.name)
+            if policy is not None and wanted.setdefault("cleanup.policy", policy) != policy:
+                raise _Refused(
+                    ErrorCode.invalid_config,
+                    f"cleanup.policy of {topic.name} must stay {policy} (its coordinator"
+                    " reads it back)",
+                )
+            return wanted
+
+        return change
 
     def _incremental(
         self, topic: Topic, current: dict[str, str], changes: Iterable[Any]
     ) -> dict[str, str]:
         wanted = dict(current)
         seen: set[str] = set()
-        effective = {v.name: v.value for v in self.topics.configs.describe(topic.topic_id, topic.name)}
+        described = self.topics.configs.describe(topic.topic_id, topic.name, own=current)
+        effective = {v.name: v.value for v in described}
         for c in changes:
             if c.name in seen:
                 raise _Refused(ErrorCode.invalid_request, f"config {c.name[:80]!r} appears twice")
@@ -274,8 +286,8 @@ class ConfigApi:
         """IncrementalAlterConfigs or AlterConfigs of one group (module docstring)."""
         group_id = r.resource_name
         _check_group_name(group_id)
-        async with self._group_writes:
-            current = self.groups.stored(group_id)
+
+        def change(current: dict[str, str]) -> dict[str, str]:
             wanted: dict[str, str | None] = dict(current) if incremental else {}
             for c in r.configs:
                 op = c.config_operation if incremental else SET
@@ -290,23 +302,28 @@ class ConfigApi:
                         f"cannot {verb} group config {c.name[:80]!r}: it is not a list",
                     )
             try:
-                checked = self.groups.check(wanted)
+                return self.groups.check(wanted)
             except GroupConfigProblem as e:
                 raise _Refused(ErrorCode.invalid_config, str(e)) from None
-            if validate_only or checked == current:
-                return
-            try:
-                await asyncio.to_thread(self.groups.set, group_id, checked)
-            except OSError as e:
-                raise _Refused(
-                    ErrorCode.kafka_storage_error, f"the change could not be stored: {e}"
-                ) from e
+
+        if validate_only:
+            change(self.groups.stored(group_id))
+            return
+        try:
+            # made on the group's configs as stored (another node may have changed them)
+            checked = await asyncio.to_thread(self.groups.alter, group_id, change)
+        except OSError as e:
+            raise _Refused(
+                ErrorCode.kafka_storage_error, f"the change could not be stored: {e}"
+            ) from e
         log.info("group %r configs now %s", group_id, checked or "the broker's settings")
 
-    async def _apply(self, topic: Topic, wanted: dict[str, str]) -> None:
+    async def _apply(
+        self, topic: Topic, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None:
         configs = self.topics.configs
         try:
-            await asyncio.to_thread(configs.set, topic.topic_id, topic.name, wanted)
+            wanted = await asyncio.to_thread(configs.alter, topic.topic_id, topic.name, change)
         except OSError as e:
             raise _Refused(ErrorCode.kafka_storage_error, f"the change could not be stored: {e}") from e
         configs.changed()

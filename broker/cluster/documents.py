@@ -6,15 +6,20 @@ member loop (a few small rows) and hands each one whose bytes changed since the 
 store (``stored_elsewhere``), so a change made on one node holds on every node within a
 heartbeat: an ACL deleted on one node stops granting on all of them.
 
-Two nodes changing the same document at once still write whole documents: the later write
-wins, and a change the earlier one carried is lost (each node's own answer was "done").
+A node changes a document only by :meth:`Documents.update_document` with its own operation as
+a function of the document as stored (add these ACLs, delete those matching a filter, upsert a
+credential, set a topic's config key): the engine applies it to the latest document under the
+row's lock, so two nodes changing one document at once both keep their change, and each store
+then takes the merged document it wrote. :class:`DocumentUpdates` runs a store's changes off
+the event loop, one at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 
-from kcoord.storage.engine import Documents
+from kcoord.storage.engine import DocumentChange, Documents
 
 Apply = Callable[[bytes | None], None]
 
@@ -39,3 +44,31 @@ class SharedDocuments:
         for name in changed:
             self.stores[name](now[name])
         return changed
+
+
+class DocumentUpdates:
+    """One store's changes of its document (on one node or in a cluster): each is made by
+    ``update_document`` in a worker thread, one at a time, and the document it leaves is handed
+    to ``install`` on the event loop before the next change starts (so the store ends on the
+    latest of its own writes). A change whose caller is cancelled (its client gone) still
+    completes, install included."""
+
+    def __init__(self, documents: Documents, name: str, install: Apply) -> None:
+        self.documents = documents
+        self.name = name
+        self.install = install
+        self._one_at_a_time = asyncio.Lock()
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def update(self, change: DocumentChange) -> None:
+        """Make the change durably and install the result; OSError if the document could not
+        be written (nothing changed then), or what ``change`` raised."""
+        task = asyncio.ensure_future(self._update(change))
+        self._running.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._running.discard)
+        await asyncio.shield(task)
+
+    async def _update(self, change: DocumentChange) -> None:
+        async with self._one_at_a_time:
+            stored = await asyncio.to_thread(self.documents.update_document, self.name, change)
+            self.install(stored)

@@ -18,7 +18,14 @@ import errno
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 
-from kcoord.storage.engine import LeaderFence, Log, LogSpec, StorageEngine, StoredTopic
+from kcoord.storage.engine import (
+    DocumentChange,
+    LeaderFence,
+    Log,
+    LogSpec,
+    StorageEngine,
+    StoredTopic,
+)
 from kcoord.storage.offline import NotLeader
 
 
@@ -69,6 +76,9 @@ class LedEngine:
 
     def write_document(self, name: str, data: bytes) -> None:
         self.engine.write_document(name, data)
+
+    def update_document(self, name: str, change: DocumentChange) -> bytes | None:
+        return self.engine.update_document(name, change)
 
     def stored_topics(self) -> dict[str, StoredTopic]:
         return self.engine.stored_topics()

@@ -12,8 +12,12 @@ overrides Kafka gives them at creation (``__consumer_offsets``: ``cleanup.policy
 ``segment.bytes`` from ``offsets.topic.segment.bytes``), which may be overridden in turn.
 
 The document maps topic ids (not names: a topic deleted and created again under its name starts
-afresh) to ``{"name": ..., "configs": {...}}``; it is replaced atomically.
-Entries of topics that no longer exist are dropped when it is next written.
+afresh) to ``{"name": ..., "configs": {...}}``; it is replaced atomically. Every change is made
+on the document as stored (:meth:`TopicConfigs.alter`: one topic's overrides as a function of
+what is stored for it), so two nodes of a cluster changing it at once both keep their changes
+(``Documents.update_document``); the store then holds the document it wrote. A deleted topic's
+entry is removed with it; the entry of a topic whose creation failed stays in the document
+(harmless: ids are never reused).
 """
 
 from __future__ import annotations
@@ -130,6 +134,7 @@ class TopicConfigs:
         self._internal = {k: dict(v) for k, v in (internal or {}).items()}
         self._entries: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._updating = threading.Lock()
         self._settings: dict[tuple[uuid.UUID, str], TopicSettings] = {}
         """settings() by topic (every Produce asks): dropped whenever anything changes."""
 
@@ -144,24 +149,19 @@ class TopicConfigs:
 
     def stored_elsewhere(self, raw: bytes | None) -> None:
         """The overrides become those of a stored document (start-up; another node changed it,
-        in cluster mode); one that cannot be parsed changes nothing, and says so."""
+        in cluster mode; this node, after a change); one that cannot be parsed changes nothing,
+        and says so."""
         if raw is None:
             return
         try:
-            data = json.loads(raw.decode("utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            entries = {}
-            for topic_id, entry in data.items():
-                uuid.UUID(topic_id)
-                configs = check_overrides(entry["configs"].items())
-                entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
-            with self._lock:
-                self._entries = entries
-                self._settings = {}
+            entries = _parse(raw)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             log.error("%s could not be read (%s): the topics' overrides stay as they were",
                       CONFIGS_FILE, e)
+            return
+        with self._lock:
+            self._entries = entries
+            self._settings = {}
 
     def set_internal(self, name: str, overrides: Mapping[str, str]) -> None:
         """The overrides internal topic ``name`` is created with (by its owner, before use)."""
@@ -169,9 +169,10 @@ class TopicConfigs:
         self._settings = {}
 
     def prune(self, live: Iterable[uuid.UUID], keep_names: Iterable[str] = ()) -> None:
-        """Forget (in memory; the document follows at its next write) the entries of topics that
-        do not exist (a creation that failed, a deletion the document did not record); entries
-        named in ``keep_names`` (internal topics, opened later) stay."""
+        """Forget (in memory only: another node may be creating a topic the document already
+        names) the entries of topics that do not exist (a creation that failed, a deletion the
+        document did not record); entries named in ``keep_names`` (internal topics, opened
+        later) stay."""
         keep = {str(t) for t in live}
         names = set(keep_names)
         self._entries = {
@@ -264,28 +265,79 @@ class TopicConfigs:
     def set(self, topic_id: uuid.UUID, name: str, configs: Mapping[str, str]) -> None:
         """Make ``configs`` the topic's overrides, durably (blocking; any thread). OSError if
         the document could not be written (nothing changed then)."""
-        with self._lock:
-            entries = dict(self._entries)
-            entries[str(topic_id)] = {"name": name, "configs": dict(configs)}
-            self._write(entries)
-            self._entries = entries
-            self._settings = {}
+        self.alter(topic_id, name, lambda _: dict(configs))
+
+    def alter(
+        self,
+        topic_id: uuid.UUID,
+        name: str,
+        change: Callable[[dict[str, str]], dict[str, str]],
+    ) -> dict[str, str]:
+        """Change the topic's overrides durably (blocking; any thread): ``change`` maps them as
+        stored now (with an internal topic's creation overrides under them) to the new ones;
+        it may be called more than once, and what it raises is raised here with nothing
+        changed. The new overrides; OSError if the document could not be written (nothing
+        changed then)."""
+        key = str(topic_id)
+        wanted: dict[str, str] = {}
+
+        def update(raw: bytes | None) -> bytes | None:
+            nonlocal wanted
+            entries = self._stored_entries(raw)
+            current = dict(self._internal.get(name, {}))
+            if key in entries:
+                current.update(entries[key]["configs"])
+            wanted = change(current)
+            if key in entries and wanted == current:
+                return None
+            entries[key] = {"name": name, "configs": dict(wanted)}
+            return _encode(entries)
+
+        with self._updating:  # this node's changes one at a time: it holds the last one's result
+            self.stored_elsewhere(self._documents.update_document(CONFIGS_FILE, update))
+        return wanted
 
     def forget(self, topic_id: uuid.UUID) -> None:
-        """A deleted topic's overrides (blocking; failures only logged: the entry is dropped
-        at the next write anyway, and a new topic never has the old id)."""
-        with self._lock:
-            if str(topic_id) not in self._entries:
-                return
-            entries = dict(self._entries)
-            del entries[str(topic_id)]
+        """A deleted topic's overrides (blocking; failures only logged: a new topic never has
+        the old id)."""
+        key = str(topic_id)
+
+        def update(raw: bytes | None) -> bytes | None:
+            entries = self._stored_entries(raw)
+            return _encode({k: v for k, v in entries.items() if k != key}) if key in entries else None
+
+        with self._updating:
             try:
-                self._write(entries)
+                self.stored_elsewhere(self._documents.update_document(CONFIGS_FILE, update))
             except OSError as e:
                 log.warning("writing %s failed: %s", CONFIGS_FILE, describe_error(e))
-            self._entries = entries
-            self._settings = {}
+            with self._lock:
+                self._entries = {k: v for k, v in self._entries.items() if k != key}
+                self._settings = {}
 
-    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
-        data = json.dumps(entries, indent=1, sort_keys=True).encode("utf-8")
-        self._documents.write_document(CONFIGS_FILE, data)
+    def _stored_entries(self, raw: bytes | None) -> dict[str, dict[str, Any]]:
+        """The entries of the stored document, to change; if it cannot be parsed, those this
+        node holds (the change then replaces what could not be read)."""
+        try:
+            return _parse(raw) if raw is not None else {}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("%s could not be read (%s): it is replaced", CONFIGS_FILE, e)
+            return dict(self._entries)
+
+
+def _parse(raw: bytes) -> dict[str, dict[str, Any]]:
+    """The entries of a stored document (ValueError, KeyError, TypeError or AttributeError if it
+    is not one)."""
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    entries = {}
+    for topic_id, entry in data.items():
+        uuid.UUID(topic_id)
+        configs = check_overrides(entry["configs"].items())
+        entries[topic_id] = {"name": str(entry["name"]), "configs": configs}
+    return entries
+
+
+def _encode(entries: Mapping[str, Mapping[str, Any]]) -> bytes:
+    return json.dumps(entries, indent=1, sort_keys=True).encode("utf-8")

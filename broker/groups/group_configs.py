@@ -22,8 +22,10 @@ broker's bounds, and the session timeout above the heartbeat interval (consumer 
 Any group id but the empty one may have configs, whether or not the group exists (as in Kafka).
 
 The store keeps every group's configs in the storage engine's document ``group-configs.json``
-(``{group id: {name: value}}``), replaced whole, as topic configs are kept; in cluster mode every
-node reads it again when another node changed it (``stored_elsewhere``, broker/app.py).
+(``{group id: {name: value}}``), replaced whole, as topic configs are kept: a change is made on
+the document as stored (:meth:`GroupConfigs.alter`, ``Documents.update_document``), so two
+nodes of a cluster changing it at once both keep theirs; in cluster mode every node reads it
+again when another node changed it (``stored_elsewhere``, broker/app.py).
 :meth:`GroupConfigs.of` is the reader the coordinator and the share partitions call
 (``coordinator.config.GroupOverrides``): the group's values by name, a value outside the broker's
 current bounds (the settings changed since it was set) brought within them, as Kafka does.
@@ -352,6 +354,7 @@ class GroupConfigs:
         self._documents = documents
         self._broker = broker
         self._lock = threading.Lock()
+        self._updating = threading.Lock()
         self._stored: dict[str, dict[str, str]] = {}
         """Each group's configs as set (DescribeConfigs shows them)."""
         self._applied: dict[str, Mapping[str, str]] = {}
@@ -373,22 +376,11 @@ class GroupConfigs:
         if raw is None:
             return
         try:
-            data = json.loads(raw.decode("utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
+            stored = _parse(raw)
         except ValueError as e:
             log.error("%s could not be read (%s): the groups' configs stay as they were",
                       CONFIGS_FILE, e)
             return
-        stored: dict[str, dict[str, str]] = {}
-        for group_id, configs in data.items():
-            try:
-                stored[str(group_id)] = {
-                    name: DEFS[name].parse(value) for name, value in dict(configs).items()
-                }
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                log.error("%s: the configs of group %r are not valid (%s): ignored",
-                          CONFIGS_FILE, group_id, e)
         with self._lock:
             self._install(stored)
 
@@ -441,16 +433,52 @@ class GroupConfigs:
         """Make ``configs`` (checked) the group's whole set, durably (blocking; any thread); an
         empty set forgets the group. OSError if the document could not be written (nothing
         changed then)."""
-        with self._lock:
-            stored = dict(self._stored)
-            if configs:
-                stored[group_id] = dict(configs)
+        self.alter(group_id, lambda _: dict(configs))
+
+    def alter(
+        self, group_id: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> dict[str, str]:
+        """Change the group's configs durably (blocking; any thread): ``change`` maps its
+        configs as stored now to its new whole set (checked; empty: none); it may be called more
+        than once, and what it raises is raised here with nothing changed. The new set; OSError
+        if the document could not be written (nothing changed then)."""
+        wanted: dict[str, str] = {}
+
+        def update(raw: bytes | None) -> bytes | None:
+            nonlocal wanted
+            try:
+                stored = _parse(raw) if raw is not None else {}
+            except ValueError as e:
+                log.error("%s could not be read (%s): it is replaced", CONFIGS_FILE, e)
+                stored = dict(self._stored)
+            current = stored.get(group_id, {})
+            wanted = change(dict(current))
+            if wanted == current:
+                return None
+            if wanted:
+                stored[group_id] = dict(wanted)
             else:
                 stored.pop(group_id, None)
-            data = json.dumps(stored, indent=1, sort_keys=True).encode("utf-8")
-            self._documents.write_document(CONFIGS_FILE, data)
-            applied = dict(self._applied)
-            applied.pop(group_id, None)
-            if configs:
-                applied[group_id] = _within_bounds(group_id, dict(configs), self._broker)
-            self._stored, self._applied = stored, applied
+            return json.dumps(stored, indent=1, sort_keys=True).encode("utf-8")
+
+        with self._updating:  # this node's changes one at a time: it holds the last one's result
+            self.stored_elsewhere(self._documents.update_document(CONFIGS_FILE, update))
+        return wanted
+
+
+def _parse(raw: bytes) -> dict[str, dict[str, str]]:
+    """The groups' configs of a stored document (ValueError if it is not a JSON object); a group
+    whose entry does not parse is left out, and said so."""
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    stored: dict[str, dict[str, str]] = {}
+    for group_id, configs in data.items():
+        try:
+            stored[str(group_id)] = {
+                name: DEFS[name].parse(value) for name, value in dict(configs).items()
+            }
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            log.error("%s: the configs of group %r are not valid (%s): ignored",
+                      CONFIGS_FILE, group_id, e)
+    return stored

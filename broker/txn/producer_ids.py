@@ -2,8 +2,11 @@
 
 Like Kafka's producer id blocks (KIP-730), ids are taken from blocks of ``BLOCK_SIZE``: before
 the first id of a block is given out, the end of that block is written durably to the storage
-engine's document ``producer-ids``. At start-up the next id is the end recorded there, so ids of a block a crashed broker had begun are skipped, never reused. A block
-that cannot be recorded (a full disk) gives no id: :class:`ProducerIdsUnavailable`.
+engine's document ``producer-ids``. A block is taken as a change of the document as stored
+(``Documents.update_document``): it starts at the end recorded there and records its own end,
+so ids of a block a crashed broker had begun are skipped, never reused, and two nodes of a
+cluster never take the same block. A block that cannot be recorded (a full disk, the database
+unreachable) gives no id: :class:`ProducerIdsUnavailable`.
 """
 
 from __future__ import annotations
@@ -25,30 +28,40 @@ class ProducerIdBlocks:
     def __init__(self, documents: Documents, block_size: int = BLOCK_SIZE) -> None:
         self.documents = documents
         self.block_size = block_size
-        self._next = self._end = self._read()
-
-    def _read(self) -> int:
-        stored = self.documents.read_document(FILE_NAME)
-        if stored is None:
-            return 0
-        for line in stored.decode("utf-8", "replace").splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == _KEY:
-                try:
-                    return max(0, int(value.strip()))
-                except ValueError:
-                    break
-        raise ValueError(f"{FILE_NAME}: no valid {_KEY}= line")
+        self._next = self._end = _recorded_end(documents.read_document(FILE_NAME))
 
     def allocate(self) -> int:
         if self._next >= self._end:
-            end = self._next + self.block_size
+            start = 0
+
+            def take_block(stored: bytes | None) -> bytes:
+                nonlocal start
+                start = _recorded_end(stored)
+                return f"{_KEY}={start + self.block_size}\n".encode()
+
             try:
-                self.documents.write_document(FILE_NAME, f"{_KEY}={end}\n".encode())
+                self.documents.update_document(FILE_NAME, take_block)
             except OSError as e:
-                log.error("could not record producer id block up to %d: %s", end, describe_error(e))
+                log.error("could not record a producer id block: %s", describe_error(e))
                 raise ProducerIdsUnavailable(str(e)) from e
-            self._end = end
+            except ValueError as e:  # a document this code did not write
+                log.error("could not take a producer id block: %s", e)
+                raise ProducerIdsUnavailable(str(e)) from e
+            self._next, self._end = start, start + self.block_size
         pid = self._next
         self._next += 1
         return pid
+
+
+def _recorded_end(stored: bytes | None) -> int:
+    """The end of the last block taken, as the document records it (0: none yet)."""
+    if stored is None:
+        return 0
+    for line in stored.decode("utf-8", "replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == _KEY:
+            try:
+                return max(0, int(value.strip()))
+            except ValueError:
+                break
+    raise ValueError(f"{FILE_NAME}: no valid {_KEY}= line")

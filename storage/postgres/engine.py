@@ -14,6 +14,7 @@ so the node serves again by itself when the database comes back.
 
 from __future__ import annotations
 
+import errno
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
@@ -21,16 +22,20 @@ from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
-from kcoord.storage.engine import LeaderFence, Log, LogSpec, StoredTopic
+from kcoord.storage.engine import DocumentChange, LeaderFence, Log, LogSpec, StoredTopic
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS
 
 from .cluster import ClusterStore
 from .log import FlushTogether, PostgresLog
-from .pool import ConnectionPool, database_errors
+from .pool import ConnectionPool, DatabaseError, database_errors
 from .recent import DEFAULT_BUDGET_BYTES, RecentBatches
 from .schema import migrate
 
 log = logging.getLogger("kcoord.storage")
+
+UPDATE_ATTEMPTS = 5
+"""How many times :meth:`PostgresEngine.update_document` tries a document that another writer
+keeps creating under it (the second attempt finds the row; more is only a bound)."""
 
 
 def redacted(url: str) -> str:
@@ -92,6 +97,34 @@ class PostgresEngine:
                 " ON CONFLICT (name) DO UPDATE SET body = EXCLUDED.body",
                 (name, data),
             )
+
+    def update_document(self, name: str, change: DocumentChange) -> bytes | None:
+        # Why no update is lost: the change is computed and written in one transaction that
+        # holds the document's row lock (SELECT ... FOR UPDATE) from the read to the commit, so
+        # any other writer of the row (another node's update or write) waits for the commit and
+        # then works on what this one wrote. A document that does not exist yet has no row to
+        # lock: it is inserted only if still absent (ON CONFLICT DO NOTHING); if another writer
+        # created it meanwhile, nothing was written, and the change is made again on its row.
+        for _ in range(UPDATE_ATTEMPTS):
+            with database_errors(), self.pool.connection() as conn, conn.transaction():
+                row = conn.execute(
+                    "SELECT body FROM documents WHERE name = %s FOR UPDATE", (name,)
+                ).fetchone()
+                current = None if row is None else bytes(row[0])
+                new = change(current)
+                if new is None:
+                    return current
+                if row is not None:
+                    conn.execute("UPDATE documents SET body = %s WHERE name = %s", (new, name))
+                    return new
+                inserted = conn.execute(
+                    "INSERT INTO documents (name, body) VALUES (%s, %s)"
+                    " ON CONFLICT (name) DO NOTHING",
+                    (name, new),
+                ).rowcount
+                if inserted:
+                    return new
+        raise DatabaseError(errno.EAGAIN, f"document {name} kept being created by another writer")
 
     # partitions ---------------------------------------------------------------------------------
     def stored_topics(self) -> dict[str, StoredTopic]:

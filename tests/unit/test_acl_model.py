@@ -3,6 +3,7 @@ DescribeAcls/DeleteAcls, CreateAcls' validation, and the ACL file's round trip."
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,14 @@ from kcoord.broker.security.acl.model import (
     invalid_reason,
     operations_bits,
 )
-from kcoord.broker.security.acl.store import AclStore, load_acls
+from kcoord.broker.security.acl.store import (
+    AclStore,
+    encode_acls,
+    load_acls,
+    parse_acls,
+    with_added,
+    without_matching,
+)
 from kcoord.storage.file_engine import FileEngine
 
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -161,21 +169,49 @@ def test_createacls_refuses_what_kafka_refuses(bad: Acl) -> None:
     assert invalid_reason(bad) is not None
 
 
+def exactly(a: Acl) -> AclFilter:
+    return AclFilter(a.resource_type, a.resource_name, a.pattern_type, a.principal, a.host,
+                     a.operation, a.permission)
+
+
 def test_the_acl_file_round_trips_and_failed_writes_change_nothing(tmp_path: Path) -> None:
     authorizer = AclAuthorizer()
     store = AclStore(FileEngine(tmp_path), authorizer)
     first, second = acl(T, "t", Op.READ), acl(C, CLUSTER_NAME, Op.ALTER, DENY, "User:bob", host="1.2.3.4")
-    store.add([first, second, first])
-    assert sorted(load_acls(FileEngine(tmp_path)), key=str) == sorted([first, second], key=str)
-    store.remove([first])
-    assert load_acls(FileEngine(tmp_path)) == [second]
-    # The file cannot be replaced (a directory took its name): the change is undone.
-    (tmp_path / "acls.json").unlink()
-    (tmp_path / "acls.json").mkdir()
-    (tmp_path / "acls.json" / "x").write_text("")
-    with pytest.raises(OSError):
-        store.add([first])
-    assert authorizer.acls() == [second]
-    with pytest.raises(OSError):
-        store.remove([second])
-    assert authorizer.acls() == [second]
+
+    async def scenario() -> None:
+        await store.add([first, second, first])
+        assert sorted(load_acls(FileEngine(tmp_path)), key=str) == sorted([first, second], key=str)
+        assert await store.remove([exactly(first), None]) == [[first], []]
+        assert load_acls(FileEngine(tmp_path)) == [second]
+        assert authorizer.acls() == [second]
+        # The file cannot be replaced (a directory took its name): nothing changes.
+        (tmp_path / "acls.json").unlink()
+        (tmp_path / "acls.json").mkdir()
+        (tmp_path / "acls.json" / "x").write_text("")
+        with pytest.raises(OSError):
+            await store.add([first])
+        assert authorizer.acls() == [second]
+        with pytest.raises(OSError):
+            await store.remove([exactly(second)])
+        assert authorizer.acls() == [second]
+
+    asyncio.run(scenario())
+
+
+def test_acl_changes_are_made_on_the_stored_document() -> None:
+    """What a node adds or deletes is applied to the document as stored (which may hold
+    another node's change), never to what the node last knew."""
+    mine, theirs, also = acl(T, "t", Op.READ), acl(G, "g", Op.READ), acl(T, "u", Op.WRITE)
+    stored = encode_acls([theirs])
+    added = with_added(stored, [mine, mine])
+    assert added is not None and parse_acls(added) == [theirs, mine]
+    assert with_added(added, [theirs]) is None  # nothing new: nothing to write
+    assert parse_acls(with_added(None, [also])) == [also]
+    # A filter matches what is stored, another node's ACLs included.
+    any_topic = AclFilter(T, None, PatternType.ANY, None, None, Op.ANY, Permission.ANY)
+    both = encode_acls([theirs, mine, also])
+    left, matched = without_matching(both, [any_topic, None, exactly(also)])
+    assert parse_acls(left) == [theirs]
+    assert matched == [[mine, also], [], [also]]
+    assert without_matching(stored, [exactly(mine)]) == (None, [[]])

@@ -10,6 +10,8 @@ present: compaction, the last such, runs on both).
 
 from __future__ import annotations
 
+import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -434,3 +436,40 @@ def test_documents_are_not_topics(engines: EngineFactory) -> None:
     engine.write_document("topic-configs.json", b"{}")
     create(engine, "t")
     assert set(engines().stored_topics()) == {"t"}
+
+
+def test_concurrent_document_updates_lose_nothing(engines: EngineFactory) -> None:
+    """Writers in threads each add their items to one document, starting with no document at
+    all: every item is there. On PostgreSQL two of them have engines of their own (as nodes of a
+    cluster); a data directory has one engine (one process owns it: the broker's node.lock)."""
+    first = engines()
+    others = [first, first] if isinstance(first, FileEngine) else [engines(), engines()]
+    writers = [first, first, *others]
+    name = "shared.json"
+
+    def add(item: str) -> Callable[[bytes | None], bytes | None]:
+        def change(raw: bytes | None) -> bytes | None:
+            items = json.loads(raw or b"[]")
+            return json.dumps([*items, item]).encode()
+
+        return change
+
+    def work(w: int) -> None:
+        for i in range(15):
+            writers[w].update_document(name, add(f"{w}-{i}"))
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(len(writers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    stored = engines().read_document(name)
+    assert stored is not None
+    assert sorted(json.loads(stored)) == sorted(f"{w}-{i}" for w in range(4) for i in range(15))
+    # A change may leave the document as it is (None), and what it raises is raised.
+    assert first.update_document(name, lambda raw: None) == stored
+    with pytest.raises(KeyError):
+        first.update_document(name, lambda raw: {}["x"])  # type: ignore[no-any-return]
+    assert first.read_document(name) == stored
+    assert first.update_document("absent.json", lambda raw: None) is None
+    assert first.read_document("absent.json") is None

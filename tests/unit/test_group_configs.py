@@ -164,6 +164,21 @@ def test_the_document_survives_a_restart_and_a_bad_entry_is_skipped(tmp_path: Pa
     assert again.of("c") == {"share.isolation.level": "read_committed"}
 
 
+def test_a_change_is_made_on_the_stored_configs(tmp_path: Path) -> None:
+    """Two stores over one document (as two nodes): each one's change of a group is made on
+    what the other stored, so neither loses the other's."""
+    engine = FileEngine(tmp_path, fsync=False)
+    mine, theirs = GroupConfigs(engine, KAFKA), GroupConfigs(engine, KAFKA)
+    mine.set("g", {"consumer.heartbeat.interval.ms": "6000"})
+    theirs.set("h", {"share.isolation.level": "read_committed"})  # never read mine's change
+    both = theirs.alter("g", lambda current: {**current, "share.auto.offset.reset": "earliest"})
+    assert both == {"consumer.heartbeat.interval.ms": "6000", "share.auto.offset.reset": "earliest"}
+    assert mine.alter("g", dict) == both  # no change: nothing written, the stored set taken
+    assert mine.of("h") == {"share.isolation.level": "read_committed"}
+    assert json.loads(engine.read_document(CONFIGS_FILE) or b"") == {
+        "g": both, "h": {"share.isolation.level": "read_committed"}}
+
+
 def test_a_stored_value_outside_todays_bounds_applies_at_the_nearest_bound(tmp_path: Path) -> None:
     engine = FileEngine(tmp_path, fsync=False)
     GroupConfigs(engine, KAFKA).set("g", {"consumer.heartbeat.interval.ms": "15000"})

@@ -5,19 +5,28 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
+import threading
 
 import pytest
 
-from kcoord.broker.security.sasl.credentials import CredentialStore, Upsertion
+from kcoord.broker.security.sasl.credentials import (
+    CredentialStore,
+    Upsertion,
+    altered,
+    decode_users,
+    encode_users,
+)
 from kcoord.broker.security.sasl.scram import (
     ScramError,
     ScramServer,
     make_credential,
     password_matches,
 )
+from kcoord.storage.engine import DocumentChange
 from kcoord.storage.file_engine import FileEngine
 
 
@@ -103,6 +112,7 @@ class _CountingDocuments:
         self.stored: dict[str, bytes] = {}
         self.writes = 0
         self.fail = False
+        self.lock = threading.Lock()
 
     def read_document(self, name: str) -> bytes | None:
         return self.stored.get(name)
@@ -112,6 +122,14 @@ class _CountingDocuments:
             raise OSError(28, "No space left on device")
         self.writes += 1
         self.stored[name] = data
+
+    def update_document(self, name: str, change: DocumentChange) -> bytes | None:
+        with self.lock:
+            new = change(self.read_document(name))
+            if new is None:
+                return self.read_document(name)
+            self.write_document(name, new)
+            return new
 
 
 def _upsertion(user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> Upsertion:
@@ -170,3 +188,23 @@ def test_concurrent_alterations_all_land_even_if_their_callers_go_away() -> None
     asyncio.run(main())
     assert sorted(store.users) == [f"u{i}" for i in range(5)]
     assert sorted(json.loads(documents.stored["scram-credentials.json"])) == [f"u{i}" for i in range(5)]
+
+
+def test_an_alteration_is_made_on_the_stored_document() -> None:
+    """Another node's users, stored since this node last read the document, stay: the
+    deletions and upsertions apply to the document as stored."""
+    theirs = encode_users({"carol": {"SCRAM-SHA-256": make_credential("SCRAM-SHA-256", "c")}})
+    raw = altered(theirs, [("carol", "SCRAM-SHA-512"), ("nobody", "SCRAM-SHA-256")],
+                  [_upsertion("dave", "d"), _upsertion("dave", "d2", "SCRAM-SHA-512")])
+    users = decode_users(raw)
+    assert sorted(users) == ["carol", "dave"] and sorted(users["dave"]) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert decode_users(altered(raw, [("carol", "SCRAM-SHA-256")], [])).keys() == {"dave"}
+    assert decode_users(altered(None, [], [])) == {}
+
+
+def test_two_thousand_upsertions_are_one_document_write() -> None:
+    documents = _CountingDocuments()
+    store = CredentialStore(documents)
+    one = _upsertion("u", "p")
+    asyncio.run(store.alter([], [dataclasses.replace(one, user=f"u{i}") for i in range(2000)]))
+    assert documents.writes == 1 and len(store.users) == 2000

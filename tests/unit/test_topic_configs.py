@@ -177,3 +177,29 @@ def test_the_produce_rules_follow_the_topics_configs(tmp_path: Path) -> None:
     configs.set(tid, "t", {"compression.type": "gzip", "cleanup.policy": ""})
     s = configs.settings(tid, "t")
     assert (s.rules.codec, s.rules.level, s.delete, s.compact) == (Compression.GZIP, None, False, False)
+
+
+def test_a_change_is_made_on_the_stored_overrides(tmp_path: Path) -> None:
+    """Two stores over one document (as two nodes): each one's change of a key of one topic is
+    made on what the other stored, so both keys stay; a deletion removes only its topic."""
+    engine = FileEngine(tmp_path, fsync=False)
+    mine, theirs = TopicConfigs(engine, builtin_defaults), TopicConfigs(engine, builtin_defaults)
+    tid, other = uuid.uuid4(), uuid.uuid4()
+    mine.set(tid, "t", {"retention.ms": "1000"})
+    theirs.set(other, "u", {"segment.ms": "5000"})  # theirs never read mine's change
+
+    def add(key: str, value: str) -> Any:
+        return lambda current: {**current, key: value}
+
+    assert theirs.alter(tid, "t", add("segment.ms", "60000")) == {
+        "retention.ms": "1000", "segment.ms": "60000"}
+    assert mine.alter(tid, "t", add("max.message.bytes", "2048")) == {
+        "retention.ms": "1000", "segment.ms": "60000", "max.message.bytes": "2048"}
+    assert mine.overrides(other, "u") == {"segment.ms": "5000"}  # holds what it wrote
+    with pytest.raises(ValueError):  # what a change raises: nothing written
+        mine.alter(tid, "t", lambda current: int("x"))  # type: ignore[arg-type,return-value]
+    theirs.forget(other)
+    again = TopicConfigs(engine, builtin_defaults)
+    again.read()
+    assert again.overrides(tid, "t") == mine.overrides(tid, "t")
+    assert again.overrides(other, "u") == {}

@@ -211,6 +211,15 @@ def test_producer_ids_are_never_reused_across_restarts(tmp_path: Path) -> None:
     assert (tmp_path / "producer-ids").read_text() == "next.block.start=30\n"
 
 
+def test_two_nodes_never_take_the_same_producer_id_block(tmp_path: Path) -> None:
+    """Both started on one document (as two nodes of a cluster): each block starts where the
+    document says the last one, whoever took it, ended."""
+    engine = FileEngine(tmp_path)
+    one, two = ProducerIdBlocks(engine, block_size=10), ProducerIdBlocks(engine, block_size=10)
+    given = [one.allocate(), two.allocate()] + [b.allocate() for _ in range(12) for b in (one, two)]
+    assert len(set(given)) == len(given) and given[:2] == [0, 10]
+
+
 async def test_compaction_keeps_the_newest_state_of_every_id(tmp_path: Path) -> None:
     settings = {"transaction.state.log.num.partitions": 1,
                 "transaction.state.log.segment.bytes": 1024, "log.cleaner.enable": "false"}

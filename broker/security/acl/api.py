@@ -99,7 +99,7 @@ class AclApi:
             ],
         )
 
-    def create_acls(self, ctx: RequestContext, req: Any) -> Any:
+    async def create_acls(self, ctx: RequestContext, req: Any) -> Any:
         refused = self._refused(ctx, Operation.ALTER)
         results: list[tuple[int, str | None]] = []
         valid: list[Acl] = []
@@ -125,7 +125,7 @@ class AclApi:
         if valid:
             assert self.store is not None
             try:
-                self.store.add(valid)
+                await self.store.add(valid)
             except OSError as e:
                 log.error("could not store ACLs: %s", describe_error(e))
                 failed = (ErrorCode.kafka_storage_error, "The ACLs could not be stored.")
@@ -135,30 +135,28 @@ class AclApi:
             results=[dict(error_code=code, error_message=message) for code, message in results],
         )
 
-    def delete_acls(self, ctx: RequestContext, req: Any) -> Any:
+    async def delete_acls(self, ctx: RequestContext, req: Any) -> Any:
         refused = self._refused(ctx, Operation.ALTER)
-        filters = [_filter(f) for f in req.filters]
-        matched: list[list[Acl]] = []
+        filters: list[AclFilter | None] = []
         errors: list[tuple[int, str | None]] = []
-        for acl_filter in filters:
+        for f in req.filters:
+            acl_filter = _filter(f)
             reason = acl_filter.invalid_reason()
             if refused is not None or reason is not None:
                 errors.append(refused or (ErrorCode.invalid_request, reason))
-                matched.append([])
-                continue
-            assert self.store is not None
-            errors.append((0, None))
-            matched.append([a for a in self.store.authorizer.acls() if acl_filter.matches(a)])
-        doomed = {a for acls in matched for a in acls}
-        if doomed:
-            assert self.store is not None
+                filters.append(None)
+            else:
+                errors.append((0, None))
+                filters.append(acl_filter)
+        matched: list[list[Acl]] = [[] for _ in filters]
+        if self.store is not None:
             try:
-                self.store.remove(doomed)
+                # matched against the stored document, which may hold other nodes' new ACLs
+                matched = await self.store.remove(filters)
             except OSError as e:
                 log.error("could not store ACLs: %s", describe_error(e))
                 failed = (ErrorCode.kafka_storage_error, "The ACLs could not be stored.")
                 errors = [failed if code == 0 else (code, m) for code, m in errors]
-                matched = [[] for _ in matched]
         return ctx.respond(
             throttle_time=0,
             filter_results=[

@@ -2,19 +2,23 @@
 
 The document ``acls.json`` lists every ACL; it is replaced atomically and durably before
 CreateAcls or DeleteAcls answers, so an acknowledged change survives a crash and a crash leaves
-the old or the new list. The in-memory :class:`~broker.security.acl.model.AclAuthorizer` changes
-with the document: a change applies to the next request.
+the old or the new list. A change is made on the document as stored (:func:`with_added`,
+:func:`without_matching`: pure functions of its bytes), so two nodes of a cluster changing it at
+once both keep theirs (``Documents.update_document``). The in-memory
+:class:`~broker.security.acl.model.AclAuthorizer` then becomes what the document holds: a change
+applies to the next request.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kcoord.storage.engine import Documents
 
-from .model import Acl, AclAuthorizer
+from ...cluster.documents import DocumentUpdates
+from .model import Acl, AclAuthorizer, AclFilter
 
 if TYPE_CHECKING:
     from ...config import Config
@@ -31,6 +35,32 @@ def parse_acls(raw: bytes | None) -> list[Acl]:
     if raw is None:
         return []
     return [Acl.from_json(d) for d in json.loads(raw)["acls"]]
+
+
+def encode_acls(acls: Iterable[Acl]) -> bytes:
+    return json.dumps({"version": 1, "acls": [a.to_json() for a in acls]}, indent=1).encode()
+
+
+def with_added(raw: bytes | None, acls: Iterable[Acl]) -> bytes | None:
+    """The stored document ``raw`` with ``acls`` added (those already there once); None if it
+    holds them all already."""
+    stored = parse_acls(raw)
+    held = set(stored)
+    new = [a for a in dict.fromkeys(acls) if a not in held]
+    return encode_acls(stored + new) if new else None
+
+
+def without_matching(
+    raw: bytes | None, filters: Sequence[AclFilter | None]
+) -> tuple[bytes | None, list[list[Acl]]]:
+    """The stored document ``raw`` without the ACLs any of ``filters`` matches (None: nothing
+    matched), and what each filter matched (a None filter, one refused, matches nothing)."""
+    stored = parse_acls(raw)
+    matched = [[a for a in stored if f is not None and f.matches(a)] for f in filters]
+    doomed = {a for acls in matched for a in acls}
+    if not doomed:
+        return None, matched
+    return encode_acls(a for a in stored if a not in doomed), matched
 
 
 def build_authorizer(
@@ -51,36 +81,33 @@ class AclStore:
     def __init__(self, documents: Documents, authorizer: AclAuthorizer) -> None:
         self.documents = documents
         self.authorizer = authorizer
+        self.updates = DocumentUpdates(documents, FILE_NAME, self.stored_elsewhere)
 
-    def add(self, acls: Iterable[Acl]) -> None:
+    async def add(self, acls: Iterable[Acl]) -> None:
         """Store ACLs (those already there are left as they are); OSError if the document cannot
         be written, and then nothing changed."""
-        new = self.authorizer.add(acls)
-        if new:
-            try:
-                self._save()
-            except OSError:
-                self.authorizer.remove(new)
-                raise
+        wanted = tuple(acls)
+        if wanted:
+            await self.updates.update(lambda raw: with_added(raw, wanted))
 
-    def remove(self, acls: Iterable[Acl]) -> None:
-        """Delete ACLs; OSError if the document cannot be written, and then nothing changed."""
-        acls = list(acls)
-        if acls:
-            self.authorizer.remove(acls)
-            try:
-                self._save()
-            except OSError:
-                self.authorizer.add(acls)
-                raise
+    async def remove(self, filters: Sequence[AclFilter | None]) -> list[list[Acl]]:
+        """Delete the ACLs the filters match in the stored document; what each matched. OSError
+        if the document cannot be written, and then nothing changed."""
+        matched: list[list[Acl]] = [[] for _ in filters]
+
+        def change(raw: bytes | None) -> bytes | None:
+            nonlocal matched
+            new, matched = without_matching(raw, filters)  # (the last call is the one stored)
+            return new
+
+        if any(f is not None for f in filters):
+            await self.updates.update(change)
+        return matched
 
     def stored_elsewhere(self, raw: bytes | None) -> None:
-        """Another node changed the document (cluster mode): the ACLs become what it holds."""
+        """The ACLs become what a stored document holds (another node changed it, in cluster
+        mode; or this node, after a change)."""
         now = set(parse_acls(raw))
         held = set(self.authorizer.acls())
         self.authorizer.remove(held - now)
         self.authorizer.add(now - held)
-
-    def _save(self) -> None:
-        data = {"version": 1, "acls": [a.to_json() for a in self.authorizer.acls()]}
-        self.documents.write_document(FILE_NAME, json.dumps(data, indent=1).encode())

@@ -6,16 +6,17 @@ durably, so a crash leaves the old or the new one. SASL/PLAIN logins are checked
 same credentials.
 
 Online changes (AlterUserScramCredentials, :meth:`CredentialStore.alter`) come a request at a
-time: the request's deletions and upsertions make one new set of users and one document, both
-built and written in a worker thread, so that a request of thousands of changes costs one
-fsync and no time on the event loop. The users the broker checks logins against are replaced
-by the new set once the document is on disk (never before, so what a login sees is durable).
-``put`` and ``delete`` write at once, for ``kcoord users`` (no broker running).
+time: the request's deletions and upsertions are applied together to the document as stored
+(:func:`altered`, a function of its bytes) and written once, in a worker thread, so that a
+request of thousands of changes costs one write and no time on the event loop, and two nodes of
+a cluster changing the document at once both keep their changes (``Documents.update_document``).
+The users the broker checks logins against become those of the document once it is written
+(never before, so what a login sees is durable). ``put`` and ``delete`` change the document at
+once, for ``kcoord users`` (no broker running).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from kcoord.storage.engine import Documents
 
+from ...cluster.documents import DocumentUpdates
 from .scram import MECHANISMS, ScramCredential, credential_from_salted, password_matches
 
 FILE_NAME = "scram-credentials.json"
@@ -49,26 +51,13 @@ class CredentialStore:
         self.users: Users = {}
         """Never changed in place once the broker serves: replaced by a new mapping (so that a
         worker thread may read it while the loop goes on)."""
-        self._altering = asyncio.Lock()
-        self._writes: set[asyncio.Task[None]] = set()
+        self.updates = DocumentUpdates(documents, FILE_NAME, self.stored_elsewhere)
         self.stored_elsewhere(documents.read_document(FILE_NAME))
 
     def stored_elsewhere(self, stored: bytes | None) -> None:
         """The users become those of a stored document (start-up; another node changed it, in
-        cluster mode)."""
-        users: Users = {}
-        for user, mechanisms in json.loads(stored or b"{}").items():
-            users[user] = {
-                mechanism: ScramCredential(
-                    base64.b64decode(c["salt"]),
-                    int(c["iterations"]),
-                    base64.b64decode(c["stored_key"]),
-                    base64.b64decode(c["server_key"]),
-                )
-                for mechanism, c in mechanisms.items()
-                if mechanism in MECHANISMS
-            }
-        self.users = users
+        cluster mode; this node, after a change)."""
+        self.users = decode_users(stored)
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users.get(user, {}).get(mechanism)
@@ -90,59 +79,74 @@ class CredentialStore:
         once it is durable and the users are replaced. OSError if the document could not be
         written, and then nothing changed. The caller being cancelled (its client gone) does
         not stop the change half-way: it completes regardless."""
-        write = asyncio.ensure_future(self._alter(tuple(deletions), tuple(upsertions)))
-        self._writes.add(write)  # the loop keeps only a weak reference to a task
-        write.add_done_callback(self._writes.discard)
-        await asyncio.shield(write)
-
-    async def _alter(
-        self, deletions: tuple[tuple[str, str], ...], upsertions: tuple[Upsertion, ...]
-    ) -> None:
-        async with self._altering:  # one change at a time: each starts from the last one's users
-            self.users = await asyncio.to_thread(self._write_altered, deletions, upsertions)
-
-    def _write_altered(
-        self, deletions: tuple[tuple[str, str], ...], upsertions: tuple[Upsertion, ...]
-    ) -> Users:
-        """(In a worker thread.) The users with the changes made, once their document is on
-        disk. The current mapping and its entries are copied where they change, never touched."""
-        users = dict(self.users)
-        for user, mechanism in deletions:
-            mechanisms = users.get(user)
-            if mechanisms is not None and mechanism in mechanisms:
-                remaining = {m: c for m, c in mechanisms.items() if m != mechanism}
-                if remaining:
-                    users[user] = remaining
-                else:
-                    del users[user]
-        for u in upsertions:
-            credential = credential_from_salted(u.mechanism, u.salted_password, u.salt, u.iterations)
-            users[u.user] = {**users.get(u.user, {}), u.mechanism: credential}
-        self.documents.write_document(FILE_NAME, _encode(users))
-        return users
+        gone, new = tuple(deletions), tuple(upsertions)
+        await self.updates.update(lambda raw: altered(raw, gone, new))
 
     def put(self, user: str, mechanism: str, credential: ScramCredential) -> None:
-        self.users.setdefault(user, {})[mechanism] = credential
-        self.save()
+        def change(raw: bytes | None) -> bytes:
+            users = decode_users(raw)
+            users[user] = {**users.get(user, {}), mechanism: credential}
+            return encode_users(users)
+
+        self.stored_elsewhere(self.documents.update_document(FILE_NAME, change))
 
     def delete(self, user: str, mechanism: str | None = None) -> bool:
-        mechanisms = self.users.get(user)
-        if mechanisms is None or (mechanism is not None and mechanism not in mechanisms):
-            return False
-        if mechanism is None:
-            del self.users[user]
-        else:
-            del mechanisms[mechanism]
-            if not mechanisms:
-                del self.users[user]
-        self.save()
-        return True
+        """Delete a user's credential (all of them: ``mechanism`` None); whether there was one."""
+        found = False
 
-    def save(self) -> None:
-        self.documents.write_document(FILE_NAME, _encode(self.users))
+        def change(raw: bytes | None) -> bytes | None:
+            nonlocal found
+            users = decode_users(raw)
+            mechanisms = users.get(user, {})
+            found = mechanism in mechanisms if mechanism is not None else bool(mechanisms)
+            if not found:
+                return None
+            gone = [mechanism] if mechanism is not None else list(mechanisms)
+            return altered(raw, tuple((user, m) for m in gone), ())
+
+        self.stored_elsewhere(self.documents.update_document(FILE_NAME, change))
+        return found
 
 
-def _encode(users: Mapping[str, Mapping[str, ScramCredential]]) -> bytes:
+def decode_users(stored: bytes | None) -> Users:
+    """The users of a stored document (none if there is none)."""
+    users: Users = {}
+    for user, mechanisms in json.loads(stored or b"{}").items():
+        users[user] = {
+            mechanism: ScramCredential(
+                base64.b64decode(c["salt"]),
+                int(c["iterations"]),
+                base64.b64decode(c["stored_key"]),
+                base64.b64decode(c["server_key"]),
+            )
+            for mechanism, c in mechanisms.items()
+            if mechanism in MECHANISMS
+        }
+    return users
+
+
+def altered(
+    raw: bytes | None, deletions: Sequence[tuple[str, str]], upsertions: Sequence[Upsertion]
+) -> bytes:
+    """The stored document ``raw`` with the ``(user, mechanism)`` credentials of ``deletions``
+    deleted (those missing skipped), then ``upsertions`` stored (each derived here: call it off
+    the event loop)."""
+    users = decode_users(raw)
+    for user, mechanism in deletions:
+        mechanisms = users.get(user)
+        if mechanisms is not None and mechanism in mechanisms:
+            remaining = {m: c for m, c in mechanisms.items() if m != mechanism}
+            if remaining:
+                users[user] = remaining
+            else:
+                del users[user]
+    for u in upsertions:
+        credential = credential_from_salted(u.mechanism, u.salted_password, u.salt, u.iterations)
+        users[u.user] = {**users.get(u.user, {}), u.mechanism: credential}
+    return encode_users(users)
+
+
+def encode_users(users: Mapping[str, Mapping[str, ScramCredential]]) -> bytes:
     data = {
         user: {
             mechanism: {
