@@ -21,11 +21,11 @@ batching and offload (KIP-1263).
   those that joined get an empty target), and the next computation follows per the interval.
   A result for a group that is gone (or deleted and created again), was reloaded, or whose
   write failed since is dropped.
-  Unlike Kafka, which decides by the config alone, a group whose first target it is, or whose
-  input is small (fewer than :data:`OFFLOAD_MIN_SIZE` members plus partitions), computes inline:
-  handing it to a thread would cost more than running it. Kafka 4.3 starts every group at epoch
-  1 with an empty target so that a new group's members have an epoch while its first offloaded
-  run is out; kcoord computes that first target inline and keeps groups starting at epoch 0.
+  A group starts at epoch 1 with an empty target (KAFKA-20268,
+  :data:`coordinator.consumer.group.INITIAL_EPOCH`), so a new group's members have an epoch
+  to reconcile to while its first run is out. Unlike Kafka, which decides by the config alone,
+  a group whose input is small (fewer than :data:`OFFLOAD_MIN_SIZE` members plus partitions)
+  computes inline: handing it to a thread would cost more than running it.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class TargetBatching:
         group.assignment_timer = 0
         manager = self._manager
         job = assignment_job(group, manager.config.consumer_assignors[0])
-        if group.assignment_epoch > 0 and job.size >= OFFLOAD_MIN_SIZE and self.offload(group.group_id):
+        if job.size >= OFFLOAD_MIN_SIZE and self.offload(group.group_id):
             job = dataclasses.replace(job, run=next(self._runs))
             group.assigning_epoch, group.assigning_run = job.epoch, job.run
             self.requests.append(AssignmentRequest(job))

@@ -7,8 +7,9 @@ session timeout and protocols as the record's ClassicMemberMetadata), bumps the 
 need be, and reconciles it against the partitions the subscription says it owns; it is answered
 at once, as a follower, with its member epoch as the generation. SyncGroup hands out the
 member's current assignment. Heartbeat answers REBALANCE_IN_PROGRESS when the member must
-rejoin: the group epoch moved on, it has partitions to revoke, or partitions it waits for were
-released. A classic member that does not rejoin, or does not sync after joining, within its
+rejoin: a target newer than its epoch is there (KAFKA-20272: not merely a newer group epoch,
+which batching or offload may leave ahead of the target for a while), it has partitions to
+revoke, or partitions it waits for were released; SyncGroup answers it on the same newer target. A classic member that does not rejoin, or does not sync after joining, within its
 rebalance timeout is fenced (Kafka's join and sync timeouts).
 """
 
@@ -175,8 +176,8 @@ class ClassicMembers:
         ):
             manager.op.reply(handle, sync_error(ErrorCode.inconsistent_group_protocol))
             return
-        if member.member_epoch < group.group_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-            # A newer epoch: rejoin first (one that is revoking has rejoined already).
+        if member.member_epoch < group.assignment_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            # A newer target: rejoin first (one that is revoking has rejoined already).
             manager.op.reply(handle, sync_error(ErrorCode.rebalance_in_progress))
             return
         manager.arm_session(group, member, now_ms)
@@ -207,7 +208,7 @@ class ClassicMembers:
         member = found
         manager.arm_session(group, member, now_ms)
         if (
-            member.member_epoch < group.group_epoch
+            member.member_epoch < group.assignment_epoch
             or member.state is MemberState.UNREVOKED_PARTITIONS
             or (member.state is MemberState.UNRELEASED_PARTITIONS and not _waiting(group, member))
         ):

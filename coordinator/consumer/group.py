@@ -29,6 +29,11 @@ RECONCILING = "Reconciling"
 STABLE = "Stable"
 DEAD = "Dead"
 
+INITIAL_EPOCH = 1
+"""A new group's epoch and target assignment epoch (KAFKA-20268, Kafka 4.3): its target at
+epoch 1 is empty, so members joining it reconcile towards epoch 1 (0 being the joining epoch)
+while the first computed target, at epoch 2 or later, is not there yet."""
+
 
 @dataclass(slots=True)
 class MemberTimers:
@@ -53,8 +58,8 @@ class ResolvedRegex:
 @dataclass(slots=True)
 class ConsumerGroup:
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    group_epoch: int = INITIAL_EPOCH
+    assignment_epoch: int = INITIAL_EPOCH
     assignment_timestamp: int = 0
     """When the target at ``assignment_epoch`` was computed (KIP-1263; 0: not known)."""
     metadata_hash: int = 0

@@ -376,9 +376,10 @@ class ConsumerGroupManager:
         )
 
     def fence(self, change: Change, member: ConsumerMember, why: str, now_ms: int) -> None:
-        """Remove a member (tombstones 8, 7, 5) and bump the group epoch (3); or, when the
-        last consumer-protocol member goes and classic members remain, hand the group back to
-        the classic protocol (:attr:`downgrade`)."""
+        """Remove a member (tombstones 8, 7, 5) and bump the group epoch (3); a group left
+        empty also gets its target epoch caught up with it (6, KAFKA-20442: an empty group's
+        epochs match). Or, when the last consumer-protocol member goes and classic members
+        remain, hand the group back to the classic protocol (:attr:`downgrade`)."""
         group = change.group
         change.touch()
         downgrade = self.downgrade
@@ -397,6 +398,9 @@ class ConsumerGroupManager:
         refresh_topics(self.op, change, self.topics, now_ms, None)
         log.info("group %s: member %s %s", group.group_id, member.member_id, why)
         bump_group_epoch(self.op, change, now_ms, f"member {member.member_id} {why}")
+        if not group.members:  # nothing to compute: the (empty) target is at the new epoch
+            group.assignment_epoch = group.group_epoch
+            self.op.emit(*records.assignment_epoch_record(group))
 
     def finish(self, change: Change, handle: Hashable | None) -> None:
         """Register a created group and attach the undo of a changing operation."""

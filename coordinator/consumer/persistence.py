@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kcoord.coordinator.consumer.group import ConsumerGroup, ResolvedRegex
+from kcoord.coordinator.consumer.group import INITIAL_EPOCH, ConsumerGroup, ResolvedRegex
 from kcoord.coordinator.consumer.member import Assignment, ConsumerMember, MemberState
 from kcoord.coordinator.consumer.records import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -236,7 +236,7 @@ class ConsumerGroupLoader:
             group = ConsumerGroup(
                 gid,
                 group_epoch=loaded.epoch.epoch,
-                assignment_epoch=loaded.assignment_epoch or 0,
+                assignment_epoch=INITIAL_EPOCH if loaded.assignment_epoch is None else loaded.assignment_epoch,
                 assignment_timestamp=loaded.assignment_timestamp,
                 metadata_hash=loaded.epoch.metadata_hash,
                 legacy_partition_metadata=loaded.legacy_partition_metadata,

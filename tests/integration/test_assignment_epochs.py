@@ -85,32 +85,33 @@ def commit(c: RawClient, member: str, epoch: int, partitions: list[int]) -> dict
 def test_kip_1251_a_commit_with_an_older_epoch_is_accepted_for_partitions_assigned_by_then(
     broker: BrokerProcess,
 ) -> None:
-    """a (epoch 1, all 4 partitions) gives 2 to b and moves to epoch 2: its commit at epoch 1
-    for the 2 it kept is accepted (STALE_MEMBER_EPOCH before KIP-1251). b leaves, a takes
-    b's 2 at epoch 3: a commit at epoch 2 is refused for those and accepted for the others."""
+    """a (epoch 2, all 4 partitions: a new group is at epoch 1, KAFKA-20268) gives 2 to b and
+    moves to epoch 3: its commit at epoch 2 for the 2 it kept is accepted (STALE_MEMBER_EPOCH
+    before KIP-1251). b leaves, a takes b's 2 at epoch 4: a commit at epoch 3 is refused for
+    those and accepted for the others."""
     create_topic(broker.bootstrap, "raw-t", 4)
     with RawClient(broker.port) as c:
         r = join(c, "a")
-        assert r.member_epoch == 1
+        assert r.member_epoch == 2
         a_has = owned(r, [])
         assert parts(a_has) == {0, 1, 2, 3}
-        assert join(c, "b").member_epoch == 2
-        r = heartbeat(c, "a", 1, a_has)  # told to revoke two
-        assert r.member_epoch == 1
+        assert join(c, "b").member_epoch == 3
+        r = heartbeat(c, "a", 2, a_has)  # told to revoke two
+        assert r.member_epoch == 2
         kept = sorted(parts(owned(r, a_has)))
         assert len(kept) == 2
         a_has = owned(r, a_has)
-        r = heartbeat(c, "a", 1, a_has)  # revoked: on to epoch 2
-        assert r.member_epoch == 2
-        assert commit(c, "a", 1, kept) == dict.fromkeys(kept, 0)
+        r = heartbeat(c, "a", 2, a_has)  # revoked: on to epoch 3
+        assert r.member_epoch == 3
         assert commit(c, "a", 2, kept) == dict.fromkeys(kept, 0)
-        assert commit(c, "a", 3, kept) == dict.fromkeys(kept, STALE_MEMBER_EPOCH)
+        assert commit(c, "a", 3, kept) == dict.fromkeys(kept, 0)
+        assert commit(c, "a", 4, kept) == dict.fromkeys(kept, STALE_MEMBER_EPOCH)
         others = sorted({0, 1, 2, 3} - set(kept))
-        assert commit(c, "a", 1, others) == dict.fromkeys(others, STALE_MEMBER_EPOCH)
+        assert commit(c, "a", 2, others) == dict.fromkeys(others, STALE_MEMBER_EPOCH)
         heartbeat(c, "b", -1)
-        r = heartbeat(c, "a", 2, a_has)
-        assert r.member_epoch == 3 and parts(owned(r, a_has)) == {0, 1, 2, 3}
-        got = commit(c, "a", 2, [0, 1, 2, 3])
+        r = heartbeat(c, "a", 3, a_has)
+        assert r.member_epoch == 4 and parts(owned(r, a_has)) == {0, 1, 2, 3}
+        got = commit(c, "a", 3, [0, 1, 2, 3])
         assert got == {**dict.fromkeys(others, STALE_MEMBER_EPOCH), **dict.fromkeys(kept, 0)}
         heartbeat(c, "a", -1)
 

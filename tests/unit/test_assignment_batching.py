@@ -75,9 +75,9 @@ def land(g: Group, fail: bool = False) -> int:
 
 def test_kip_1263_a_new_groups_first_target_is_computed_at_once() -> None:
     g = batched()
-    r = g.hb("a", 0)
-    assert r.member_epoch == 1 and partitions(r) == set(range(6))
-    assert [(v.assignment_epoch, v.assignment_timestamp) for v in target_epochs(g)] == [(1, T0)]
+    r = g.hb("a", 0)  # the group starts at epoch 1 (KAFKA-20268): its first target is epoch 2
+    assert r.member_epoch == 2 and partitions(r) == set(range(6))
+    assert [(v.assignment_epoch, v.assignment_timestamp) for v in target_epochs(g)] == [(2, T0)]
 
 
 def test_kip_1263_joins_within_the_interval_give_one_computation() -> None:
@@ -87,21 +87,21 @@ def test_kip_1263_joins_within_the_interval_give_one_computation() -> None:
         g.now += 100
         r = g.hb(m, 0)
         # The last target stands: the new member is at its epoch, with nothing yet.
-        assert (r.error, r.member_epoch, partitions(r)) == (E.none, 1, set())
+        assert (r.error, r.member_epoch, partitions(r)) == (E.none, 2, set())
         assert target_epochs(g) == []
         group = g.group()
-        assert (group.group_epoch, group.assignment_epoch, group.state) == (2 + i, 1, "Assigning")
+        assert (group.group_epoch, group.assignment_epoch, group.state) == (3 + i, 2, "Assigning")
     g.advance(799)  # T0 + 999: not yet
-    assert target_epochs(g) == [] and g.group().assignment_epoch == 1
+    assert target_epochs(g) == [] and g.group().assignment_epoch == 2
     g.advance(1)  # the interval has passed since the first computation: one for both joins
-    assert [(v.assignment_epoch, v.assignment_timestamp) for v in target_epochs(g)] == [(3, T0 + 1000)]
+    assert [(v.assignment_epoch, v.assignment_timestamp) for v in target_epochs(g)] == [(4, T0 + 1000)]
     target = g.group().target
     assert sorted(len(p) for a in target.values() for p in a.values()) == [2, 2, 2]
     # a revokes what it gives up; then b and c get theirs at the new epoch.
-    g.hb("a", 1, topic_partitions=_owned(g, "a"))
-    g.hb("a", 1, topic_partitions=())
-    assert g.hb("b", 1, topic_partitions=()).member_epoch == 3
-    assert len(partitions(g.hb("c", 1, topic_partitions=()))) == 2
+    g.hb("a", 2, topic_partitions=_owned(g, "a"))
+    g.hb("a", 2, topic_partitions=())
+    assert g.hb("b", 2, topic_partitions=()).member_epoch == 4
+    assert len(partitions(g.hb("c", 2, topic_partitions=()))) == 2
 
 
 def test_kip_1263_a_heartbeat_after_the_interval_computes_without_waiting_for_the_timer() -> None:
@@ -110,9 +110,9 @@ def test_kip_1263_a_heartbeat_after_the_interval_computes_without_waiting_for_th
     g.now += 100
     g.hb("b", 0)
     g.now += 2000  # past the interval, before the shard's timer ran
-    r = g.hb("b", 1, topic_partitions=())
-    assert [v.assignment_epoch for v in target_epochs(g)] == [2]
-    assert r.member_epoch in (1, 2)  # reconciling towards epoch 2 (a still holds its share)
+    r = g.hb("b", 2, topic_partitions=())
+    assert [v.assignment_epoch for v in target_epochs(g)] == [3]
+    assert r.member_epoch in (2, 3)  # reconciling towards epoch 3 (a still holds its share)
 
 
 def test_kip_1263_an_interval_of_zero_computes_at_every_epoch() -> None:
@@ -120,7 +120,7 @@ def test_kip_1263_an_interval_of_zero_computes_at_every_epoch() -> None:
     g.hb("a", 0)
     g.now += 1
     g.hb("b", 0)
-    assert [v.assignment_epoch for v in target_epochs(g)] == [2]
+    assert [v.assignment_epoch for v in target_epochs(g)] == [3]
 
 
 def test_kip_1263_the_groups_own_interval_overrides_the_brokers() -> None:
@@ -128,7 +128,7 @@ def test_kip_1263_the_groups_own_interval_overrides_the_brokers() -> None:
     g.hb("a", 0)
     g.now += 1
     g.hb("b", 0)
-    assert [v.assignment_epoch for v in target_epochs(g)] == [2]
+    assert [v.assignment_epoch for v in target_epochs(g)] == [3]
 
 
 # ---- offload ----------------------------------------------------------------------------------
@@ -136,59 +136,63 @@ def test_kip_1263_the_groups_own_interval_overrides_the_brokers() -> None:
 
 def test_kip_1263_a_large_groups_target_is_computed_off_the_coordinator() -> None:
     g = offloaded()
-    g.hb("a", 0)  # a new group's first target: inline
-    assert g.group().assignment_epoch == 1 and g.shard.take_assignment_requests() == []
+    r = g.hb("a", 0)  # a new group's first target goes out too: a waits at epoch 1 (KAFKA-20268)
+    assert (r.member_epoch, partitions(r)) == (1, set())
+    assert (g.group().assignment_epoch, g.group().assigning_epoch) == (1, 2)
+    assert land(g) == 1 and g.group().assignment_epoch == 2
     g.now += 10
     r = g.hb("b", 0)
-    assert (r.member_epoch, partitions(r)) == (1, set())  # from the last target
-    assert target_epochs(g) == [] and g.group().assigning_epoch == 2
+    assert (r.member_epoch, partitions(r)) == (2, set())  # from the last target
+    assert target_epochs(g) == [] and g.group().assigning_epoch == 3
     g.now += 10
     g.hb("c", 0)  # a run is out: no second one
-    assert g.group().group_epoch == 3
+    assert g.group().group_epoch == 4
     g.now += 10
     assert land(g) == 1
-    # The run of epoch 2 becomes the target at epoch 2 (c, who joined since, gets nothing),
-    # and the next one, for epoch 3, starts at once (interval 0).
-    assert [(v.assignment_epoch, v.assignment_timestamp) for v in target_epochs(g)] == [(2, T0 + 30)]
+    # The run of epoch 3 becomes the target at epoch 3 (c, who joined since, gets nothing),
+    # and the next one, for epoch 4, starts at once (interval 0).
+    assert [(v.assignment_epoch, v.assignment_timestamp) for v in target_epochs(g)] == [(3, T0 + 30)]
     group = g.group()
-    assert group.assignment_epoch == 2 and group.target["c"] == {}
+    assert group.assignment_epoch == 3 and group.target["c"] == {}
     assert sum(len(p) for p in group.target["b"].values()) == BIG // 2
-    assert group.assigning_epoch == 3
-    assert land(g) == 1 and g.group().assignment_epoch == 3
+    assert group.assigning_epoch == 4
+    assert land(g) == 1 and g.group().assignment_epoch == 4
     assert sorted(sum(len(p) for p in a.values()) for a in g.group().target.values()) == [333, 333, 334]
 
 
 def test_kip_1263_a_landed_target_skips_members_that_left_meanwhile() -> None:
     g = offloaded(interval=1000)
     g.hb("a", 0)
+    assert land(g) == 1  # the first target, at epoch 2
     g.now += 10
     g.hb("b", 0)
     g.now += 10
     g.hb("c", 0)  # batched: waits for the interval
     g.now += 1000
-    g.hb("c", 1, topic_partitions=())  # the interval passed: a run of epoch 3 goes out
-    assert g.group().assigning_epoch == 3
-    g.hb("b", -1)  # b leaves: epoch 4
+    g.hb("c", 2, topic_partitions=())  # the interval passed: a run of epoch 4 goes out
+    assert g.group().assigning_epoch == 4
+    g.hb("b", -1)  # b leaves: epoch 5
     assert land(g) == 1
     group = g.group()
-    assert group.assignment_epoch == 3 and set(group.target) == {"a", "c"}
-    # Epoch 4 waits for the interval after this computation.
-    assert group.group_epoch == 4 and group.assigning_epoch == 0 and group.assignment_timer
+    assert group.assignment_epoch == 4 and set(group.target) == {"a", "c"}
+    # Epoch 5 waits for the interval after this computation.
+    assert group.group_epoch == 5 and group.assigning_epoch == 0 and group.assignment_timer
 
 
 def test_kip_1263_a_result_for_an_undone_operation_is_dropped() -> None:
     g = offloaded()
     g.hb("a", 0)
+    assert land(g) == 1  # the first target, at epoch 2
     from kcoord.coordinator.consumer.messages import ConsumerGroupHeartbeatRequest
 
     req = ConsumerGroupHeartbeatRequest("g", "b", 0, rebalance_timeout_ms=5000,
                                         subscribed_topic_names=("t",), topic_partitions=())
     out = g.shard.consumer_group_heartbeat("h", req, g.now)
-    assert g.group().assigning_epoch == 2
+    assert g.group().assigning_epoch == 3
     g.shard.append_failed(out, E.not_leader_or_follower, g.now)  # the join is undone
     assert set(g.group().members) == {"a"} and g.group().assigning_epoch == 0
     assert land(g) == 1 and g.last_records == []
-    assert g.group().assignment_epoch == 1
+    assert g.group().assignment_epoch == 2
 
 
 def test_kip_1263_a_result_for_a_group_deleted_and_created_again_is_dropped() -> None:
@@ -228,8 +232,8 @@ def test_kip_1263_a_failed_run_leaves_the_last_target_and_the_next_heartbeat_ask
     g.hb("b", 0)
     assert land(g, fail=True) == 1 and g.last_records == []
     assert g.group().assignment_epoch == 1 and g.group().assigning_epoch == 0
-    g.hb("b", 1, topic_partitions=())
-    assert land(g) == 1 and g.group().assignment_epoch == 2
+    g.hb("b", 1, topic_partitions=())  # b waits at epoch 1, the group is at 3
+    assert land(g) == 1 and g.group().assignment_epoch == 3
 
 
 def test_kip_1263_offload_off_computes_inline_even_for_a_large_group() -> None:
@@ -237,7 +241,7 @@ def test_kip_1263_offload_off_computes_inline_even_for_a_large_group() -> None:
     g.now = T0
     g.hb("a", 0)
     g.hb("b", 0)
-    assert g.shard.take_assignment_requests() == [] and g.group().assignment_epoch == 2
+    assert g.shard.take_assignment_requests() == [] and g.group().assignment_epoch == 3
 
 
 # ---- record 6's timestamp ---------------------------------------------------------------------

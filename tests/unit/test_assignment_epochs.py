@@ -52,17 +52,18 @@ def mine(g: Group, member: str) -> set[int]:
 
 
 def two_members() -> Group:
-    """a joins (epoch 1, all 6 partitions), b joins (epoch 2); a revokes half and reaches
-    epoch 2 keeping 3 partitions assigned at epoch 1; b gets the other 3 at epoch 2."""
+    """a joins (epoch 2, all 6 partitions: a new group is at epoch 1, KAFKA-20268), b joins
+    (epoch 3); a revokes half and reaches epoch 3 keeping 3 partitions assigned at epoch 2; b
+    gets the other 3 at epoch 3."""
     g = Group()
     g.hb("a", 0)
     g.hb("b", 0)
-    g.hb("a", 1, topic_partitions=_owned(g, "a"))  # told to revoke
-    g.hb("a", 1, topic_partitions=_owned(g, "a"))  # revoked: epoch 2
-    g.hb("b", 2, topic_partitions=_owned(g, "b"))
+    g.hb("a", 2, topic_partitions=_owned(g, "a"))  # told to revoke
+    g.hb("a", 2, topic_partitions=_owned(g, "a"))  # revoked: epoch 3
+    g.hb("b", 3, topic_partitions=_owned(g, "b"))
     group = g.group()
-    assert group.members["a"].member_epoch == 2 and group.members["a"].state is MemberState.STABLE
-    assert group.members["b"].member_epoch == 2 and len(mine(g, "b")) == 3
+    assert group.members["a"].member_epoch == 3 and group.members["a"].state is MemberState.STABLE
+    assert group.members["b"].member_epoch == 3 and len(mine(g, "b")) == 3
     return g
 
 
@@ -70,74 +71,74 @@ def test_kip_1251_a_partition_gets_the_epoch_it_was_assigned_at_and_keeps_it() -
     g = two_members()
     a, b = g.group().members["a"], g.group().members["b"]
     tid = g.id_of("t")
-    assert {a.assignment_epoch(tid, p) for p in mine(g, "a")} == {1}
-    assert {b.assignment_epoch(tid, p) for p in mine(g, "b")} == {2}
+    assert {a.assignment_epoch(tid, p) for p in mine(g, "a")} == {2}
+    assert {b.assignment_epoch(tid, p) for p in mine(g, "b")} == {3}
     assert a.assignment_epoch(tid, min(mine(g, "b"))) is None  # not a's
 
 
 def test_kip_1251_older_epoch_accepted_for_a_partition_assigned_at_or_before_it() -> None:
     g = two_members()
     kept = sorted(mine(g, "a"))
-    assert commit(g, "a", 1, kept) == dict.fromkeys(kept, E.none)
     assert commit(g, "a", 2, kept) == dict.fromkeys(kept, E.none)
+    assert commit(g, "a", 3, kept) == dict.fromkeys(kept, E.none)
 
 
 def test_kip_1251_older_epoch_refused_for_a_partition_assigned_after_it() -> None:
     g = two_members()
-    g.hb("b", -1)  # b leaves: epoch 3, a gets b's partitions at epoch 3
-    g.hb("a", 2, topic_partitions=_owned(g, "a"))
+    g.hb("b", -1)  # b leaves: epoch 4, a gets b's partitions at epoch 4
+    g.hb("a", 3, topic_partitions=_owned(g, "a"))
     a = g.group().members["a"]
-    assert a.member_epoch == 3 and len(mine(g, "a")) == 6
+    assert a.member_epoch == 4 and len(mine(g, "a")) == 6
     tid = g.id_of("t")
-    new = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 3)
-    old = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 1)
+    new = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 4)
+    old = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 2)
     assert len(new) == 3 and len(old) == 3
-    got = commit(g, "a", 2, new + old)
+    got = commit(g, "a", 3, new + old)
     assert got == {**dict.fromkeys(new, E.stale_member_epoch), **dict.fromkeys(old, E.none)}
-    assert commit(g, "a", 3, new + old) == dict.fromkeys(new + old, E.none)
+    assert commit(g, "a", 4, new + old) == dict.fromkeys(new + old, E.none)
 
 
 def test_kip_1251_older_epoch_refused_for_a_partition_the_member_does_not_hold() -> None:
     g = two_members()
     theirs = sorted(mine(g, "b"))
-    assert commit(g, "a", 1, theirs) == dict.fromkeys(theirs, E.stale_member_epoch)
-    assert commit(g, "a", 1, [0], topic="nope") == {0: E.stale_member_epoch}
+    assert commit(g, "a", 2, theirs) == dict.fromkeys(theirs, E.stale_member_epoch)
+    assert commit(g, "a", 2, [0], topic="nope") == {0: E.stale_member_epoch}
 
 
 def test_kip_1251_the_member_epoch_itself_accepts_any_partition_as_before() -> None:
     g = two_members()
     theirs = sorted(mine(g, "b"))
-    assert commit(g, "a", 2, theirs) == dict.fromkeys(theirs, E.none)
+    assert commit(g, "a", 3, theirs) == dict.fromkeys(theirs, E.none)
 
 
 def test_kip_1251_epoch_newer_than_the_member_epoch_is_stale() -> None:
     g = two_members()
     kept = sorted(mine(g, "a"))
-    assert commit(g, "a", 3, kept) == dict.fromkeys(kept, E.stale_member_epoch)
+    assert commit(g, "a", 4, kept) == dict.fromkeys(kept, E.stale_member_epoch)
 
 
 def test_kip_1251_partitions_pending_revocation_keep_their_epoch_until_revoked() -> None:
     g = Group()
     g.hb("a", 0)
     g.hb("b", 0)
-    g.hb("a", 1, topic_partitions=_owned(g, "a"))  # a: epoch 1, half pending revocation
+    g.hb("a", 2, topic_partitions=_owned(g, "a"))  # a: epoch 2, half pending revocation
     a = g.group().members["a"]
     assert a.state is MemberState.UNREVOKED_PARTITIONS
     pending = sorted(set().union(*a.pending_revocation.values()))
-    assert commit(g, "a", 1, pending) == dict.fromkeys(pending, E.none)
-    assert commit(g, "a", 0, pending) == dict.fromkeys(pending, E.stale_member_epoch)
+    assert commit(g, "a", 2, pending) == dict.fromkeys(pending, E.none)
+    assert commit(g, "a", 1, pending) == dict.fromkeys(pending, E.stale_member_epoch)
 
 
 def test_kip_1251_txn_offset_commit_uses_the_same_window_with_illegal_generation() -> None:
     g = two_members()
     g.hb("b", -1)
-    g.hb("a", 2, topic_partitions=_owned(g, "a"))
+    g.hb("a", 3, topic_partitions=_owned(g, "a"))
     a, tid = g.group().members["a"], g.id_of("t")
-    new = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 3)
-    old = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 1)
-    got = txn_commit(g, "a", 2, new + old)
+    new = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 4)
+    old = sorted(p for p in mine(g, "a") if a.assignment_epoch(tid, p) == 2)
+    got = txn_commit(g, "a", 3, new + old)
     assert got == {**dict.fromkeys(new, E.illegal_generation), **dict.fromkeys(old, E.none)}
-    assert txn_commit(g, "a", 4, old) == dict.fromkeys(old, E.illegal_generation)
+    assert txn_commit(g, "a", 5, old) == dict.fromkeys(old, E.illegal_generation)
 
 
 # ---- the record --------------------------------------------------------------------------------
@@ -174,7 +175,7 @@ def test_kip_1251_record_written_for_a_member_carries_its_epochs() -> None:
     key, data = current_assignment_record("g", g.group().members["a"])
     assert data is not None
     decoded = decode_consumer_value(ConsumerGroupCurrentMemberAssignmentKey("g", "a"), data)
-    assert decoded.assigned_epochs == ((1, 1, 1),)
+    assert decoded.assigned_epochs == ((2, 2, 2),)
 
 
 def test_kip_1251_replayed_record_without_epochs_counts_as_assigned_at_its_member_epoch() -> None:
@@ -201,11 +202,11 @@ def test_kip_1251_replayed_record_without_epochs_counts_as_assigned_at_its_membe
     loaded = fresh.consumer_group("g")
     assert loaded is not None
     tid = g.id_of("t")
-    assert {loaded.members["a"].assignment_epoch(tid, p) for p in mine(g, "a")} == {2}
+    assert {loaded.members["a"].assignment_epoch(tid, p) for p in mine(g, "a")} == {3}
     g.shard = fresh
     kept = sorted(mine(g, "a"))
-    assert commit(g, "a", 1, kept) == dict.fromkeys(kept, E.stale_member_epoch)
-    assert commit(g, "a", 2, kept) == dict.fromkeys(kept, E.none)
+    assert commit(g, "a", 2, kept) == dict.fromkeys(kept, E.stale_member_epoch)
+    assert commit(g, "a", 3, kept) == dict.fromkeys(kept, E.none)
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -131,11 +131,12 @@ def partitions(reply: ConsumerGroupHeartbeatResponse) -> set[int]:
 def test_join_bumps_the_group_epoch_and_writes_5_3_7_6_8() -> None:
     g = Group()
     r = g.hb("a", 0)
-    assert (r.error, r.member_id, r.member_epoch) == (E.none, "a", 1)
+    # A new group is at epoch 1 with an empty target (KAFKA-20268): the join makes it 2.
+    assert (r.error, r.member_id, r.member_epoch) == (E.none, "a", 2)
     assert partitions(r) == set(range(6))
     assert r.heartbeat_interval_ms == 500
     assert g.kinds() == [(5, False), (3, False), (7, False), (6, False), (8, False)]
-    assert (g.group().group_epoch, g.group().assignment_epoch, g.group().state) == (1, 1, "Stable")
+    assert (g.group().group_epoch, g.group().assignment_epoch, g.group().state) == (2, 2, "Stable")
 
 
 def test_v0_join_without_member_id_gets_one_from_the_coordinator() -> None:
@@ -147,10 +148,10 @@ def test_v0_join_without_member_id_gets_one_from_the_coordinator() -> None:
 def test_identical_heartbeat_writes_nothing_and_sends_no_assignment() -> None:
     g = Group()
     r = g.hb("a", 0)
-    again = g.hb("a", 1, topic_partitions=g.owned(r))
-    assert again.error == E.none and again.member_epoch == 1
+    again = g.hb("a", 2, topic_partitions=g.owned(r))
+    assert again.error == E.none and again.member_epoch == 2
     assert again.assignment is None and g.last_records == []
-    full = g.hb("a", 1, rebalance_timeout_ms=REBALANCE, subscribed_topic_names=("t",), topic_partitions=g.owned(r))
+    full = g.hb("a", 2, rebalance_timeout_ms=REBALANCE, subscribed_topic_names=("t",), topic_partitions=g.owned(r))
     assert partitions(full) == set(range(6))  # a full request gets the assignment
     assert g.last_records == []
 
@@ -159,19 +160,19 @@ def test_new_member_gets_partitions_only_once_the_old_owner_revoked_them() -> No
     g = Group()
     ra = g.hb("a", 0)
     rb = g.hb("b", 0)
-    assert rb.member_epoch == 2 and partitions(rb) == set()  # all still held by a
+    assert rb.member_epoch == 3 and partitions(rb) == set()  # all still held by a
     assert g.group().members["b"].state is MemberState.UNRELEASED_PARTITIONS
     # a still owns everything: it is asked to revoke, at its current epoch.
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))
-    assert ra.member_epoch == 1 and len(partitions(ra)) == 3
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))
+    assert ra.member_epoch == 2 and len(partitions(ra)) == 3
     assert g.group().members["a"].state is MemberState.UNREVOKED_PARTITIONS
     assert g.group().state == "Reconciling"
     # Until a revokes, b gets nothing more.
-    rb = g.hb("b", 2, topic_partitions=())
+    rb = g.hb("b", 3, topic_partitions=())
     assert rb.assignment is None
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))  # revoked
-    assert ra.member_epoch == 2
-    rb = g.hb("b", 2, topic_partitions=())
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))  # revoked
+    assert ra.member_epoch == 3
+    rb = g.hb("b", 3, topic_partitions=())
     assert ra.assignment is None  # unchanged: no assignment sent
     assert partitions(rb) == set(range(6)) - _assigned(g, "a") and len(partitions(rb)) == 3
     assert g.group().state == "Stable"
@@ -206,11 +207,11 @@ def test_lost_response_previous_epoch_with_owned_subset_is_accepted() -> None:
     g = Group()
     ra = g.hb("a", 0)
     g.hb("b", 0)
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))  # revoked: now epoch 2
-    assert ra.member_epoch == 2
-    again = g.hb("a", 1, topic_partitions=_owned(g, "a"))  # the epoch-2 answer was lost
-    assert again.error == E.none and again.member_epoch == 2
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))  # revoked: now epoch 3
+    assert ra.member_epoch == 3
+    again = g.hb("a", 2, topic_partitions=_owned(g, "a"))  # the epoch-3 answer was lost
+    assert again.error == E.none and again.member_epoch == 3
 
 
 def test_lower_epoch_owning_more_than_assigned_is_fenced() -> None:
@@ -218,9 +219,9 @@ def test_lower_epoch_owning_more_than_assigned_is_fenced() -> None:
     ra = g.hb("a", 0)
     g.hb("b", 0)
     full = g.owned(ra)
-    ra = g.hb("a", 1, topic_partitions=full)
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))
-    assert g.hb("a", 1, topic_partitions=full).error == E.fenced_member_epoch
+    ra = g.hb("a", 2, topic_partitions=full)
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))
+    assert g.hb("a", 2, topic_partitions=full).error == E.fenced_member_epoch
 
 
 def test_greater_epoch_is_fenced_and_unknown_member_is_refused() -> None:
@@ -258,7 +259,7 @@ def test_group_max_size_refuses_new_members_only() -> None:
     g = Group(consumer_max_size=1)
     ra = g.hb("a", 0)
     assert g.hb("b", 0).error == E.group_max_size_reached
-    assert g.hb("a", 1, topic_partitions=g.owned(ra)).error == E.none
+    assert g.hb("a", 2, topic_partitions=g.owned(ra)).error == E.none
 
 
 # ---- leaving and fencing ---------------------------------------------------------------------
@@ -271,14 +272,14 @@ def test_leave_writes_tombstones_8_7_5_then_bumps_3() -> None:
     r = g.hb("b", -1)
     assert (r.error, r.member_id, r.member_epoch) == (E.none, "b", -1)
     assert g.kinds() == [(8, True), (7, True), (5, True), (3, False)]
-    assert set(g.group().members) == {"a"} and g.group().group_epoch == 3
+    assert set(g.group().members) == {"a"} and g.group().group_epoch == 4
 
 
 def test_last_member_leaving_leaves_an_empty_group() -> None:
     g = Group()
     g.hb("a", 0)
     g.hb("a", -1)
-    assert g.group().state == "Empty" and g.group().group_epoch == 2
+    assert g.group().state == "Empty" and g.group().group_epoch == 3
 
 
 def test_session_expiry_fences_the_member_and_its_partitions_move() -> None:
@@ -301,13 +302,13 @@ def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced() 
     g = Group()
     ra = g.hb("a", 0)
     g.hb("b", 0)
-    g.hb("a", 1, topic_partitions=g.owned(ra))  # asked to revoke
+    g.hb("a", 2, topic_partitions=g.owned(ra))  # asked to revoke
     assert g.group().members["a"].state is MemberState.UNREVOKED_PARTITIONS
     for _ in range(REBALANCE // 1000 + 1):
         g.advance(1000)
         g.hb("b", g.group().members["b"].member_epoch, topic_partitions=())
         if "a" in g.group().members:
-            g.hb("a", 1, topic_partitions=g.owned(ra))  # still holding everything
+            g.hb("a", 2, topic_partitions=g.owned(ra))  # still holding everything
     assert "a" not in g.group().members
 
 
@@ -377,8 +378,8 @@ def test_partition_count_change_bumps_the_epoch_and_assigns_the_new_partitions()
     g = Group()
     ra = g.hb("a", 0)
     g.topics.create("t", 8)
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))
-    assert g.group().group_epoch == 2 and partitions(ra) == set(range(8))
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))
+    assert g.group().group_epoch == 3 and partitions(ra) == set(range(8))
 
 
 def test_a_deleted_topic_bumps_the_epoch_and_its_partitions_are_revoked() -> None:
@@ -386,8 +387,8 @@ def test_a_deleted_topic_bumps_the_epoch_and_its_partitions_are_revoked() -> Non
     ra = g.hb("a", 0, subscribed_topic_names=("t", "u"))
     assert len(g.owned(ra)) == 2
     g.topics.delete("u")
-    ra = g.hb("a", 1, topic_partitions=g.owned(ra))
-    assert g.group().group_epoch == 2 and len(g.owned(ra)) == 1
+    ra = g.hb("a", 2, topic_partitions=g.owned(ra))
+    assert g.group().group_epoch == 3 and len(g.owned(ra)) == 1
 
 
 def test_regex_subscription_is_resolved_persisted_and_picks_up_a_new_topic() -> None:
@@ -460,7 +461,7 @@ def test_list_describe_and_delete() -> None:
     assert classic_only.reply_for("l").groups == ()  # type: ignore[union-attr]
     described = g.shard.consumer_group_describe("d", ConsumerGroupDescribeRequest(("g", "x")), 0)
     ok, missing = described.reply_for("d").groups  # type: ignore[union-attr]
-    assert (ok.error, ok.state, ok.group_epoch, ok.assignor_name) == (E.none, "Stable", 1, "uniform")
+    assert (ok.error, ok.state, ok.group_epoch, ok.assignor_name) == (E.none, "Stable", 2, "uniform")
     assert ok.members[0].assignment[0].topic_name == "t"
     assert missing.error == E.group_id_not_found
     old = g.shard.describe_groups("o", DescribeGroupsRequest(("g",)), 0).reply_for("o")
@@ -502,10 +503,10 @@ def test_offset_commit_checks_the_member_epoch_and_version() -> None:
         out = g.shard.offset_commit("c", req, g.now)
         return out.reply_for("c").topics[0][1][0][1]  # type: ignore[union-attr]
 
-    assert commit("a", 1) == E.none
-    assert commit("a", 0) == E.stale_member_epoch
-    assert commit("a", 1, version=8) == E.unsupported_version
-    assert commit("zz", 1) == E.unknown_member_id
+    assert commit("a", 2) == E.none
+    assert commit("a", 1) == E.stale_member_epoch
+    assert commit("a", 2, version=8) == E.unsupported_version
+    assert commit("zz", 2) == E.unknown_member_id
     assert commit("", -1) == E.unknown_member_id  # an admin commit needs an Empty group
     g.hb("a", -1)
     assert commit("", -1) == E.none
@@ -520,11 +521,11 @@ def test_a_failed_write_puts_the_group_back() -> None:
     req = ConsumerGroupHeartbeatRequest("g", "b", 0, rebalance_timeout_ms=REBALANCE,
                                         subscribed_topic_names=("t",), topic_partitions=())
     out = g.shard.consumer_group_heartbeat("h", req, 0)
-    assert g.shard.consumer_group("g").group_epoch == 2  # type: ignore[union-attr]
+    assert g.shard.consumer_group("g").group_epoch == 3  # type: ignore[union-attr]
     answer = g.shard.append_failed(out, E.not_leader_or_follower, 0)
     assert answer.reply_for("h").error == E.not_coordinator  # type: ignore[union-attr]
     group = g.group()
-    assert set(group.members) == {"a"} and group.group_epoch == 1
+    assert set(group.members) == {"a"} and group.group_epoch == 2
 
 
 def _state(shard: GroupShard) -> dict[str, Any]:
@@ -593,9 +594,9 @@ def test_offset_fetch_v9_from_a_member_checks_its_epoch() -> None:
     g.hb("a", 0)
     check = g.shard.offset_fetch_member_error
     assert check("g", None, -1) is None  # an admin fetch
-    assert check("g", "a", 1) is None
-    assert check("g", "a", 0) == E.stale_member_epoch
-    assert check("g", "zz", 1) == E.unknown_member_id
+    assert check("g", "a", 2) is None
+    assert check("g", "a", 1) == E.stale_member_epoch
+    assert check("g", "zz", 2) == E.unknown_member_id
     assert check("classic-or-unknown", "a", 3) is None
 
 

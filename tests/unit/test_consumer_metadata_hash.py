@@ -109,8 +109,8 @@ def test_a_partition_rack_change_bumps_the_group_epoch() -> None:
     ra = g.hb("a", 0)
     before = g.group().metadata_hash
     g.topics.create("t", 2, racks=(("r1",), ("r2",)))
-    g.hb("a", 1, topic_partitions=g.owned(ra))
-    assert g.group().group_epoch == 2 and g.group().metadata_hash != before
+    g.hb("a", 2, topic_partitions=g.owned(ra))
+    assert g.group().group_epoch == 3 and g.group().metadata_hash != before
 
 
 def test_a_change_of_a_topic_the_group_does_not_subscribe_to_keeps_the_epoch() -> None:
@@ -119,8 +119,8 @@ def test_a_change_of_a_topic_the_group_does_not_subscribe_to_keeps_the_epoch() -
     before = g.group().metadata_hash
     g.topics.create("other", 5, racks=(("r1",),))
     g.topics.create("new", 3)
-    g.hb("a", 1, topic_partitions=g.owned(ra))
-    assert g.group().group_epoch == 1 and g.group().metadata_hash == before
+    g.hb("a", 2, topic_partitions=g.owned(ra))
+    assert g.group().group_epoch == 2 and g.group().metadata_hash == before
 
 
 def test_the_epoch_record_carries_the_group_hash_in_tagged_field_0() -> None:
@@ -131,7 +131,7 @@ def test_the_epoch_record_carries_the_group_hash_in_tagged_field_0() -> None:
     value = decode_consumer_value(ConsumerGroupMetadataKey("g"), epochs[-1])
     topic = g.topics.topic("t")
     assert topic is not None
-    assert value == ConsumerGroupMetadataValue(1, metadata_hash({"t": topic}))
+    assert value == ConsumerGroupMetadataValue(2, metadata_hash({"t": topic}))
     assert value.metadata_hash != 0
 
 
@@ -170,11 +170,11 @@ def test_a_group_loaded_with_record_4_and_no_hash_rebalances_once_and_deletes_re
     g.log = list(legacy)
     assert g.group().metadata_hash == 0 and g.group().legacy_partition_metadata
     owned = g.owned(ra)
-    g.hb("a", 1, topic_partitions=owned)
-    assert (4, True) in g.kinds() and (3, False) in g.kinds()
-    assert g.group().group_epoch == 2 and g.group().metadata_hash == metadata_hash({"t": topic})
-    assert not g.group().legacy_partition_metadata
     g.hb("a", 2, topic_partitions=owned)
+    assert (4, True) in g.kinds() and (3, False) in g.kinds()
+    assert g.group().group_epoch == 3 and g.group().metadata_hash == metadata_hash({"t": topic})
+    assert not g.group().legacy_partition_metadata
+    g.hb("a", 3, topic_partitions=owned)
     assert not any(kind == 4 for kind, _ in g.kinds())
     fresh = GroupShard(0, g.config, topics=g.topics)
     for key, value in g.log:
