@@ -42,6 +42,9 @@ GROUP_KEY = 0
 TRANSACTION_KEY = 1
 _GROUP = ResourceType.GROUP
 _REFUSED = ErrorCode.group_authorization_failed
+INTERNAL_TOPIC_WAIT_S = 10.0
+"""How long FindCoordinator waits for the creation of the internal topic it needs (its 50
+partitions take 0.1-0.3 s; a client's request timeout is 30 s or more)."""
 
 
 class TransactionRouting(Protocol):
@@ -52,6 +55,9 @@ class TransactionRouting(Protocol):
 
     def partition_of(self, transactional_id: str) -> int:
         """The id's partition of ``__transaction_state``."""
+
+    def topic_creation(self) -> asyncio.Future[None] | None:
+        """The creation of ``__transaction_state`` under way, if it is."""
 
 
 def _no_coordinator(
@@ -129,6 +135,32 @@ class GroupApi:
 
     # FindCoordinator ------------------------------------------------------------------------------
     def find_coordinator(self, ctx: RequestContext, req: Any) -> Any:
+        """The coordinators of the request's keys. The first use of ``__consumer_offsets`` or
+        ``__transaction_state`` starts its creation (in a worker thread: the event loop serves
+        others meanwhile); the answer then waits for it, up to
+        :data:`INTERNAL_TOPIC_WAIT_S`, so that clients see the coordinator at once rather than
+        COORDINATOR_NOT_AVAILABLE (some, kafkajs without retries, or librdkafka's admin calls,
+        give up on that); only a creation that fails or takes longer is answered with it."""
+        answer = self._find_coordinator(ctx, req)
+        key_type = getattr(req, "key_type", GROUP_KEY)
+        creating: asyncio.Future[None] | None
+        if key_type == GROUP_KEY:
+            creating = self.runtime.offsets_topic.creating
+        elif key_type == TRANSACTION_KEY and self.transactions is not None:
+            creating = self.transactions.topic_creation()
+        else:
+            creating = None
+        if creating is None:
+            return answer
+        return asyncio.ensure_future(self._find_once_created(ctx, req, creating))
+
+    async def _find_once_created(
+        self, ctx: RequestContext, req: Any, creating: asyncio.Future[None]
+    ) -> Any:
+        await asyncio.wait([asyncio.shield(creating)], timeout=INTERNAL_TOPIC_WAIT_S)
+        return self._find_coordinator(ctx, req)
+
+    def _find_coordinator(self, ctx: RequestContext, req: Any) -> Any:
         key_type = getattr(req, "key_type", GROUP_KEY)
         keys = list(req.coordinator_keys) if ctx.version >= 4 else [req.key]
         results = []

@@ -105,7 +105,7 @@ class GroupRuntime:
         self._handles = itertools.count(1)
         self._timer_turns = TurnBudget()  # shared by the shards' timers
         self._waiting: dict[Hashable, asyncio.Future[Any]] = {}
-        self._offsets = InternalTopic(
+        self.offsets_topic = InternalTopic(
             topics, OFFSETS_TOPIC, self.num_partitions, config["offsets.topic.segment.bytes"],
             self._take_logs,
         )
@@ -148,9 +148,9 @@ class GroupRuntime:
                 sr.loaded = True
             # Made before the node joins (nothing is served yet): the join's round takes this
             # node's share of it, and the node serves once that is loaded (broker/app.py).
-            await self._offsets.wait()
+            await self.offsets_topic.wait()
         elif any(p < self.num_partitions for p in self.topics.stored_partitions(OFFSETS_TOPIC)):
-            self._offsets.open_now()
+            self.offsets_topic.open_now()
             self._load_task = asyncio.ensure_future(self._load_all())
         else:
             # Nothing to load: every shard starts empty and ready.
@@ -161,7 +161,7 @@ class GroupRuntime:
     def ensure_topic(self) -> bool:
         """Whether the offsets topic exists, else its creation is started (A5, off the loop):
         FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile, writes wait (:meth:`_defer`)."""
-        return self._offsets.ensure()
+        return self.offsets_topic.ensure()
 
     def coordinator_available(self, group_id: str) -> bool:
         """Whether the offsets partition of ``group_id`` is online here, or led elsewhere
@@ -237,7 +237,7 @@ class GroupRuntime:
 
         Requests meanwhile get NOT_COORDINATOR (parked ones, from the unload) or
         COORDINATOR_LOAD_IN_PROGRESS until the reload, in a task of its own, has read the log."""
-        if partition >= self.num_partitions or not await self._offsets.wait():
+        if partition >= self.num_partitions or not await self.offsets_topic.wait():
             return
         sr = self.shards[partition]
         await self._unload(sr)
@@ -507,8 +507,8 @@ class GroupRuntime:
     def _defer(self, sr: ShardRuntime, out: Output) -> None:
         """``out`` and the shard's outputs after it wait for the offsets topic's creation
         (:meth:`ShardRuntime.hold`); if it fails (a full disk), the shard undoes the writes."""
-        assert self._offsets.creating is not None
-        sr.hold(out, self._offsets.creating, lambda one: self._process(sr, one), lambda one: (
+        assert self.offsets_topic.creating is not None
+        sr.hold(out, self.offsets_topic.creating, lambda one: self._process(sr, one), lambda one: (
             sr.shard.append_failed(one, ErrorCode.kafka_storage_error, now_ms())))
 
     def _complete_in_order(

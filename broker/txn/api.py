@@ -64,6 +64,9 @@ class TxnApi:
     def partition_of(self, transactional_id: str) -> int:
         return self.runtime.partition_of(transactional_id)
 
+    def topic_creation(self) -> asyncio.Future[None] | None:
+        return self.runtime.state_topic.creating
+
     def find_error(self, ctx: RequestContext, transactional_id: str) -> int:
         """0 if this node coordinates ``transactional_id`` for this client, else the error."""
         if not ctx.allowed(Operation.DESCRIBE, _TXN, transactional_id):

@@ -16,7 +16,7 @@ FAST = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1
 
 def test_find_coordinator_batched_and_transaction_keys(broker: BrokerProcess) -> None:
     with RawClient(broker.port) as c:
-        r = c.request_coordinated(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["a", "b"])
+        r = c.request(ApiKey.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=["a", "b"])
         assert [(x.key, x.error_code, x.node_id, x.port) for x in r.coordinators] == [
             ("a", 0, 0, broker.port),
             ("b", 0, 0, broker.port),
@@ -24,7 +24,7 @@ def test_find_coordinator_batched_and_transaction_keys(broker: BrokerProcess) ->
         r = c.request(ApiKey.FIND_COORDINATOR, 0, key="old")
         assert (r.error_code, r.node_id, r.host, r.port) == (0, 0, "127.0.0.1", broker.port)
         # A transactional id is coordinated by this node too (__transaction_state, issue 16).
-        r = c.request_coordinated(ApiKey.FIND_COORDINATOR, 6, key_type=1, coordinator_keys=["txn"])
+        r = c.request(ApiKey.FIND_COORDINATOR, 6, key_type=1, coordinator_keys=["txn"])
         assert [(x.key, x.error_code, x.node_id, x.port) for x in r.coordinators] == [
             ("txn", 0, 0, broker.port)
         ]
