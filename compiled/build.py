@@ -82,7 +82,6 @@ MODULES = (
     "broker/net/connection.py",
     "broker/net/frame_loop.py",
     "broker/groups/runtime.py",
-    "broker/groups/offsets_load.py",
     "broker/groups/write_path.py",
     "broker/groups/offset_api.py",
     "broker/groups/api.py",

@@ -39,10 +39,7 @@ async def read_partition(
                 pairs = latest.add_batch(header, data[HEADER_SIZE:])
             else:
                 pairs = decode_key_values(header, data[HEADER_SIZE:])
-        except Exception as e:  # bound as Exception: compiled, ``as CorruptBatch`` refuses its
-            # subclasses from interpreted modules (protocol/compression.py's) with a TypeError
-            if not isinstance(e, CorruptBatch):  # e.g. one that expands past the decompression bound
-                raise
+        except CorruptBatch as e:  # e.g. expands past the decompression bound
             log.error("%s-%d: batch at offset %d skipped: %s", OFFSETS_TOPIC, partition, base, e)
             pairs = []
         if header.is_control:
