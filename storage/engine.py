@@ -148,6 +148,16 @@ class Log(Protocol):
         """Whole batches from the one holding ``offset``, about ``max_bytes`` worth (at least
         one batch)."""
 
+    def reads_locally(self, offset: int) -> bool:
+        """Whether :meth:`read` from ``offset`` is answered from memory or local files, without
+        waiting on another server: cheap enough for the event loop. PostgreSQL: only from the
+        batches it keeps in memory on."""
+
+    @property
+    def looks_up_locally(self) -> bool:
+        """Whether :meth:`offset_for_timestamp` and :meth:`max_timestamp_batch` are answered
+        locally (the files engine's time indexes), not by a database query."""
+
     def iter_batches(
         self, start_offset: int | None = None
     ) -> Iterator[tuple[int, BatchHeader, memoryview]]: ...

@@ -342,13 +342,8 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         self._dir_dirty = True
         return seg
 
-    @property
-    def compaction_commits_anywhere(self) -> bool:
-        return False  # segment files are swapped under the appends: on the writer
-
-    @property
-    def shared_flush(self) -> None:
-        return None  # each file is fsynced alone, in parallel
+    compaction_commits_anywhere = False  # segment files are swapped under the appends
+    shared_flush = None  # each file is fsynced alone, in parallel
 
     def flush(self) -> None:
         """Make everything appended so far durable (fsync), then advance flushed_offset.
@@ -428,6 +423,12 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
             self.flush()
 
     # -- reading ---------------------------------------------------------------------------
+
+    # Segment files are read through the page cache, and their time indexes are in memory.
+    looks_up_locally = True
+
+    def reads_locally(self, offset: int) -> bool:
+        return True
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches starting with the one holding ``offset``, about ``max_bytes`` worth.
@@ -522,8 +523,6 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
             if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
                 best = seg
         return best.max_timestamp_batch() if best is not None else None
-
-    # -- closing ---------------------------------------------------------------------------
 
     # -- compaction (storage.compaction) -----------------------------------------------------
 

@@ -13,11 +13,8 @@ the last batches is answered with its original offset; idle producers are forgot
 
 Fetch serves whole batches up to the high watermark (what is durable), or, ``read_committed``,
 up to the last stable offset with the aborted transactions of the range (``broker.txn.data``),
-and long-polls on ``max_wait_ms`` / ``min_bytes``. ListOffsets answers earliest, latest (the
-last stable offset for ``read_committed``), max-timestamp and
-by-timestamp queries; the last two find one batch from batch headers and decode only that one,
-with bounded decompression (in a worker thread when it is big or compressed). A stored batch
-that cannot be decoded is answered at batch granularity and logged.
+and long-polls on ``max_wait_ms`` / ``min_bytes``; reads that would wait on a database are done
+in a worker (``broker.data.fetch_reads``). ListOffsets is ``broker.data.list_offsets``.
 """
 
 from __future__ import annotations
@@ -25,25 +22,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.batch import BatchHeader, CorruptBatch, parse_header
 from kcoord.protocol.codec import RawBody
-from kcoord.protocol.compression import Compression, decompression_limit
+from kcoord.protocol.compression import decompression_limit
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.legacy import encode_legacy_produce_response
-from kcoord.protocol.record_scan import batch_first_at_or_after, batch_max_timestamp
 from kcoord.protocol.validate import Refused, check_batch
-from kcoord.storage.engine import Log, LogClosed, OffsetOutOfRange
+from kcoord.storage.engine import Log, LogClosed
 from kcoord.storage.offline import moved_away
 
 from ..net.connection import NO_RESPONSE, RequestContext
 from ..net.offload import SLICE, Sliced, encoded_off_loop, is_big, run_now, run_sliced
 from ..security.acl.model import Operation, ResourceType
-from ..txn.data import AllProducers, TxnVerifier, committed_view, transactional_refusal
-from .appender import INLINE_BYTES, Appender, Outcome, refused
-from .log_read import cap_at, high_watermark
+from ..txn.data import AllProducers, TxnVerifier, transactional_refusal
+from .appender import Appender, Outcome, refused
+from .fetch_reads import FetchReads
+from .list_offsets import ListOffsetsApi
+from .log_read import TOPIC_REFUSED, high_watermark, refused_topics
 from .topics import storage_error_code
 
 if TYPE_CHECKING:
@@ -55,9 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kcoord.data")
 
-EARLIEST = -2
-LATEST = -1
-MAX_TIMESTAMP = -3
 READ_COMMITTED = 1
 
 
@@ -87,25 +82,6 @@ class _Produce:
         return [(i, plog, o) for i, plog, o in self.parts if isinstance(o, Outcome)]
 
 
-_TOPIC_REFUSED = ErrorCode.topic_authorization_failed
-
-
-def _refused_topics(ctx: RequestContext, op: Operation, names: Iterable[str]) -> frozenset[str]:
-    """The topics among ``names`` on which the client may not do ``op``."""
-    if ctx.connection.authorizer is None:
-        return frozenset()
-    return frozenset(n for n in set(names) if not ctx.allowed(op, ResourceType.TOPIC, n))
-
-
-def _one_batch(plog: Log, base_offset: int) -> tuple[BatchHeader, bytes] | None:
-    """The stored batch holding ``base_offset`` (None if it cannot be read)."""
-    try:
-        data = plog.read(base_offset, 1)
-        h = parse_header(data)
-    except (CorruptBatch, OffsetOutOfRange, OSError) as e:
-        log.warning("ListOffsets: cannot read the batch at offset %d: %s", base_offset, e)
-        return None
-    return h, data[: h.size]
 
 
 class DataApi:
@@ -127,6 +103,9 @@ class DataApi:
         self.decompression_limit = decompression_limit(config["message.max.bytes"])
         self.producers = AllProducers(topics)
         self.appender = Appender(self._append_checked, limit=self.decompression_limit)
+        self.list_offsets = ListOffsetsApi(
+            topics, view, self.appender, self.decompression_limit
+        ).list_offsets
         self._expiry: asyncio.TimerHandle | None = None
         self._background: set[asyncio.Future[Any]] = set()
 
@@ -167,7 +146,7 @@ class DataApi:
             if not refusal and checked and not ctx.allowed(
                 Operation.WRITE, ResourceType.TOPIC, topic.name
             ):
-                refusal = _TOPIC_REFUSED
+                refusal = TOPIC_REFUSED
             if refusal:
                 for p in topic.partition_data:
                     request.parts.append((p.index, None, Outcome(refusal)))
@@ -363,18 +342,19 @@ class DataApi:
         min_bytes = max(0, req.min_bytes)
         deadline = time.monotonic() + max_wait_ms / 1000.0
         big = is_big(sum(len(t.partitions) for t in req.topics))
-        refused = _refused_topics(ctx, Operation.READ, (t.topic for t in req.topics))
+        refused = refused_topics(ctx, Operation.READ, (t.topic for t in req.topics))
         committed = int(req.isolation_level) == READ_COMMITTED
         while True:
             waiter = self.topics.appended_future()
+            reads = FetchReads(req.max_bytes, committed)
             if big:
-                responses, total, errors = await run_sliced(
-                    self._fetch_once(req, refused, committed)
-                )
+                responses = await run_sliced(self._fetch_once(req, refused, reads))
             else:
-                responses, total, errors = run_now(self._fetch_once(req, refused, committed))
+                responses = run_now(self._fetch_once(req, refused, reads))
+            if reads.noted:  # below what the engine keeps in memory: a query each
+                await self.appender.in_worker(reads.read_noted)
             remaining = deadline - time.monotonic()
-            if total >= min_bytes or errors or remaining <= 0 or ctx.connection.closed:
+            if reads.total >= min_bytes or reads.errors or remaining <= 0 or ctx.connection.closed:
                 break
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), remaining)
@@ -386,14 +366,11 @@ class DataApi:
         return ctx.respond(**fields)
 
     def _fetch_once(
-        self, req: Any, refused: frozenset[str], committed: bool
-    ) -> Sliced[tuple[list[dict[str, Any]], int, bool]]:
-        """One look at every partition asked for: (responses, bytes found, any errors);
-        those of ``refused`` topics answer TOPIC_AUTHORIZATION_FAILED. ``committed``:
-        read_committed, up to the last stable offset."""
-        budget = req.max_bytes if req.max_bytes > 0 else 1 << 30
-        total = 0
-        errors = False
+        self, req: Any, refused: frozenset[str], reads: FetchReads
+    ) -> Sliced[list[dict[str, Any]]]:
+        """One look at every partition asked for: the responses, their records read or noted
+        by ``reads`` (which counts the bytes and says whether any partition failed); those of
+        ``refused`` topics answer TOPIC_AUTHORIZATION_FAILED."""
         responses = []
         work = 0
         for t in req.topics:
@@ -413,15 +390,14 @@ class DataApi:
                     preferred_read_replica=-1,
                     records=b"",
                 )
+                parts.append(entry)
                 if t.topic in refused:
-                    entry["error_code"] = _TOPIC_REFUSED
-                    errors = True
-                    parts.append(entry)
+                    entry["error_code"] = TOPIC_REFUSED
+                    reads.errors = True
                     continue
                 if plog is None:
                     entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                    errors = True
-                    parts.append(entry)
+                    reads.errors = True
                     continue
                 epoch_error = self.view.epoch_error(
                     t.topic, p.partition, getattr(p, "current_leader_epoch", -1)
@@ -429,153 +405,18 @@ class DataApi:
                 if plog.offline is not None or epoch_error:
                     offline = plog.offline
                     entry["error_code"] = storage_error_code(offline) if offline else epoch_error
-                    errors = True
-                    parts.append(entry)
+                    reads.errors = True
                     continue
                 hw = high_watermark(plog)
                 lso = plog.last_stable_offset(hw)
                 start = plog.log_start_offset
                 entry.update(high_watermark=hw, last_stable_offset=lso, log_start_offset=start)
                 offset = p.fetch_offset
-                upto = lso if committed else hw
+                upto = lso if reads.committed else hw
                 if offset < start or offset > hw:
                     entry["error_code"] = ErrorCode.offset_out_of_range
-                    errors = True
-                elif offset < upto and budget > 0:
-                    limit = min(p.partition_max_bytes, budget) if p.partition_max_bytes > 0 else 0
-                    if limit > 0 or total == 0:
-                        try:
-                            data = cap_at(plog.read(offset, max(limit, 1)), upto)
-                            if committed:
-                                entry["aborted_transactions"] = committed_view(plog, offset, data)
-                        except OSError as e:  # an unreadable segment, a log gone offline
-                            log.error("fetch from %s-%d failed: %s", t.topic, p.partition, e)
-                            entry["error_code"] = storage_error_code(e)
-                            errors = True
-                            parts.append(entry)
-                            continue
-                        entry["records"] = data
-                        total += len(data)
-                        budget -= len(data)
-                parts.append(entry)
+                    reads.errors = True
+                elif offset < upto:
+                    reads.read(entry, plog, offset, p.partition_max_bytes, upto)
             responses.append(dict(topic=t.topic, partitions=parts))
-        return responses, total, errors
-
-    # ListOffsets ----------------------------------------------------------------------------------
-    def list_offsets(self, ctx: RequestContext, req: Any) -> Any:
-        if is_big(sum(len(t.partitions) for t in req.topics)):
-            return self._list_offsets_big(ctx, req)
-        topics_out, batches, slow = run_now(self._list_offsets(ctx, req))
-        if slow:
-            return self._list_offsets_later(ctx, topics_out, batches)
-        self._locate_records(batches)
-        return ctx.respond(throttle_time=0, topics=topics_out)
-
-    async def _list_offsets_big(self, ctx: RequestContext, req: Any) -> Any:
-        """ListOffsets of many partitions: the logs read in slices, the answer built in the
-        worker (broker/net/offload.py)."""
-        topics_out, batches, _slow = await run_sliced(self._list_offsets(ctx, req))
-        await self.appender.in_worker(self._locate_records, batches)
-        return await encoded_off_loop(lambda: ctx.respond(throttle_time=0, topics=topics_out))
-
-    def _list_offsets(
-        self, ctx: RequestContext, req: Any
-    ) -> Sliced[tuple[list[dict[str, Any]], list[tuple[dict[str, Any], bytes, int]], bool]]:
-        """Each partition's answer at batch granularity, the batches still to decode for the
-        exact record, and whether decoding them may take long (then off the loop)."""
-        topics_out = []
-        # (entry, log, base offset of the batch to decode, timestamp asked for or MAX_TIMESTAMP)
-        lookups: list[tuple[dict[str, Any], Log, int, int]] = []
-        refused = _refused_topics(ctx, Operation.DESCRIBE, (t.name for t in req.topics))
-        committed = int(getattr(req, "isolation_level", 0)) == READ_COMMITTED  # v2+
-        work = 0
-        for t in req.topics:
-            parts = []
-            for p in t.partitions:
-                work += 1
-                if work % SLICE == 0:
-                    yield
-                plog = self.topics.partition(t.name, p.partition_index)
-                epoch_error, epoch = self.view.epoch_error(
-                    t.name, p.partition_index, getattr(p, "current_leader_epoch", -1)
-                )
-                entry = dict(
-                    partition_index=p.partition_index,
-                    error_code=0,
-                    timestamp=-1,
-                    offset=-1,
-                    leader_epoch=max(epoch, 0),
-                )
-                try:
-                    if t.name in refused:
-                        entry["error_code"] = _TOPIC_REFUSED
-                    elif plog is None:
-                        entry["error_code"] = ErrorCode.unknown_topic_or_partition
-                    elif plog.offline is not None:
-                        entry["error_code"] = storage_error_code(plog.offline)
-                    elif epoch_error:
-                        entry["error_code"] = epoch_error
-                    elif p.timestamp == LATEST:
-                        hw = high_watermark(plog)
-                        entry["offset"] = plog.last_stable_offset(hw) if committed else hw
-                    elif p.timestamp == EARLIEST:
-                        entry["offset"] = plog.log_start_offset
-                    elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
-                        entry["error_code"] = ErrorCode.invalid_request
-                    else:
-                        if p.timestamp == MAX_TIMESTAMP:
-                            found = plog.max_timestamp_batch()
-                        else:
-                            found = plog.offset_for_timestamp(p.timestamp)
-                        if found is not None and found[0] < high_watermark(plog):
-                            # batch granularity; never below the log start (DeleteRecords)
-                            entry["offset"] = max(found[0], plog.log_start_offset)
-                            entry["timestamp"] = found[1]
-                            lookups.append((entry, plog, entry["offset"], p.timestamp))
-                except OSError as e:  # an unreadable segment, a log gone offline
-                    log.error("ListOffsets of %s-%d failed: %s", t.name, p.partition_index, e)
-                    entry.update(error_code=storage_error_code(e), offset=-1, timestamp=-1)
-                parts.append(entry)
-            topics_out.append(dict(name=t.name, partitions=parts))
-        batches = []
-        slow = False
-        for entry, plog, base, ts in lookups:
-            work += 1
-            if work % SLICE == 0:
-                yield
-            found_batch = _one_batch(plog, base)
-            if found_batch is not None:
-                h, batch = found_batch
-                batches.append((entry, batch, ts))
-                # decoding it may take long: as for Produce, off the event loop then
-                slow = slow or h.compression != Compression.NONE or h.size > INLINE_BYTES
-        return topics_out, batches, slow
-
-    async def _list_offsets_later(
-        self,
-        ctx: RequestContext,
-        topics_out: list[dict[str, Any]],
-        batches: list[tuple[dict[str, Any], bytes, int]],
-    ) -> Any:
-        await self.appender.in_worker(self._locate_records, batches)
-        return ctx.respond(throttle_time=0, topics=topics_out)
-
-    def _locate_records(self, batches: list[tuple[dict[str, Any], bytes, int]]) -> None:
-        """Narrow each answer from its batch to the exact record (any thread: pure)."""
-        limit = self.decompression_limit
-        for entry, batch, ts in batches:
-            try:
-                if ts == MAX_TIMESTAMP:
-                    found = batch_max_timestamp(batch, limit)
-                else:
-                    found = batch_first_at_or_after(batch, entry["offset"], ts, limit)
-            except CorruptBatch as e:
-                log.warning(
-                    "ListOffsets: batch at offset %d cannot be decoded (%s);"
-                    " answering with the batch's offset",
-                    entry["offset"],
-                    e,
-                )
-                continue
-            if found is not None:
-                entry["offset"], entry["timestamp"] = found
+        return responses

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.protocol.errors import ErrorCode
 
-from ..security.acl.model import Operation, ResourceType
 from ..net.connection import RequestContext
+from ..security.acl.model import Operation, ResourceType
 from .topics import storage_error_code
 
 if TYPE_CHECKING:

@@ -36,8 +36,8 @@ from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
 from kcoord.storage.engine import Log, LogClosed
 from kcoord.storage.retention import DeletionPlan
 
-from ..security.acl.model import Operation, ResourceType
 from ..net.offload import SLICE
+from ..security.acl.model import Operation, ResourceType
 from .topic_names import INTERNAL_TOPICS, quoted
 from .topics import storage_error_code
 

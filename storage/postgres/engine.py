@@ -26,7 +26,8 @@ from kcoord.storage.engine import DocumentChange, LeaderFence, Log, LogSpec, Sto
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS
 
 from .cluster import ClusterStore
-from .log import FlushTogether, PostgresLog
+from .flush_round import FlushTogether
+from .log import PostgresLog
 from .pool import ConnectionPool, DatabaseError, database_errors
 from .recent import DEFAULT_BUDGET_BYTES, RecentBatches
 from .schema import migrate

@@ -3,7 +3,7 @@
 An append is validated and given its offsets at once, as in the files engine, and waits in
 memory (readable by the broker, not yet by Fetch, which serves only up to ``flushed_offset``).
 :meth:`PostgresLog.flush`, or :func:`flush_logs` for several logs of an engine at once (a
-flush round: ``FlushTogether``), writes everything waiting in one database transaction
+flush round: ``storage.postgres.flush_round``), writes everything waiting in one database transaction
 (``storage.postgres.flush``): the batch rows, the aborted transactions they ended, and each
 partition row's log end and size. The transaction first reads each partition row's log end
 under a row lock and writes a log only if it is where the log left it, so a write is never
@@ -37,11 +37,10 @@ offline).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ from kcoord.protocol.batch import (
     set_leader_epoch,
 )
 from kcoord.storage.compaction_rules import CompactionStats, PreparedCompaction
-from kcoord.storage.engine import LeaderFence, LogClosed, OffsetOutOfRange
+from kcoord.storage.engine import LeaderFence, LogClosed, OffsetOutOfRange, SharedFlush
 from kcoord.storage.offline import LogFenced, LogOffline, report_went_offline
 from kcoord.storage.producer_state import ProducerState
 from kcoord.storage.retention import DeletionPlan
@@ -64,7 +63,7 @@ from kcoord.storage.txn_index import AbortedTxn
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, marker_of, wall_clock_ms
 
 from . import compaction
-from .flush import PendingFlush, write
+from .flush import PendingFlush
 from .pool import ConnectionPool, database_errors
 from .recent import LogTail
 
@@ -91,7 +90,7 @@ class PostgresLog:
         clock: Callable[[], int] | None = None,
         offline: LogOffline | None = None,
         recent: LogTail | None = None,
-        shared_flush: FlushTogether | None = None,
+        shared_flush: SharedFlush | None = None,
         leader: LeaderFence | None = None,
     ) -> None:
         self._pool = pool
@@ -167,7 +166,7 @@ class PostgresLog:
         return True  # one transaction under the partition row's lock
 
     @property
-    def shared_flush(self) -> FlushTogether | None:
+    def shared_flush(self) -> SharedFlush | None:
         return self._shared_flush
 
     @property
@@ -259,8 +258,9 @@ class PostgresLog:
 
     def flush(self) -> None:
         """Write what was appended in one transaction (module docstring); blocking."""
-        pool = self._check_open()
-        failed = flush_logs(pool, [self])
+        self._check_open()
+        assert self._shared_flush is not None  # every open log has its engine's (engine.py)
+        failed = self._shared_flush.flush_all([self])
         if self in failed:
             raise failed[self]
 
@@ -341,6 +341,12 @@ class PostgresLog:
         for h, data in (*cached, *pending):
             if h.last_offset >= start:
                 yield h.base_offset, h, memoryview(data)
+
+    looks_up_locally = False  # a query each (offset_for_timestamp, max_timestamp_batch)
+
+    def reads_locally(self, offset: int) -> bool:
+        flushed, recent = self._flushed, self._recent
+        return offset >= (flushed if recent is None else recent.first_offset(flushed))
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the one holding ``offset``, about ``max_bytes`` worth (at least
@@ -550,51 +556,3 @@ class PostgresLog:
             if self._recent is not None:
                 self._recent.clear()
 
-
-def flush_logs(
-    pool: ConnectionPool, logs: Sequence[PostgresLog]
-) -> dict[PostgresLog, OSError | LogClosed]:
-    """Flush ``logs`` in one transaction (``storage.postgres.flush``); those that failed, each
-    with its error: offline from then on, what waited in them dropped (module docstring).
-    Blocking; the flush locks are taken in row order, so concurrent callers cannot deadlock."""
-    failed: dict[PostgresLog, OSError | LogClosed] = {}
-    ordered = sorted(set(logs), key=lambda plog: plog.row_id)
-    with contextlib.ExitStack() as held:
-        for plog in ordered:
-            held.enter_context(plog._flush_lock)
-        pending: dict[PostgresLog, PendingFlush] = {}
-        for plog in ordered:
-            try:
-                plog._check_open()
-            except (OSError, LogClosed) as e:  # offline, or closed under a round (a hand-over)
-                failed[plog] = e
-                continue
-            waiting = plog._pending_flush()
-            if waiting is not None:
-                pending[plog] = waiting
-        if not pending:
-            return failed
-        errors: dict[int, OSError]
-        try:
-            with database_errors():
-                errors = dict(write(pool, list(pending.values())))
-        except OSError as e:
-            errors = {waiting.row_id: e for waiting in pending.values()}
-        for plog, waiting in pending.items():
-            error = errors.get(waiting.row_id)
-            if error is None:
-                plog._flushed_up_to(waiting)
-            else:
-                failed[plog] = plog._went_offline(waiting, error)
-    return failed
-
-
-class FlushTogether:
-    """An engine's logs flushed in one transaction (:func:`flush_logs` over its pool): what a
-    flush round (broker/data/flusher.py) hands them to."""
-
-    def __init__(self, pool: ConnectionPool) -> None:
-        self.pool = pool
-
-    def flush_all(self, logs: Sequence[PostgresLog]) -> dict[PostgresLog, OSError | LogClosed]:
-        return flush_logs(self.pool, logs)

@@ -53,6 +53,11 @@ class LogTail:
                 i -= 1
             return first, [batches[j] for j in range(i, len(batches))]
 
+    def first_offset(self, end: int) -> int:
+        """The offset from which the tail holds the log up to ``end`` (``end`` when empty)."""
+        with self._shared.lock:
+            return self._batches[0][0].base_offset if self._batches else end
+
     def drop_below(self, offset: int) -> None:
         """Forget the batches wholly below ``offset`` (rewritten by a compaction); the budget
         counts them until their turn in the shared order."""

@@ -119,6 +119,9 @@ def test_the_newest_batches_are_read_from_memory_within_the_budget(
         plog.append(batch(value * 100))
         plog.flush()
     assert engine.recent.held_bytes == 2 * size
+    # what Fetch and ListOffsets read on the event loop, and what they leave to a worker
+    assert plog.reads_locally(1) and plog.reads_locally(3) and not plog.reads_locally(0)
+    assert not plog.looks_up_locally
     own_server.kill9()
     # The two newest batches need no database; the first one does.
     newest = [bytes(d) for _, _, d in plog.iter_batches(1)]
