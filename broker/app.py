@@ -114,7 +114,8 @@ def open_engine(config: Config, fsync: bool) -> StorageEngine:
         # Imported here: psycopg takes a quarter of a second to import, for brokers on files too.
         from kcoord.storage.postgres.engine import PostgresEngine
 
-        return PostgresEngine(url, producer_expiration_ms=config["producer.id.expiration.ms"])
+        return PostgresEngine(url, producer_expiration_ms=config["producer.id.expiration.ms"],
+                              recent_bytes=config["storage.recent.batches.bytes"])
     return FileEngine(
         config.data_dir,
         fsync=fsync,

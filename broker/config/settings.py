@@ -185,6 +185,15 @@ SETTINGS: dict[str, Setting] = {
             secret=True,  # it may hold a password
         ),
         Setting(
+            "storage.recent.batches.bytes",
+            int,
+            64 << 20,
+            "PostgreSQL engine: bytes of the newest flushed batches of all logs kept in memory,"
+            " which consumers near the end of a log read without a query (older reads query the"
+            " database in a worker thread).",
+            0,
+        ),
+        Setting(
             "log.max.open.files",
             int,
             1000,

@@ -288,7 +288,11 @@ class SharePartitionManager:
                 records = b""
                 if offset is not None:
                     committed = self.read_committed(key.group_id)
-                    read = read_from(plog, offset, readable_end(plog, committed), max_bytes)
+                    end = readable_end(plog, committed)
+                    if plog.reads_locally(offset):
+                        read = read_from(plog, offset, end, max_bytes)
+                    else:  # below what the engine keeps in memory: a database query
+                        read = await asyncio.to_thread(read_from, plog, offset, end, max_bytes)
                     if read.headers:
                         batches = read.log_batches(aborted_in(plog, read) if committed else ())
                         ranges = sp.acquire(

@@ -56,6 +56,53 @@ def _commit(bootstrap: str, group: str, topic: str, offsets: list[int]) -> None:
         c.close()
 
 
+def test_reads_below_the_in_memory_batches_answer_fetch_list_offsets_and_share_fetch(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """With no batch kept in memory every read and timestamp lookup is a query, which the broker
+    makes in a worker thread: consumers, offsets_for_times and a share consumer get it all."""
+    from confluent_kafka import Producer
+
+    from .shares import ShareMember
+    from .test_share_groups import set_group_config
+
+    broker = BrokerProcess(tmp_path / "data", {
+        "storage.url": postgres_url, "group.initial.rebalance.delay.ms": 0,
+        "storage.recent.batches.bytes": 0,
+    })
+    broker.start()
+    share = None
+    try:
+        create_topic(broker.bootstrap, "old", 2)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+        base = 1_700_000_000_000
+        for i in range(40):
+            producer.produce("old", value=b"v%d" % i, partition=i % 2, timestamp=base + 1000 * i)
+            if i % 5 == 4:
+                assert producer.flush(30) == 0  # several batches per partition
+        got = consume_confluent(broker.bootstrap, "old", 2, 40)
+        assert sorted(v for *_, v in got) == sorted(b"v%d" % i for i in range(40))
+
+        reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "times"})
+        try:
+            # record 21 is the 11th of partition 1 (offset 10); 30 s past the last: none (-1)
+            asked = [TopicPartition("old", 1, base + 21_000), TopicPartition("old", 0, base + 99_000)]
+            found = reader.offsets_for_times(asked, timeout=30)
+            assert [(tp.partition, tp.offset) for tp in found] == [(1, 10), (0, -1)]
+        finally:
+            reader.close()
+
+        set_group_config(broker, "sg", share_auto_offset_reset="earliest")
+        share = ShareMember(broker.bootstrap, "sg", ["old"], "s1")
+        wait_for(lambda: len(share.received) >= 40, 60, what="the share consumer's 40 records")
+        assert sorted(v for *_, v in share.received) == sorted(b"v%d" % i for i in range(40))
+        assert not share.errors
+    finally:
+        if share is not None:
+            share.stop()
+        broker.stop()
+
+
 def test_records_and_offsets_outlive_the_node_and_its_disk(pg_broker: BrokerProcess) -> None:
     create_topic(pg_broker.bootstrap, "orders", 3)
     messages = [(i % 3, f"k{i}".encode(), f"v{i}".encode()) for i in range(60)]
