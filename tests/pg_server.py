@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,7 +158,10 @@ class PostgresServer:
     def database(self) -> str:
         """A new, empty database; its URL."""
         self._databases += 1
-        name = f"t{self._databases}"
+        # Unique across servers: a killed server's port may go to another test worker's server,
+        # where a client reconnecting must find no database of the same name (and answer its
+        # rows as if they were this one's).
+        name = f"t{self._databases}_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {name}")
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{name}"
