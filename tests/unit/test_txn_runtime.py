@@ -7,9 +7,11 @@ periodic timeout check aborts, and producer ids are never handed out twice acros
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from kcoord.broker.app import Broker
 from kcoord.broker.config import Config
@@ -218,6 +220,26 @@ def test_two_nodes_never_take_the_same_producer_id_block(tmp_path: Path) -> None
     one, two = ProducerIdBlocks(engine, block_size=10), ProducerIdBlocks(engine, block_size=10)
     given = [one.allocate(), two.allocate()] + [b.allocate() for _ in range(12) for b in (one, two)]
     assert len(set(given)) == len(given) and given[:2] == [0, 10]
+
+
+def test_the_next_producer_id_block_is_taken_ahead_in_a_thread(tmp_path: Path) -> None:
+    engine = FileEngine(tmp_path)
+    blocks = ProducerIdBlocks(engine, block_size=100)
+    taken_by: list[str] = []
+    update = engine.update_document
+
+    def recording(name: str, change: Any) -> None:
+        taken_by.append(threading.current_thread().name)
+        update(name, change)
+
+    engine.update_document = recording  # type: ignore[method-assign]
+    assert [blocks.allocate() for _ in range(90)] == list(range(90))
+    deadline = time.monotonic() + 10  # nine tenths given out: the next block is on its way
+    while (tmp_path / "producer-ids").read_text() != "next.block.start=200\n":
+        assert time.monotonic() < deadline, "the next block was not taken ahead"
+        time.sleep(0.01)
+    assert [blocks.allocate() for _ in range(20)] == list(range(90, 110))
+    assert taken_by == ["MainThread", "kcoord-producer-ids"]
 
 
 async def test_compaction_keeps_the_newest_state_of_every_id(tmp_path: Path) -> None:
