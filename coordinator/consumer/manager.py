@@ -227,9 +227,18 @@ class ConsumerGroupManager:
         if group.group_epoch > group.assignment_epoch:
             self.batching.maybe_update(change, now_ms)
         current = group.members[member_id]
-        if not current.is_reconciled_to(group.assignment_epoch):
+        # Kafka's "subscription changed": for a classic member, whatever bumped the epoch
+        subscription_changed = bool(reason) if updated.classic else updated.subscription_differs(member)
+        if subscription_changed or not current.is_reconciled_to(group.assignment_epoch):
+            names = group.topics_of(current)
+
+            def subscribed(topic_id: TopicId) -> bool:
+                info = self.topics.topic_by_id(topic_id)
+                return info is not None and info.name in names
+
             reconciled = reconcile(
-                current, group.assignment_epoch, group.target_of(member_id), group.owner_epoch, owned
+                current, group.assignment_epoch, group.target_of(member_id), group.owner_epoch,
+                owned, subscribed, subscription_changed,
             )
             if not reconciled.same_assignment_record(current):
                 change.touch()

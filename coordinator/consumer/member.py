@@ -212,29 +212,40 @@ def reconcile(
     target: Assignment,
     partition_owner_epoch: Callable[[TopicId, int], int],
     owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
+    subscribed: Callable[[TopicId], bool],
+    subscription_changed: bool = False,
 ) -> ConsumerMember:
     """The member's next state towards ``target`` at ``target_epoch`` (see module docstring).
 
     - Stable at another epoch, or waiting for partitions still held elsewhere: recompute.
     - Waiting for its own revocation: once ``owned`` no longer holds any partition pending
-      revocation, move on from the next epoch.
+      revocation, move on from the next epoch (not past the target's: a revocation its
+      subscription change started may end before the target is recomputed).
     - The next assignment keeps owned ∩ target; owned − target must be revoked first (the
       member stays at its epoch, UNREVOKED_PARTITIONS); new partitions are given only when no
       other member holds them (``partition_owner_epoch`` is -1), else UNRELEASED_PARTITIONS.
+    - Topics the member no longer subscribes to (``subscribed`` says no) count as having no
+      target partitions; and when its subscription changed in this request (Kafka 4.2), their
+      partitions are revoked at once, even if the target is not recomputed yet (KIP-1263
+      batches that).
     """
     state = member.state
+
+    def towards(epoch: int) -> ConsumerMember:
+        return _next(member, epoch, target_epoch, target, partition_owner_epoch, owned, subscribed)
+
     if state is MemberState.STABLE:
-        if member.member_epoch == target_epoch:
-            return member
-        return _next(member, member.member_epoch, target_epoch, target, partition_owner_epoch, owned)
+        if member.member_epoch != target_epoch:
+            return towards(member.member_epoch)
+        return _unsubscribed_dropped(member, subscribed, owned) if subscription_changed else member
     if state is MemberState.UNREVOKED_PARTITIONS:
         if owned_overlaps(owned, member.pending_revocation):
-            return member
-        return _next(member, member.member_epoch + 1, target_epoch, target, partition_owner_epoch, owned)
+            return _unsubscribed_dropped(member, subscribed, owned) if subscription_changed else member
+        return towards(min(member.member_epoch + 1, target_epoch))
     if state is MemberState.UNRELEASED_PARTITIONS:
-        return _next(member, member.member_epoch, target_epoch, target, partition_owner_epoch, owned)
+        return towards(member.member_epoch)
     # UNKNOWN: only after a downgrade; start over from nothing (the caller fences it).
-    return _next(member, target_epoch, target_epoch, target, partition_owner_epoch, owned)
+    return towards(target_epoch)
 
 
 def _next(
@@ -244,6 +255,7 @@ def _next(
     target: Assignment,
     owner_epoch: Callable[[TopicId, int], int],
     owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
+    subscribed: Callable[[TopicId], bool],
 ) -> ConsumerMember:
     assigned: dict[TopicId, frozenset[int]] = {}
     revoking: dict[TopicId, frozenset[int]] = {}
@@ -251,7 +263,7 @@ def _next(
     unreleased = False
     current = member.assigned
     for topic_id in set(target) | set(current):
-        want = target.get(topic_id, frozenset())
+        want = target.get(topic_id, frozenset()) if subscribed(topic_id) else frozenset()
         have = current.get(topic_id, frozenset())
         keep = have & want
         if keep:
@@ -275,6 +287,35 @@ def _next(
     # KIP-1251: a partition given now is assigned at the epoch the member moves to.
     epochs = member.epochs_of((assigned,), target_epoch)
     return _moved(member, target_epoch, state, assigned, NO_PARTITIONS, epochs)
+
+
+def _unsubscribed_dropped(
+    member: ConsumerMember,
+    subscribed: Callable[[TopicId], bool],
+    owned: Iterable[tuple[TopicId, Iterable[int]]] | None,
+) -> ConsumerMember:
+    """The member without the assigned partitions of topics it no longer subscribes to, at
+    its epoch: pending revocation (UNREVOKED_PARTITIONS) while it may still own any of them;
+    gone at once if it reports owning none. Itself when it holds none."""
+    dropped = {t: ps for t, ps in member.assigned.items() if not subscribed(t)}
+    if not dropped:
+        return member
+    assigned = {t: ps for t, ps in member.assigned.items() if t not in dropped}
+    revoking = dict(member.pending_revocation)
+    for topic_id, partitions in dropped.items():
+        revoking[topic_id] = revoking.get(topic_id, frozenset()) | partitions
+    pending: Assignment = revoking
+    state = MemberState.UNREVOKED_PARTITIONS
+    if not owned_overlaps(owned, revoking):  # revoked already: they just go
+        state, pending = member.state, member.pending_revocation
+    held = [(t, p) for a in (assigned, pending) for t, ps in a.items() for p in ps]
+    epochs: dict[TopicId, dict[int, int]] = {}
+    for topic_id, p in held:
+        epochs.setdefault(topic_id, {})[p] = member.assignment_epoch(topic_id, p) or 0
+    # Not _moved: the member epoch, and so the previous one, stay as they are.
+    return replace(
+        member, state=state, assigned=assigned, pending_revocation=pending, assignment_epochs=epochs
+    )
 
 
 def _moved(

@@ -283,3 +283,38 @@ def test_kip_1263_live_equals_replayed_with_batching(seed: int) -> None:
         fresh.replay(key, value, g.now)
     fresh.finish_loading(g.now)
     assert _state(fresh) == _state(g.shard)
+
+
+def held(reply: Any) -> int:
+    """How many partitions, of all topics, the reply assigns."""
+    return sum(len(ps) for _, ps in reply.assignment)
+
+
+def test_an_unsubscribed_topics_partitions_are_revoked_before_the_batched_target() -> None:
+    """Kafka 4.2's CurrentAssignmentBuilder: a member that drops a topic from its subscription
+    is asked at once to revoke that topic's partitions, at its epoch, even while KIP-1263 keeps
+    the last target (which still gives it those partitions) until the interval has passed."""
+    g = batched(topics={"t": 4, "u": 4})
+    r = g.hb("a", 0, subscribed_topic_names=("t", "u"))
+    assert (r.member_epoch, held(r)) == (2, 8)
+    g.now += 100
+    r = g.hb("a", 2, subscribed_topic_names=("t",), topic_partitions=_owned(g, "a"))
+    member = g.group().members["a"]
+    assert g.group().assignment_epoch == 2  # the target is not recomputed yet
+    assert (r.member_epoch, member.state.name) == (2, "UNREVOKED_PARTITIONS")
+    assert {g.topics.topic_by_id(t).name for t in member.pending_revocation} == {"u"}  # type: ignore[union-attr]
+    assert r.assignment is not None and {t for t, _ in r.assignment} == {g.id_of("t")}
+    # Once revoked, the member stays at epoch 2 (the target's) with t's partitions only.
+    r = g.hb("a", 2, topic_partitions=_owned(g, "a"))
+    member = g.group().members["a"]
+    assert (r.member_epoch, member.state.name, len(member.assigned[g.id_of("t")])) == (2, "STABLE", 4)
+    assert not member.pending_revocation and g.id_of("u") not in member.assigned
+    g.advance(900)  # the batched target at epoch 3 (the subscription change) changes nothing more
+    r = g.hb("a", 2, topic_partitions=_owned(g, "a"))
+    assert (r.member_epoch, r.assignment) == (3, None)  # None: the assignment did not change
+    assert list(g.group().members["a"].assigned) == [g.id_of("t")]
+    fresh = GroupShard(0, g.config, topics=g.topics)
+    for key, value in g.log:
+        fresh.replay(key, value, g.now)
+    fresh.finish_loading(g.now)
+    assert _state(fresh) == _state(g.shard)
