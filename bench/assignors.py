@@ -17,7 +17,28 @@ best and the median of ``--repeat`` calls, how many partitions changed owner (``
 for ``join``/``leave``, against the assignment the group held) and the spread of the members'
 partition counts (``min``/``max``).
 
-    .venv/bin/python bench/assignors.py [--repeat 7] [--quick]
+``--kafka`` times Kafka's own assignor benchmarks instead (jmh-benchmarks, ``assignor/``), with
+their shapes: ``memberCount`` members, ``memberCount x partitionsToMemberRatio`` partitions
+spread evenly over ``topicCount`` topics, members ``member0``... subscribed to every topic
+(``HOMOGENEOUS``) or split into 5 buckets of members and topics, each bucket's members
+subscribed to its topics (``HETEROGENEOUS``); no racks.
+
+* ``ServerSideAssignorBenchmark.doAssignment``: one ``assign`` call over members built beforehand
+  (as Kafka builds its GroupSpec in the set-up); ``FULL``: nobody holds anything;
+  ``INCREMENTAL``: ``memberCount - 1`` members hold the assignment computed for them and
+  ``newMember`` joins.
+* ``TargetAssignmentBuilderBenchmark.build``: the uniform assignor through the target builder
+  (coordinator/consumer/target.py ``update_target``: the members' subscriptions resolved to
+  topic ids, the assignor, the target records of the members whose target changed), in a group
+  of ``memberCount - 1`` members holding their target when ``newMember`` joins. The group's
+  previous target is put back between calls, outside the timed region.
+
+Kafka's figure for a case, where its PR #17133 published one, is in ``kafka_ms``. The cyclic
+garbage collector is tuned as ``kcoord serve`` tunes it (``kcoord.cli._tune_collector``: what
+the set-up built frozen, young collections every 7,000 objects), so a full collection walks
+what one call allocates, not the benchmark's groups.
+
+    .venv/bin/python bench/assignors.py [--repeat 7] [--quick] [--kafka [--members 5000 ...]]
 
 Prints one JSON document. Figures are wall-clock on a shared machine.
 """
@@ -42,7 +63,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kcoord.cli import _tune_collector  # noqa: E402
+from kcoord.compiled import describe, is_compiled  # noqa: E402
 from kcoord.coordinator.consumer.assignors import ASSIGNORS, AssignmentMember, TopicId  # noqa: E402
+from kcoord.coordinator.consumer.group import ConsumerGroup  # noqa: E402
+from kcoord.coordinator.consumer.member import ConsumerMember  # noqa: E402
+from kcoord.coordinator.consumer.target import update_target  # noqa: E402
+from kcoord.coordinator.consumer.topics import TopicInfo  # noqa: E402
+from kcoord.coordinator.output import Record  # noqa: E402
 
 Assignment = dict[str, dict[TopicId, frozenset[int]]]
 SIZES = ((10, 100), (100, 1_000), (1_000, 10_000))
@@ -175,11 +203,242 @@ def run(repeat: int, quick: bool) -> list[dict[str, Any]]:
     return results
 
 
+# --kafka: Kafka's jmh-benchmarks shapes (module docstring).
+
+KAFKA_BUCKETS = 5
+KAFKA_FIGURES = {
+    # (benchmark, assignor, subscriptions, assignment, members, ratio, topics): ms/op, from
+    # apache/kafka PR #17133 (the "before" run; JMH average time, one thread).
+    ("doAssignment", "uniform", "homogeneous", "full", 5000, 10, 1000): 1.714,
+    ("doAssignment", "uniform", "homogeneous", "full", 5000, 50, 1000): 7.491,
+    ("doAssignment", "uniform", "homogeneous", "full", 10000, 10, 1000): 4.309,
+}
+KAFKA_TARGETS = {("doAssignment", "uniform", "homogeneous", "full", 5000, 10, 1000): 2.0}
+"""Issue 33's targets (ms per call, compiled build)."""
+
+
+def _kafka_subscriptions(
+    members: int, names: Sequence[str], heterogeneous: bool
+) -> list[tuple[str, ...]]:
+    """Each member's topic names (index i: ``member{i}``), as Kafka's AssignorBenchmarkUtils
+    builds them; members of a bucket share one tuple (as Kafka's share one list)."""
+    if not heterogeneous:
+        every = tuple(names)
+        return [every] * members
+    buckets = min(KAFKA_BUCKETS, members)
+    per_topics = -(-len(names) // buckets)
+    per_members = -(-members // buckets)
+    result: list[tuple[str, ...]] = []
+    for b in range(buckets):
+        chosen = tuple(names[b * per_topics : (b + 1) * per_topics])
+        result.extend([chosen] * (min((b + 1) * per_members, members) - b * per_members))
+    return result
+
+
+def _kafka_spec(
+    members: int, ratio: int, topics: int, heterogeneous: bool
+) -> tuple[list[str], list[tuple[str, ...]], dict[str, TopicInfo]]:
+    """Member ids, their subscriptions and the topics (by name) of one of Kafka's shapes."""
+    rng = random.Random(7)
+    names = [f"topic-{i}" for i in range(topics)]
+    per_topic = members * ratio // topics
+    infos = {n: TopicInfo(uuid.UUID(int=rng.getrandbits(128)), n, per_topic) for n in names}
+    return (
+        [f"member{i}" for i in range(members)],
+        _kafka_subscriptions(members, names, heterogeneous),
+        infos,
+    )
+
+
+def _as_members(
+    ids: Sequence[str],
+    subs: Sequence[tuple[str, ...]],
+    infos: Mapping[str, TopicInfo],
+    held: Assignment,
+) -> list[AssignmentMember]:
+    """The assignor's view of the members; equal subscriptions share one frozenset (as the
+    coordinator's target builder makes them)."""
+    resolved: dict[int, frozenset[TopicId]] = {}
+    result = []
+    for member_id, names in zip(ids, subs, strict=True):
+        topic_ids = resolved.get(id(names))
+        if topic_ids is None:
+            topic_ids = resolved[id(names)] = frozenset(infos[n].topic_id for n in names)
+        result.append(AssignmentMember(member_id, None, None, topic_ids, held.get(member_id, {})))
+    return result
+
+
+def _kafka_row(
+    bench: str,
+    assignor: str,
+    shape: str,
+    kind: str,
+    members: int,
+    ratio: int,
+    topics: int,
+    best: float,
+    median: float,
+    result: Mapping[str, Any],
+) -> dict[str, Any]:
+    key = (bench, assignor, shape, kind, members, ratio, topics)
+    sizes = [sum(map(len, t.values())) for t in result.values()]
+    prefix = (
+        "ServerSideAssignorBenchmark."
+        if bench == "doAssignment"
+        else "TargetAssignmentBuilderBenchmark."
+    )
+    return {
+        "kafka_benchmark": prefix + bench,
+        "assignor": assignor,
+        "subscriptions": shape,
+        "assignment": kind,
+        "members": members,
+        "partitions_to_member_ratio": ratio,
+        "topics": topics,
+        "partitions": members * ratio // topics * topics,
+        "best_ms": best,
+        "median_ms": median,
+        "kafka_ms": KAFKA_FIGURES.get(key),
+        "target_ms": KAFKA_TARGETS.get(key),
+        "min": min(sizes),
+        "max": max(sizes),
+    }
+
+
+def run_kafka(
+    repeat: int, grid: Sequence[tuple[int, int, int]], builder: bool
+) -> list[dict[str, Any]]:
+    """Kafka's ServerSideAssignorBenchmark (and, with ``builder``, TargetAssignmentBuilderBenchmark)
+    over ``grid``: (members, partitions-to-member ratio, topics) triples."""
+    results = []
+
+    def emit(row: dict[str, Any]) -> None:
+        results.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    for members, ratio, topics in grid:
+        for shape in ("homogeneous", "heterogeneous"):
+            ids, subs, infos = _kafka_spec(members, ratio, topics, shape == "heterogeneous")
+            counts = {info.topic_id: info.partitions for info in infos.values()}
+            for name, assignor in ASSIGNORS.items():
+                full = _as_members(ids, subs, infos, {})
+                assignor.assign(full, counts)  # warm-up
+                _tune_collector()
+                result, best, median = _time(assignor.assign, full, counts, repeat)
+                emit(
+                    _kafka_row(
+                        "doAssignment",
+                        name,
+                        shape,
+                        "full",
+                        members,
+                        ratio,
+                        topics,
+                        best,
+                        median,
+                        result,
+                    )
+                )
+                # INCREMENTAL: memberCount - 1 members hold their assignment; newMember joins
+                # with the subscription of member memberCount - 2.
+                few = _as_members(ids[:-1], subs[:-1], infos, {})
+                held = assignor.assign(few, counts)
+                grown = [
+                    *_as_members(ids[:-1], subs[:-1], infos, held),
+                    *_as_members(["newMember"], [subs[-2]], infos, {}),
+                ]
+                assignor.assign(grown, counts)
+                _tune_collector()
+                result, best, median = _time(assignor.assign, grown, counts, repeat)
+                emit(
+                    _kafka_row(
+                        "doAssignment",
+                        name,
+                        shape,
+                        "incremental",
+                        members,
+                        ratio,
+                        topics,
+                        best,
+                        median,
+                        result,
+                    )
+                )
+            if builder:
+                best, median, result = _time_builder(ids, subs, infos, repeat)
+                emit(
+                    _kafka_row(
+                        "build",
+                        "uniform",
+                        shape,
+                        "incremental",
+                        members,
+                        ratio,
+                        topics,
+                        best,
+                        median,
+                        result,
+                    )
+                )
+    return results
+
+
+def _time_builder(
+    ids: Sequence[str], subs: Sequence[tuple[str, ...]], infos: dict[str, TopicInfo], repeat: int
+) -> tuple[float, float, Mapping[str, Any]]:
+    """TargetAssignmentBuilderBenchmark.build: ``update_target`` over a group of the members but
+    the last, holding their uniform target, that ``newMember`` (every topic) has joined."""
+    group = ConsumerGroup("benchmark-group")
+    group.subscribed = dict(infos)
+    for member_id, names in zip(ids[:-1], subs[:-1], strict=True):
+        group.members[member_id] = ConsumerMember(member_id, subscribed_topic_names=names)
+    held = ASSIGNORS["uniform"].assign(
+        _as_members(ids[:-1], subs[:-1], infos, {}),
+        {info.topic_id: info.partitions for info in infos.values()},
+    )
+    group.target = dict(held)
+    group.members["newMember"] = ConsumerMember("newMember", subscribed_topic_names=tuple(infos))
+    records: list[Record] = []
+    took = []
+    _tune_collector()
+    for _ in range(repeat + 1):  # the first one warms up
+        group.target = dict(held)
+        records.clear()
+        start = time.perf_counter()
+        update_target(group, "uniform", records.append, 0)
+        took.append((time.perf_counter() - start) * 1e3)
+    result = dict(group.target)
+    took = took[1:]
+    return round(min(took), 3), round(statistics.median(took), 3), result
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=7, help="calls per case")
     parser.add_argument("--quick", action="store_true", help="skip 1,000 x 10,000")
+    parser.add_argument("--kafka", action="store_true", help="Kafka's jmh shapes instead")
+    parser.add_argument("--members", default="1000,5000", help="--kafka: memberCount values")
+    parser.add_argument("--ratio", default="10", help="--kafka: partitionsToMemberRatio values")
+    parser.add_argument("--topics", default="100,1000", help="--kafka: topicCount values")
+    parser.add_argument(
+        "--no-builder", action="store_true", help="--kafka: skip the target builder"
+    )
+    parser.add_argument("--note", default="", help="a note stored in the JSON (machine load...)")
     args = parser.parse_args()
+    if args.kafka:
+        grid = [
+            (m, r, t)
+            for m in _ints(args.members)
+            for r in _ints(args.ratio)
+            for t in _ints(args.topics)
+        ]
+        results = run_kafka(args.repeat, grid, not args.no_builder)
+    else:
+        results = run(args.repeat, args.quick)
     out = {
         "benchmark": "assignors",
         "date": datetime.date.today().isoformat(),
@@ -191,8 +450,19 @@ def main() -> None:
         },
         "repeat": args.repeat,
         "unit": "ms per call (wall clock)",
-        "results": run(args.repeat, args.quick),
+        "results": results,
     }
+    if args.kafka:
+        out["benchmark"] = "assignors --kafka"
+    if args.note:
+        out["note"] = args.note
+    out["machine"]["loadavg_end"] = os.getloadavg()
+    out["hot_modules"] = describe()
+    out["assignors_compiled"] = [
+        name
+        for name, module in sys.modules.items()
+        if name.startswith("kcoord.coordinator.consumer.") and is_compiled(module)
+    ]
     print(json.dumps(out, indent=1))
 
 
