@@ -57,7 +57,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -268,41 +269,28 @@ def _as_members(
     return result
 
 
-def _kafka_row(
-    bench: str,
-    assignor: str,
-    shape: str,
-    kind: str,
-    members: int,
-    ratio: int,
-    topics: int,
-    best: float,
-    median: float,
-    result: Mapping[str, Any],
-) -> dict[str, Any]:
-    key = (bench, assignor, shape, kind, members, ratio, topics)
-    sizes = [sum(map(len, t.values())) for t in result.values()]
-    prefix = (
-        "ServerSideAssignorBenchmark."
-        if bench == "doAssignment"
-        else "TargetAssignmentBuilderBenchmark."
-    )
-    return {
-        "kafka_benchmark": prefix + bench,
-        "assignor": assignor,
-        "subscriptions": shape,
-        "assignment": kind,
-        "members": members,
-        "partitions_to_member_ratio": ratio,
-        "topics": topics,
-        "partitions": members * ratio // topics * topics,
-        "best_ms": best,
-        "median_ms": median,
-        "kafka_ms": KAFKA_FIGURES.get(key),
-        "target_ms": KAFKA_TARGETS.get(key),
-        "min": min(sizes),
-        "max": max(sizes),
+def _measure(
+    call: Callable[[], Any], repeat: int, reset: Callable[[], None] = lambda: None
+) -> tuple[Any, dict[str, float]]:
+    """``call``'s last result and its best and median wall time and best CPU time (ms) over
+    ``repeat`` calls after one to warm up; ``reset`` runs before each, outside the timing.
+    CPU time (this process's) leaves out the time other processes held the cores."""
+    _tune_collector()
+    wall, cpu = [], []
+    result = None
+    for _ in range(repeat + 1):
+        reset()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = call()
+        cpu.append((time.process_time() - start_cpu) * 1e3)
+        wall.append((time.perf_counter() - start) * 1e3)
+    wall, cpu = wall[1:], cpu[1:]
+    figures = {
+        "best_ms": round(min(wall), 3),
+        "median_ms": round(statistics.median(wall), 3),
+        "best_cpu_ms": round(min(cpu), 3),
     }
+    return result, figures
 
 
 def run_kafka(
@@ -311,105 +299,90 @@ def run_kafka(
     """Kafka's ServerSideAssignorBenchmark (and, with ``builder``, TargetAssignmentBuilderBenchmark)
     over ``grid``: (members, partitions-to-member ratio, topics) triples."""
     results = []
-
-    def emit(row: dict[str, Any]) -> None:
-        results.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
-
     for members, ratio, topics in grid:
         for shape in ("homogeneous", "heterogeneous"):
             ids, subs, infos = _kafka_spec(members, ratio, topics, shape == "heterogeneous")
             counts = {info.topic_id: info.partitions for info in infos.values()}
+            runs: list[tuple[str, str, str, Callable[[], Any], Callable[[], None]]] = []
             for name, assignor in ASSIGNORS.items():
                 full = _as_members(ids, subs, infos, {})
-                assignor.assign(full, counts)  # warm-up
-                _tune_collector()
-                result, best, median = _time(assignor.assign, full, counts, repeat)
-                emit(
-                    _kafka_row(
-                        "doAssignment",
-                        name,
-                        shape,
-                        "full",
-                        members,
-                        ratio,
-                        topics,
-                        best,
-                        median,
-                        result,
-                    )
+                runs.append(
+                    ("doAssignment", name, "full", partial(assignor.assign, full, counts), _nothing)
                 )
                 # INCREMENTAL: memberCount - 1 members hold their assignment; newMember joins
                 # with the subscription of member memberCount - 2.
-                few = _as_members(ids[:-1], subs[:-1], infos, {})
-                held = assignor.assign(few, counts)
-                grown = [
-                    *_as_members(ids[:-1], subs[:-1], infos, held),
-                    *_as_members(["newMember"], [subs[-2]], infos, {}),
-                ]
-                assignor.assign(grown, counts)
-                _tune_collector()
-                result, best, median = _time(assignor.assign, grown, counts, repeat)
-                emit(
-                    _kafka_row(
+                held = assignor.assign(_as_members(ids[:-1], subs[:-1], infos, {}), counts)
+                grown = _as_members(ids[:-1], subs[:-1], infos, held)
+                grown += _as_members(["newMember"], [subs[-2]], infos, {})
+                runs.append(
+                    (
                         "doAssignment",
                         name,
-                        shape,
                         "incremental",
-                        members,
-                        ratio,
-                        topics,
-                        best,
-                        median,
-                        result,
+                        partial(assignor.assign, grown, counts),
+                        _nothing,
                     )
                 )
             if builder:
-                best, median, result = _time_builder(ids, subs, infos, repeat)
-                emit(
-                    _kafka_row(
-                        "build",
-                        "uniform",
-                        shape,
-                        "incremental",
-                        members,
-                        ratio,
-                        topics,
-                        best,
-                        median,
-                        result,
-                    )
+                runs.append(("build", "uniform", "incremental", *_builder(ids, subs, infos)))
+            for bench, name, kind, call, reset in runs:
+                result, figures = _measure(call, repeat, reset)
+                sizes = [sum(map(len, t.values())) for t in result.values()]
+                key = (bench, name, shape, kind, members, ratio, topics)
+                prefix = (
+                    "ServerSideAssignorBenchmark."
+                    if bench == "doAssignment"
+                    else "TargetAssignmentBuilderBenchmark."
                 )
+                results.append(
+                    {
+                        "kafka_benchmark": prefix + bench,
+                        "assignor": name,
+                        "subscriptions": shape,
+                        "assignment": kind,
+                        "members": members,
+                        "partitions_to_member_ratio": ratio,
+                        "topics": topics,
+                        "partitions": members * ratio // topics * topics,
+                        **figures,
+                        "kafka_ms": KAFKA_FIGURES.get(key),
+                        "target_ms": KAFKA_TARGETS.get(key),
+                        "min": min(sizes),
+                        "max": max(sizes),
+                    }
+                )
+                print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     return results
 
 
-def _time_builder(
-    ids: Sequence[str], subs: Sequence[tuple[str, ...]], infos: dict[str, TopicInfo], repeat: int
-) -> tuple[float, float, Mapping[str, Any]]:
+def _nothing() -> None:
+    pass
+
+
+def _builder(
+    ids: Sequence[str], subs: Sequence[tuple[str, ...]], infos: dict[str, TopicInfo]
+) -> tuple[Callable[[], Any], Callable[[], None]]:
     """TargetAssignmentBuilderBenchmark.build: ``update_target`` over a group of the members but
-    the last, holding their uniform target, that ``newMember`` (every topic) has joined."""
+    the last, holding their uniform target, that ``newMember`` (every topic) has joined; and
+    what puts the group's target back between calls. The call returns the new target."""
     group = ConsumerGroup("benchmark-group")
     group.subscribed = dict(infos)
     for member_id, names in zip(ids[:-1], subs[:-1], strict=True):
         group.members[member_id] = ConsumerMember(member_id, subscribed_topic_names=names)
-    held = ASSIGNORS["uniform"].assign(
-        _as_members(ids[:-1], subs[:-1], infos, {}),
-        {info.topic_id: info.partitions for info in infos.values()},
-    )
-    group.target = dict(held)
+    counts = {info.topic_id: info.partitions for info in infos.values()}
+    held = ASSIGNORS["uniform"].assign(_as_members(ids[:-1], subs[:-1], infos, {}), counts)
     group.members["newMember"] = ConsumerMember("newMember", subscribed_topic_names=tuple(infos))
     records: list[Record] = []
-    took = []
-    _tune_collector()
-    for _ in range(repeat + 1):  # the first one warms up
+
+    def build() -> Mapping[str, Any]:
+        update_target(group, "uniform", records.append, 0)
+        return group.target
+
+    def reset() -> None:
         group.target = dict(held)
         records.clear()
-        start = time.perf_counter()
-        update_target(group, "uniform", records.append, 0)
-        took.append((time.perf_counter() - start) * 1e3)
-    result = dict(group.target)
-    took = took[1:]
-    return round(min(took), 3), round(statistics.median(took), 3), result
+
+    return build, reset
 
 
 def _ints(text: str) -> list[int]:
@@ -458,7 +431,7 @@ def main() -> None:
         out["note"] = args.note
     out["machine"]["loadavg_end"] = os.getloadavg()
     out["hot_modules"] = describe()
-    out["assignors_compiled"] = [
+    out["consumer_modules_compiled"] = [
         name
         for name, module in sys.modules.items()
         if name.startswith("kcoord.coordinator.consumer.") and is_compiled(module)

@@ -89,6 +89,11 @@ class Topics:
         self.number: dict[int, int] = {t.int: k for k, t in enumerate(self.ids)}
 
 
+_SINGLES: dict[int, tuple[TopicId, dict[TopicId, None]]] = {}
+"""topic id's int -> (the topic id, {topic id: None}): :class:`Named`'s templates."""
+_SINGLES_MAX = 100_000
+
+
 class Named:
     """Turns ``{topic number: partitions}`` into ``{topic id: partitions}`` without hashing a
     topic id (``UUID.__hash__`` is Python code): each topic id is hashed once, into a
@@ -101,10 +106,20 @@ class Named:
         self.singles: list[dict[TopicId, None] | None] = [None] * len(topics.ids)
 
     def single(self, k: int) -> dict[TopicId, None]:
-        """``{topic id of k: None}``, made once."""
+        """``{topic id of k: None}``, made once (kept across calls while the same topic id
+        object comes back, as the coordinator's long-lived topic infos do)."""
         single = self.singles[k]
         if single is None:
-            single = self.singles[k] = {self.ids[k]: None}
+            topic = self.ids[k]
+            known = _SINGLES.get(topic.int)
+            if known is not None and known[0] is topic:
+                single = known[1]
+            else:
+                if len(_SINGLES) >= _SINGLES_MAX:
+                    _SINGLES.clear()
+                single = {topic: None}
+                _SINGLES[topic.int] = (topic, single)
+            self.singles[k] = single
         return single
 
     def one(self, k: int, parts: frozenset[int]) -> dict[TopicId, frozenset[int]]:
@@ -145,6 +160,14 @@ def subscriptions(
     existing = frozenset(counts)
     if any(n <= 0 for n in counts.values()):
         existing = frozenset(t for t, n in counts.items() if n > 0)
+    if members:
+        first = members[0].subscribed
+        for m in members:
+            if m.subscribed is not first:
+                break
+        else:  # one frozenset for all (the coordinator's usual homogeneous group)
+            only = first if first <= existing else first & existing
+            return [only] * len(members), True
     subscribed = list(map(_subscribed, members))
     # id -> each distinct frozenset (the members keep them alive), then its topics that exist
     distinct = {id(s): s for s in subscribed}

@@ -142,6 +142,7 @@ def _homogeneous(ordered: Sequence[AssignmentMember], topics: Topics) -> Assignm
     # assignment) has its result made at once.
     named = Named(topics)
     singles = named.singles
+    fromkeys = dict.fromkeys
     results: list[dict[TopicId, frozenset[int]] | None] = [None] * m
     ranges: dict[int, frozenset[int]] = {}  # offset << 32 | end -> the chunk
     segment = offset = 0
@@ -170,7 +171,7 @@ def _homogeneous(ordered: Sequence[AssignmentMember], topics: Topics) -> Assignm
                 single = singles[k]
                 if single is None:
                     single = named.single(k)
-                results[i] = dict.fromkeys(single, chunk)
+                results[i] = fromkeys(single, chunk)
                 break
             if not h:
                 h = held[i] = {}
