@@ -402,6 +402,7 @@ def main() -> None:
     )
     parser.add_argument("--note", default="", help="a note stored in the JSON (machine load...)")
     args = parser.parse_args()
+    load_start = os.getloadavg()
     if args.kafka:
         grid = [
             (m, r, t)
@@ -418,7 +419,7 @@ def main() -> None:
         "commit": _checkout(),
         "machine": {
             "cpus": os.cpu_count(),
-            "loadavg_start": os.getloadavg(),
+            "loadavg_start": load_start,
             "python": platform.python_version(),
         },
         "repeat": args.repeat,
