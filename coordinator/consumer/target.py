@@ -100,17 +100,26 @@ def assignment_job(group: ConsumerGroup, default_assignor: str, run: int = 0) ->
 def _assignment_members(job: AssignmentJob) -> list[AssignmentMember]:
     subscribed = job.subscribed
     # Members mostly share a few subscriptions: each one's topic ids are looked up once, and
-    # equal subscriptions share one frozenset (the assignors compare them cheaply then).
+    # equal subscriptions share one frozenset (the assignors compare them cheaply then). A
+    # tuple of names is hashed (every name) once per distinct tuple object: members whose
+    # subscription did not change since they sent it, or that sent it together, share one.
     ids_of: dict[tuple[tuple[str, ...], str | None], frozenset[TopicId]] = {}
+    by_tuple: dict[tuple[int, str | None], frozenset[TopicId]] = {}  # (id(names), regex)
     members = []
     for m in job.members:
-        key = (m.subscribed_topic_names, m.subscribed_topic_regex)
-        ids = ids_of.get(key)
+        names_key = (id(m.subscribed_topic_names), m.subscribed_topic_regex)
+        ids = by_tuple.get(names_key)
         if ids is None:
-            names = set(m.subscribed_topic_names)
-            if m.subscribed_topic_regex is not None:
-                names.update(job.regex_topics.get(m.subscribed_topic_regex, ()))
-            ids = ids_of[key] = frozenset(subscribed[n].topic_id for n in names if n in subscribed)
+            key = (m.subscribed_topic_names, m.subscribed_topic_regex)
+            ids = ids_of.get(key)
+            if ids is None:
+                names = set(m.subscribed_topic_names)
+                if m.subscribed_topic_regex is not None:
+                    names.update(job.regex_topics.get(m.subscribed_topic_regex, ()))
+                ids = ids_of[key] = frozenset(
+                    subscribed[n].topic_id for n in names if n in subscribed
+                )
+            by_tuple[names_key] = ids
         members.append(
             AssignmentMember(m.member_id, m.instance_id, m.rack_id, ids, job.targets.get(m.member_id, {}))
         )

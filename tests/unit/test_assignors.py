@@ -318,6 +318,34 @@ def test_nothing_moves_when_nothing_changed(data: st.DataObject, name: str) -> N
 
 
 @PROPERTY
+@given(data=st.data(), name=st.sampled_from(sorted(ASSIGNORS)))
+def test_shared_subscription_objects_and_first_assignments_take_no_other_result(
+    data: st.DataObject, name: str
+) -> None:
+    # The coordinator gives equal subscriptions one frozenset, and a first assignment has
+    # nothing to claim: the assignors take shortcuts for both, which must give what the general
+    # path gives (equal frozensets as distinct objects; a member claiming an unknown topic).
+    members, partitions = data.draw(groups())
+    assignor = ASSIGNORS[name]
+    expected = assignor.assign(members, partitions)
+    one: dict[frozenset[TopicId], frozenset[TopicId]] = {}
+    shared = [
+        AssignmentMember(
+            m.member_id, m.instance_id, None, one.setdefault(m.subscribed, m.subscribed), {}
+        )
+        for m in members
+    ]
+    assert assignor.assign(shared, partitions) == expected
+    assert assignor.assign(shared, partitions) == expected  # again: cached topic-id templates
+    unknown = {uuid.UUID(int=0): frozenset({0})}
+    claiming = [
+        AssignmentMember(m.member_id, m.instance_id, None, m.subscribed, unknown if k == 0 else {})
+        for k, m in enumerate(shared)
+    ]
+    assert assignor.assign(claiming, partitions) == expected
+
+
+@PROPERTY
 @given(data=st.data())
 def test_uniform_homogeneous_moves_only_what_balance_needs_when_a_member_joins_or_leaves(
     data: st.DataObject,

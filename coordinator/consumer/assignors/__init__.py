@@ -31,9 +31,9 @@ __all__ = [
     "UniformAssignor",
 ]
 
+# Keyed by the instances' names: compiled (mypyc), the classes' ``name`` is a descriptor.
 ASSIGNORS: dict[str, PartitionAssignor] = {
-    UniformAssignor.name: UniformAssignor(),
-    RangeAssignor.name: RangeAssignor(),
+    assignor.name: assignor for assignor in (UniformAssignor(), RangeAssignor())
 }
 """Assignor name -> assignor; ``uniform`` (the first) is the default, as in Kafka."""
 

@@ -42,6 +42,7 @@ from kcoord.coordinator.consumer.assignors.spec import (
     Topics,
     claims,
     subscriptions,
+    union,
 )
 
 __all__ = ["RangeAssignor"]
@@ -80,9 +81,7 @@ class RangeAssignor:
             return {}
         ordered = _range_order(members)
         subscribed, homogeneous = subscriptions(ordered, partitions)
-        topics = Topics(
-            subscribed[0] if homogeneous else frozenset().union(*subscribed), partitions
-        )
+        topics = Topics(subscribed[0] if homogeneous else union(subscribed), partitions)
         held = claims(ordered, None if homogeneous else subscribed, topics)
         result: Assignment = {member.member_id: {} for member in ordered}
         for group in _groups(subscribed, homogeneous, topics):

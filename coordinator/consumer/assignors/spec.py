@@ -15,20 +15,24 @@ assignor's member order.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Protocol, cast
+from operator import attrgetter
+from typing import Protocol
 
 __all__ = [
     "Assignment",
     "AssignmentMember",
     "Claims",
+    "Named",
     "PartitionAssignor",
     "TopicId",
     "Topics",
     "claims",
     "output",
     "subscriptions",
+    "union",
 ]
 
 TopicId = uuid.UUID
@@ -74,14 +78,74 @@ class Topics:
 
     __slots__ = ("counts", "ids", "number")
 
-    def __init__(self, topics: Iterable[TopicId], counts: Mapping[TopicId, int]) -> None:
-        self.ids: list[TopicId] = sorted(topics, key=_as_int)
-        self.counts: list[int] = [counts[t] for t in self.ids]
+    def __init__(self, topics: AbstractSet[TopicId], counts: Mapping[TopicId, int]) -> None:
+        if len(topics) == len(counts):  # every topic of ``counts``: no lookup (UUID.__hash__)
+            pairs = sorted(counts.items(), key=_key_as_int)
+            self.ids: list[TopicId] = [t for t, _ in pairs]
+            self.counts: list[int] = [n for _, n in pairs]
+        else:
+            self.ids = sorted(topics, key=_as_int)
+            self.counts = [counts[t] for t in self.ids]
         self.number: dict[int, int] = {t.int: k for k, t in enumerate(self.ids)}
+
+
+_SINGLES: dict[int, tuple[TopicId, dict[TopicId, None]]] = {}
+"""topic id's int -> (the topic id, {topic id: None}): :class:`Named`'s templates."""
+_SINGLES_MAX = 100_000
+
+
+class Named:
+    """Turns ``{topic number: partitions}`` into ``{topic id: partitions}`` without hashing a
+    topic id (``UUID.__hash__`` is Python code): each topic id is hashed once, into a
+    one-key dict that ``dict.fromkeys`` then copies with its stored hash."""
+
+    __slots__ = ("ids", "singles")
+
+    def __init__(self, topics: Topics) -> None:
+        self.ids = topics.ids
+        self.singles: list[dict[TopicId, None] | None] = [None] * len(topics.ids)
+
+    def single(self, k: int) -> dict[TopicId, None]:
+        """``{topic id of k: None}``, made once (kept across calls while the same topic id
+        object comes back, as the coordinator's long-lived topic infos do)."""
+        single = self.singles[k]
+        if single is None:
+            topic = self.ids[k]
+            known = _SINGLES.get(topic.int)
+            if known is not None and known[0] is topic:
+                single = known[1]
+            else:
+                if len(_SINGLES) >= _SINGLES_MAX:
+                    _SINGLES.clear()
+                single = {topic: None}
+                _SINGLES[topic.int] = (topic, single)
+            self.singles[k] = single
+        return single
+
+    def one(self, k: int, parts: frozenset[int]) -> dict[TopicId, frozenset[int]]:
+        """``{topic id of k: parts}``."""
+        single = self.singles[k]
+        return dict.fromkeys(self.single(k) if single is None else single, parts)
+
+    def __call__(self, held: Mapping[int, frozenset[int]]) -> dict[TopicId, frozenset[int]]:
+        result: dict[TopicId, frozenset[int]] | None = None
+        for k, parts in held.items():
+            if result is None:
+                result = self.one(k, parts)
+            else:
+                result.update(self.one(k, parts))
+        return {} if result is None else result
+
+
+_subscribed = attrgetter("subscribed")
 
 
 def _as_int(topic: TopicId) -> int:
     return topic.int
+
+
+def _key_as_int(item: tuple[TopicId, int]) -> int:
+    return item[0].int
 
 
 def subscriptions(
@@ -90,15 +154,33 @@ def subscriptions(
     """Each member's subscribed topics that have partitions, and whether they are all equal.
 
     Only operations between frozensets here: they reuse the stored hashes of the topic ids.
+    Members sharing one frozenset (the coordinator gives equal subscriptions one) cost one
+    check between them.
     """
     existing = frozenset(counts)
     if any(n <= 0 for n in counts.values()):
         existing = frozenset(t for t, n in counts.items() if n > 0)
-    result = [
-        m.subscribed if m.subscribed <= existing else m.subscribed & existing for m in members
-    ]
-    first = result[0] if result else existing
-    return result, all(s is first or s == first for s in result)
+    if members:
+        first = members[0].subscribed
+        for m in members:
+            if m.subscribed is not first:
+                break
+        else:  # one frozenset for all (the coordinator's usual homogeneous group)
+            only = first if first <= existing else first & existing
+            return [only] * len(members), True
+    subscribed = list(map(_subscribed, members))
+    # id -> each distinct frozenset (the members keep them alive), then its topics that exist
+    distinct = {id(s): s for s in subscribed}
+    valid = {key: s if s <= existing else s & existing for key, s in distinct.items()}
+    if any(valid[key] is not s for key, s in distinct.items()):
+        subscribed = list(map(valid.__getitem__, map(id, subscribed)))
+    first = subscribed[0] if subscribed else existing
+    return subscribed, all(s is first or s == first for s in valid.values())
+
+
+def union(subscribed: Sequence[frozenset[TopicId]]) -> frozenset[TopicId]:
+    """The topics some member subscribes to; a frozenset shared by members is read once."""
+    return frozenset().union(*{id(s): s for s in subscribed}.values())
 
 
 @dataclass(slots=True)
@@ -136,30 +218,22 @@ def claims(
     claimed: list[list[frozenset[int]]] = [[] for _ in counts]  # and what, in the same order
     for i, member in enumerate(ordered):
         current = member.current
+        valid: dict[int, frozenset[int]] = {}
+        held.append(valid)
         if not current:
-            held.append({})
             continue
-        keys = [number(topic.int) for topic in current]
         # set(dict) copies the dict's stored hashes, and <= between sets uses them: no
         # UUID.__hash__ calls (frozenset.issuperset(dict) would hash every key).
-        if (
-            (member_topics is None or set(current) <= member_topics[i])
-            and None not in keys
-            and all(current.values())
-        ):
-            valid: dict[int, frozenset[int]] = dict(
-                zip(cast(list[int], keys), current.values(), strict=True)
-            )
-        else:
+        subscribed = None
+        if member_topics is not None and not set(current) <= member_topics[i]:
+            subscribed = member_topics[i]
             intact[i] = False
-            subscribed = member_topics[i] if member_topics is not None else None
-            valid = {
-                k: parts
-                for k, (topic, parts) in zip(keys, current.items(), strict=True)
-                if k is not None and parts and (subscribed is None or topic in subscribed)
-            }
-        held.append(valid)
-        for k, parts in valid.items():
+        for topic, parts in current.items():
+            k = number(topic.int)
+            if k is None or not parts or (subscribed is not None and topic not in subscribed):
+                intact[i] = False
+                continue
+            valid[k] = parts
             holders[k].append(i)
             claimed[k].append(parts)
 

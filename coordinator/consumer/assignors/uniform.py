@@ -39,17 +39,22 @@ from typing import cast
 from kcoord.coordinator.consumer.assignors.spec import (
     Assignment,
     AssignmentMember,
+    Named,
     TopicId,
     Topics,
     claims,
     output,
     subscriptions,
+    union,
 )
 
 __all__ = ["UniformAssignor"]
 
 
 _member_id = attrgetter("member_id")
+_current = attrgetter("current")
+NOTHING: dict[int, frozenset[int]] = {}
+"""What a member holds before its first assignment (shared: never filled)."""
 
 
 class UniformAssignor:
@@ -72,11 +77,19 @@ class UniformAssignor:
 def _homogeneous(ordered: Sequence[AssignmentMember], topics: Topics) -> Assignment:
     """Every member subscribes to every topic of ``topics``; ``ordered`` is sorted by member id."""
     m = len(ordered)
-    claimed = claims(ordered, None, topics)
-    held, owned = claimed.held, claimed.owned
-    changed = [not whole for whole in claimed.intact]
     counts = topics.counts
-    sizes = [sum(map(len, h.values())) for h in held]
+    held: list[dict[int, frozenset[int]]]
+    owned: list[set[int] | None]
+    if any(map(_current, ordered)):
+        claimed = claims(ordered, None, topics)
+        held, owned = claimed.held, claimed.owned
+        changed = [not whole for whole in claimed.intact]
+        sizes = [sum(map(len, h.values())) if h else 0 for h in held]
+    else:  # a first assignment: nothing to claim (the dealing below never fills NOTHING)
+        held = [NOTHING] * m
+        owned = [None] * len(counts)
+        changed = [False] * m
+        sizes = [0] * m
     min_quota, extra = divmod(sum(counts), m)
 
     # Quotas: the one-more ones first to members holding more than the minimum.
@@ -124,32 +137,55 @@ def _homogeneous(ordered: Sequence[AssignmentMember], topics: Topics) -> Assignm
             pool.append((k, range(n)))
         elif len(taken) < n:
             pool.append((k, sorted(set(range(n)).difference(taken))))
+    # A chunk of a topic nobody held is a range: equal ranges (of different topics) share one
+    # frozenset. A member that holds nothing and gets one chunk (all of them, on a first
+    # assignment) has its result made at once.
+    named = Named(topics)
+    singles = named.singles
+    fromkeys = dict.fromkeys
+    results: list[dict[TopicId, frozenset[int]] | None] = [None] * m
+    ranges: dict[int, frozenset[int]] = {}  # offset << 32 | end -> the chunk
     segment = offset = 0
     for i in range(m):
         need = quotas[i] - sizes[i]
         if need <= 0:
             continue
-        changed[i] = True
         h = held[i]
         while need:
             k, free = pool[segment]
-            take = min(need, len(free) - offset)
-            chunk = free[offset : offset + take]
-            old = h.get(k)
-            h[k] = old.union(chunk) if old else frozenset(chunk)
+            size = len(free)
+            take = min(need, size - offset)
+            end = offset + take
+            if isinstance(free, range):
+                chunk = ranges.get(offset << 32 | end)
+                if chunk is None:
+                    chunk = ranges[offset << 32 | end] = frozenset(free[offset:end])
+            else:
+                chunk = frozenset(free[offset:end])
             need -= take
-            offset += take
-            if offset == len(free):
+            offset = end
+            if offset == size:
                 segment += 1
                 offset = 0
+            if not h and not need:
+                single = singles[k]
+                if single is None:
+                    single = named.single(k)
+                results[i] = fromkeys(single, chunk)
+                break
+            if not h:
+                h = held[i] = {}
+            old = h.get(k)
+            h[k] = old | chunk if old else chunk
+            changed[i] = True
 
-    ids = topics.ids
-    return {
-        member.member_id: {ids[k]: parts for k, parts in held[i].items()}
-        if changed[i]
-        else dict(member.current)
-        for i, member in enumerate(ordered)
-    }
+    result: Assignment = {}
+    for i, member in enumerate(ordered):
+        done = results[i]
+        if done is None:
+            done = named(held[i]) if changed[i] else dict(member.current)
+        result[member.member_id] = done
+    return result
 
 
 def _heterogeneous(
@@ -159,7 +195,7 @@ def _heterogeneous(
 ) -> Assignment:
     """Members subscribe to different topics; ``ordered`` is sorted by member id and members
     are numbered by their position in it."""
-    topics = Topics(frozenset().union(*subscribed), partitions)
+    topics = Topics(union(subscribed), partitions)
     counts = topics.counts
     claimed = claims(ordered, subscribed, topics)
     owned = claimed.owned
