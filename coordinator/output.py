@@ -16,6 +16,7 @@ clients see, as Kafka's coordinator does.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,13 +64,23 @@ class Output:
         return None
 
 
-class Operation:
-    """The Output of the operation under way, shared by the shard and its managers."""
+_STAMPS = itertools.count(1)
+"""Stamps for every Operation of the process: one is never given twice, to any shard."""
 
-    __slots__ = ("out",)
+
+class Operation:
+    """The Output of the operation under way, shared by the shard and its managers.
+
+    ``stamp`` changes at the start of every operation (to a value no operation of any shard had
+    before): while it stays the same, nothing of the shard changed but through the reads and
+    heartbeats that run without an operation (``GroupShard.heartbeat_now``, ``fetch_offsets``),
+    and the loading replay, which serves nothing."""
+
+    __slots__ = ("out", "stamp")
 
     def __init__(self) -> None:
         self.out: Output | None = None
+        self.stamp: int = next(_STAMPS)
 
     def not_reentered(self) -> None:
         if self.out is not None:
@@ -77,6 +88,7 @@ class Operation:
 
     def begin(self) -> Output:
         self.not_reentered()
+        self.stamp = next(_STAMPS)
         self.out = Output()
         return self.out
 
