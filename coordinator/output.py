@@ -71,10 +71,11 @@ _STAMPS = itertools.count(1)
 class Operation:
     """The Output of the operation under way, shared by the shard and its managers.
 
-    ``stamp`` changes at the start of every operation (to a value no operation of any shard had
-    before): while it stays the same, nothing of the shard changed but through the reads and
-    heartbeats that run without an operation (``GroupShard.heartbeat_now``, ``fetch_offsets``),
-    and the loading replay, which serves nothing."""
+    ``stamp`` changes at the start of every operation but the reads (:meth:`begin_read`: the
+    describes, ListGroups, OffsetFetch), to a value no operation of any shard had before: while
+    it stays the same, the shard's mode and offsets have not changed (the heartbeats that run
+    without an operation, ``GroupShard.heartbeat_now``, change neither, and the loading replay
+    serves nothing)."""
 
     __slots__ = ("out", "stamp")
 
@@ -89,6 +90,13 @@ class Operation:
     def begin(self) -> Output:
         self.not_reentered()
         self.stamp = next(_STAMPS)
+        self.out = Output()
+        return self.out
+
+    def begin_read(self) -> Output:
+        """:meth:`begin` of an operation that only answers: it changes nothing of the shard,
+        so the stamp stays."""
+        self.not_reentered()
         self.out = Output()
         return self.out
 

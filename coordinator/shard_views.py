@@ -66,9 +66,10 @@ class ShardViews:
 
     @property
     def stamp(self) -> int:
-        """Changes with every operation of the shard, to a value no shard had before: while it
-        is the same, an OffsetFetch gets the same answer (``fetch_offsets`` reads only the mode,
-        the offsets and the pending transactional ones, all changed in operations alone)."""
+        """Changes with every operation of the shard but its reads (coordinator/output.py), to a
+        value no shard had before: while it is the same, an OffsetFetch gets the same answer
+        (``fetch_offsets`` reads only the mode, the offsets and the pending transactional ones,
+        all changed in such operations alone)."""
         return self._op.stamp
 
     @property

@@ -6,11 +6,12 @@ the partitions and RequireStable) with the version, the group's ``__consumer_off
 partition, the shard's :attr:`GroupShard.stamp` when it was read, and the encoded response
 without its size and correlation id. It is given again only while that shard's stamp is
 unchanged and the shard has no output waiting to become durable
-(:meth:`ShardRuntime.idle_stamp`): every operation of the shard (a commit, transactional or not,
-a transaction marker, an expiry round, OffsetDelete, DeleteGroups, a deleted topic's
-tombstones, a failed write undone, loading and unloading) changes the stamp, and a shard
-replaced by a reload has a stamp of its own, so a remembered answer can never be one the shard
-would not give now.
+(:meth:`ShardRuntime.idle_stamp`): every operation of the shard but the reads (describes,
+ListGroups, OffsetFetch) changes the stamp: a commit, transactional or not, a transaction marker,
+an expiry round, OffsetDelete, DeleteGroups, a deleted topic's tombstones, a failed write undone,
+loading and unloading, and also joins, leaves and timers, which do not change the answer; a
+shard replaced by a reload has a stamp of its own. A remembered answer can therefore never be
+one the shard would not give now.
 
 Only the direct path uses it, and that path does not exist under an authorizer (broker/app.py):
 ACL checks are never skipped. What it holds is bounded in entries and in bytes, the oldest

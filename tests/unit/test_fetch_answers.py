@@ -23,7 +23,9 @@ from kcoord.broker.groups.runtime import GroupRuntime
 from kcoord.broker.groups.write_path import ShardRuntime
 from kcoord.broker.services import MetricsHooks
 from kcoord.coordinator import messages as m
+from kcoord.coordinator.consumer.messages import ConsumerGroupDescribeRequest
 from kcoord.coordinator.shard import GroupShard
+from kcoord.coordinator.share.messages import ShareGroupDescribeRequest
 from kcoord.protocol.codec import response_type
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.offset_fetch import request_body
@@ -106,6 +108,11 @@ def env(tmp_path: Path) -> Iterator[Env]:
     yield Env(tmp_path)
 
 
+def _neighbour(env: Env) -> str:
+    """A group of the same shard as GROUP."""
+    return next(g for g in (f"g{i}" for i in range(100)) if env.runtime.partition_of(g) == env.p)
+
+
 def _kept(env: Env) -> int:
     return len(env.api._answers)
 
@@ -126,6 +133,27 @@ def test_the_same_question_is_answered_again_without_reading_the_shard(env: Env)
     assert _kept(env) == 1
 
 
+def test_reads_of_the_shard_keep_the_answer_and_a_join_does_not(env: Env) -> None:
+    """Describes, ListGroups and the generic OffsetFetch change nothing: a lag exporter that
+    lists and describes the groups between its fetches still gets the remembered answers."""
+    env.commit({0: 10})
+    frame = request_frame(7, "exporter", GROUP, [("t", [0])])
+    first = env.api.offset_fetch_direct(frame, 7, 1, "host")
+    env.shard.offsets.of(GROUP).clear()  # behind the shard's back: only a fresh read sees it
+    shard, groups = env.shard, (GROUP,)
+    shard.list_groups("l", m.ListGroupsRequest(), T0)
+    shard.describe_groups("d", m.DescribeGroupsRequest(groups), T0)
+    shard.consumer_group_describe("c", ConsumerGroupDescribeRequest(groups), T0)
+    shard.share_group_describe("s", ShareGroupDescribeRequest(groups), T0)
+    shard.offset_fetch("f", m.OffsetFetchRequest(GROUP, (("t", (0,)),)), T0)
+    assert first is not None and env.api.offset_fetch_direct(frame, 7, 1, "host") == first
+    join = m.JoinGroupRequest(
+        _neighbour(env), "", None, 30_000, 30_000, "consumer", (("range", b""),), "c", "h", False
+    )  # any operation that is not a read, of another group of the shard
+    shard.join_group("j", join, T0)
+    assert env.api.offset_fetch_direct(frame, 7, 1, "host") != first
+
+
 def test_a_commit_changes_the_answer(env: Env) -> None:
     env.commit({0: 10})
     assert env.offsets([0]) == (E.none, {0: (10, 0)})
@@ -139,7 +167,7 @@ def test_a_commit_changes_the_answer(env: Env) -> None:
 def test_a_commit_of_another_group_of_the_shard_leaves_the_answer_as_it_was(env: Env) -> None:
     env.commit({0: 10})
     assert env.offsets([0]) == (E.none, {0: (10, 0)})
-    other = next(g for g in (f"g{i}" for i in range(100)) if env.runtime.partition_of(g) == env.p)
+    other = _neighbour(env)
     req = m.OffsetCommitRequest(
         other, -1, "", None, (("t", (m.OffsetCommitPartition(0, 1, -1, ""),)),)
     )
