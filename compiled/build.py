@@ -87,6 +87,7 @@ MODULES = (
     "broker/groups/runtime.py",
     "broker/groups/write_path.py",
     "broker/groups/offset_api.py",
+    "broker/groups/fetch_answers.py",
     "broker/groups/api.py",
     "broker/groups/consumer_api.py",
 )

@@ -16,6 +16,7 @@ clients see, as Kafka's coordinator does.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,19 +64,38 @@ class Output:
         return None
 
 
-class Operation:
-    """The Output of the operation under way, shared by the shard and its managers."""
+_STAMPS = itertools.count(1)
+"""Stamps for every Operation of the process: one is never given twice, to any shard."""
 
-    __slots__ = ("out",)
+
+class Operation:
+    """The Output of the operation under way, shared by the shard and its managers.
+
+    ``stamp`` changes at the start of every operation but the reads (:meth:`begin_read`: the
+    describes, ListGroups, OffsetFetch), to a value no operation of any shard had before: while
+    it stays the same, the shard's mode and offsets have not changed (the heartbeats that run
+    without an operation, ``GroupShard.heartbeat_now``, change neither, and the loading replay
+    serves nothing)."""
+
+    __slots__ = ("out", "stamp")
 
     def __init__(self) -> None:
         self.out: Output | None = None
+        self.stamp: int = next(_STAMPS)
 
     def not_reentered(self) -> None:
         if self.out is not None:
             raise RuntimeError("GroupShard is not re-entrant")
 
     def begin(self) -> Output:
+        self.not_reentered()
+        self.stamp = next(_STAMPS)
+        self.out = Output()
+        return self.out
+
+    def begin_read(self) -> Output:
+        """:meth:`begin` of an operation that only answers: it changes nothing of the shard,
+        so the stamp stays."""
         self.not_reentered()
         self.out = Output()
         return self.out

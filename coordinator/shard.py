@@ -323,7 +323,7 @@ class GroupShard(ShardViews):
     ) -> Output:
         """ConsumerGroupDescribe: an unknown group, or one of another type, is GROUP_ID_NOT_FOUND."""
         op = self._op
-        op.begin()
+        op.begin_read()
         other = lambda gid: gid in self.classic.groups or gid in self.share.groups  # noqa: E731
         default_assignor = self.config.consumer_assignors[0]
         op.reply(handle, consumer_group_describe(self.consumer, self._gate, other, default_assignor, req))
@@ -343,7 +343,7 @@ class GroupShard(ShardViews):
         self, handle: Hashable, req: ShareGroupDescribeRequest, now_ms: int
     ) -> Output:
         """ShareGroupDescribe (:func:`coordinator.share.requests.share_group_describe`)."""
-        self._op.begin()
+        self._op.begin_read()
         self._op.reply(handle, share_group_describe(self.share, self._gate, self._not_share, req))
         return self._op.end()
 
@@ -364,7 +364,7 @@ class GroupShard(ShardViews):
     def list_groups(self, handle: Hashable, req: ListGroupsRequest, now_ms: int) -> Output:
         """ListGroups: this shard's groups, filtered by state and type (case-insensitive)."""
         op = self._op
-        op.begin()
+        op.begin_read()
         if self._mode is ShardMode.LOADING:
             response = ListGroupsResponse(ErrorCode.coordinator_load_in_progress, ())
         else:
@@ -381,7 +381,7 @@ class GroupShard(ShardViews):
         """DescribeGroups; an unknown group or one of another type is Dead with GROUP_ID_NOT_FOUND
         and a message (v6+; the broker shows older versions Dead with NONE)."""
         op = self._op
-        op.begin()
+        op.begin_read()
         described = []
         for group_id in req.group_ids:
             error = self._gate(group_id, empty_id_ok=True)
@@ -429,7 +429,7 @@ class GroupShard(ShardViews):
         Output of the shard is durable (the runtime completes them in order)."""
         response = self.fetch_offsets(req.group_id, req.topics, req.require_stable)
         op = self._op
-        op.begin()
+        op.begin_read()
         op.reply(handle, response)
         return op.end()
 

@@ -65,6 +65,14 @@ class ShardViews:
         return self._mode is ShardMode.LOADING
 
     @property
+    def stamp(self) -> int:
+        """Changes with every operation of the shard but its reads (coordinator/output.py), to a
+        value no shard had before: while it is the same, an OffsetFetch gets the same answer
+        (``fetch_offsets`` reads only the mode, the offsets and the pending transactional ones,
+        all changed in such operations alone)."""
+        return self._op.stamp
+
+    @property
     def rebalance_observer(self) -> Callable[[RebalanceCompleted], None] | None:
         """Called with each completed rebalance (the runtime's metrics hook)."""
         return self.classic.state.rebalance_observer

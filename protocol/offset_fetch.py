@@ -10,6 +10,8 @@ response header v1). v8+ (several groups per request) stays with the generic enc
 
 :func:`decode_offset_fetch_request` reads the usual request the same way (short names, no tagged
 fields); any other frame, malformed ones included, is left to the generic decoder.
+:func:`request_body` is the part of such a frame after its header, what the broker keeps a
+remembered answer under.
 """
 
 from __future__ import annotations
@@ -151,6 +153,34 @@ def _no_tags(frame: bytes, pos: int) -> int:
     return pos + 1
 
 
+def _body_start(frame: bytes, flexible: bool) -> int:
+    """Where the request's body starts: past the header's client id (and, flexible, its empty
+    tagged-field section). IndexError or _Unusual for any other header."""
+    size = (frame[8] << 8) | frame[9]  # the client id, skipped
+    if size == 0xFFFF:
+        size = 0
+    elif size >= 0x8000:
+        raise _Unusual
+    pos = 10 + size
+    if flexible:
+        pos = _no_tags(frame, pos)  # the request header's
+    elif pos > len(frame):
+        raise IndexError
+    return pos
+
+
+def request_body(frame: Frame, version: int) -> bytes | None:
+    """The bytes after the header of an OffsetFetch v0-v7 request frame with the usual header
+    (what :func:`decode_offset_fetch_request` reads past it); None for any other frame. Two
+    requests of one version with the same body ask the same question, whoever sends them."""
+    if not isinstance(frame, bytes) or not 0 <= version <= MAX_VERSION:
+        return None
+    try:
+        return frame[_body_start(frame, version >= 6) :]
+    except (IndexError, _Unusual):
+        return None
+
+
 def decode_offset_fetch_request(frame: Frame, version: int) -> tuple[str, Wanted, bool] | None:
     """(group id, wanted partitions, require stable) of a whole OffsetFetch v0-v7 request frame
     (size prefix excluded) with short strings and no tagged fields; None for any other frame (the
@@ -159,14 +189,7 @@ def decode_offset_fetch_request(frame: Frame, version: int) -> tuple[str, Wanted
         return None
     flexible = version >= 6
     try:
-        size = (frame[8] << 8) | frame[9]  # the client id, skipped
-        if size == 0xFFFF:
-            size = 0
-        elif size >= 0x8000:
-            return None
-        pos = 10 + size
-        if flexible:
-            pos = _no_tags(frame, pos)  # the request header's
+        pos = _body_start(frame, flexible)
         group_id, pos = _string(frame, pos, flexible)
         count, pos = _count(frame, pos, flexible)
         wanted: Wanted = None

@@ -10,6 +10,8 @@ id again in the answer.
 Big requests keep the event loop free (broker/net/offload.py): answers of many partitions are
 built and encoded in the worker thread, a fetch of many offsets is answered from a copy of the
 group's offsets taken on the loop, and the groups of an OffsetFetch v8+ are read in slices.
+OffsetFetch v0-v7 has a direct path (answered in the connection's read loop), which gives a
+remembered answer again while nothing of the group's shard changed (fetch_answers.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kcoord.protocol.offset_fetch import (
     Wanted,
     decode_offset_fetch_request,
     encode_offset_fetch_response,
+    request_body,
 )
 from kcoord.protocol.responses import to_millis
 
@@ -37,6 +40,7 @@ from ..net.connection import RequestContext
 from ..net.offload import SLICE, encoded_off_loop, gc_paused, is_big, off_loop, pause
 from ..security.acl.model import Operation, ResourceType
 from .api import then
+from .fetch_answers import FetchAnswers
 from .runtime import GroupRuntime
 from .topic_ids import (
     BY_ID_VERSION,
@@ -182,6 +186,8 @@ class OffsetApi:
         self.topics = topics
         self._commit_bodies: dict[tuple[int, Any, Any], RawBody] = {}
         self._max_elements: int = config["socket.request.max.elements"]
+        self._answers = FetchAnswers()
+        """OffsetFetch answers the direct path gives again while nothing changed."""
 
     # OffsetCommit ---------------------------------------------------------------------------------
     def offset_commit(self, ctx: RequestContext, req: Any) -> Any:
@@ -395,25 +401,37 @@ class OffsetApi:
         self, frame: Frame, version: int, correlation_id: int, client_host: str
     ) -> bytes | None:
         """The hot path of OffsetFetch v0-v7 (monitoring tools poll it for every group): the
-        shard's answer written straight to the wire by protocol/offset_fetch.py. None when the
+        shard's answer written straight to the wire by protocol/offset_fetch.py, or the same
+        answer remembered while nothing of the shard changed (fetch_answers.py). None when the
         generic path must answer (v8+, or the shard has commits still becoming durable)."""
         if version > OFFSET_FETCH_DIRECT_MAX:
             return None
+        runtime = self.runtime
+        body = request_body(frame, version)
+        if body is not None:
+            data = self._answers.answer(body, version, correlation_id, runtime.shards)
+            if data is not None:
+                return data
         fields = decode_offset_fetch_request(frame, version)
         if fields is not None:
             group_id, wanted, require_stable = fields
         else:  # not the usual frame: the generic decoder (DecodeError on a malformed one)
+            body = None  # and its answer is not kept
             req = decode_request_frame(ApiKey.OFFSET_FETCH, version, frame, self._max_elements)
             group_id, wanted = req.group_id, _wanted(req.topics)
             require_stable = version >= 7 and bool(req.require_stable)
         if self._is_big_fetch(group_id, wanted):
             return None  # the generic path keeps the loop free
-        r = self.runtime.fetch_offsets(group_id, wanted, require_stable)
+        r = runtime.fetch_offsets(group_id, wanted, require_stable)
         if r is None:
             return None
         if version < 2 and r.error:
             r = _error_on_every_partition(wanted, r.error)
-        return encode_offset_fetch_response(version, correlation_id, r.error, r.topics)
+        data = encode_offset_fetch_response(version, correlation_id, r.error, r.topics)
+        if body is not None:
+            p = runtime.partition_of(group_id)
+            self._answers.keep(body, version, p, runtime.shards[p].idle_stamp(), data)
+        return data
 
     async def _offset_fetch_groups(self, ctx: RequestContext, req: Any, require_stable: bool) -> Any:
         if is_big(len(req.groups)):

@@ -40,6 +40,10 @@ class ShardRuntime:
         self.deferred: list[Output] | None = None
         """Outputs waiting for the offsets topic's creation, in order (GroupRuntime._defer)."""
 
+    def idle_stamp(self) -> int:
+        """The shard's :attr:`GroupShard.stamp` while it may answer on the spot (no output of
+        it waiting to become durable, as GroupRuntime.fetch_offsets asks), else 0."""
+        return self.shard.stamp if self.chain is None else 0
 
     def hold(
         self,

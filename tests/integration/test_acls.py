@@ -213,6 +213,15 @@ def test_read_on_the_topic_but_not_the_group_is_refused_and_the_group_untouched(
     finally:
         consumer.close()
     assert committed(admin, "g") == {0: 5}
+    # The same OffsetFetch v6, byte for byte after the header, from admin and from alice: with
+    # an authorizer no answer is given again unchecked (broker/groups/fetch_answers.py).
+    for user in ("admin", "alice", "admin", "alice"):
+        r = raw(sasl, user, ApiKey.OFFSET_FETCH, 6, group_id="g",
+                topics=[dict(name="t", partition_indexes=[0])])  # fmt: skip
+        if user == "admin":
+            assert (r.error_code, r.topics[0].partitions[0].committed_offset) == (0, 5)
+        else:
+            assert (r.error_code, len(r.topics)) == (ErrorCode.group_authorization_failed, 0)
     (described,) = admin.describe_consumer_groups(["g"]).values()
     assert described.result(20).members == []
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
