@@ -45,6 +45,7 @@ from .groups.consumer_api import ConsumerGroupApi
 from .groups.deleted_topics import DeletedTopicOffsets
 from .groups.group_configs import CONFIGS_FILE as GROUP_CONFIGS_FILE
 from .groups.group_configs import GroupConfigs
+from .groups.join_sync import JoinSyncDirect
 from .groups.offset_api import OffsetApi
 from .groups.runtime import GroupRuntime
 from .groups.share_api import ShareGroupApi
@@ -342,6 +343,7 @@ class Broker:
         }
         if self.authorizer is None:
             self.direct_handlers[ApiKey.HEARTBEAT] = g.heartbeat_direct
+            self.direct_handlers.update(JoinSyncDirect(self.groups, config["socket.request.max.elements"]).handlers())
             self.direct_handlers[ApiKey.OFFSET_FETCH] = o.offset_fetch_direct
             self.direct_handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = cg.heartbeat_direct
         limits = ConnectionLimits(config)
