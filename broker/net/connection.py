@@ -3,9 +3,10 @@
 Requests on a connection are handled concurrently (a parked JoinGroup or a long-polling Fetch
 does not hold up the next request), but their responses are written in the order the requests
 arrived, as Kafka clients require. The hottest requests (Heartbeat, OffsetFetch v0-v7,
-ApiVersions) have a direct handler that decodes the frame itself and returns the whole response
-frame, skipping the header object, the kio entity and the response builder; it may decline
-(None), and then the generic path answers. Bad input (oversized or negative size prefix, an
+ApiVersions, and JoinGroup and SyncGroup, which create a group) have a direct handler that decodes
+the frame itself and returns the whole response frame, or the shard's future of the answer with
+what writes it, skipping the header object, the kio entity and the response builder; it may
+decline (None), and then the generic path answers. Bad input (oversized or negative size prefix, an
 unparseable header or body, an unknown API, a response that cannot be encoded) closes this
 connection with one log line; nothing else is affected.
 
