@@ -19,9 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from kcoord.protocol.apis import ApiKey
-from kcoord.storage.engine import Documents, StorageEngine
-from kcoord.storage.file_engine import FileEngine
-from kcoord.storage.files import FilePool
+from kcoord.storage.engine import Documents
 
 from .admin_api.cluster import ClusterApi
 from .admin_api.configs import ConfigApi
@@ -37,6 +35,7 @@ from .data.flusher import Flusher
 from .data.producers_api import ProducersApi
 from .data.reopening import LogReopener
 from .data.retention import LogRetention
+from .data.storage_engine import open_engine
 from .data.topic_configs import CONFIGS_FILE, TopicConfigs
 from .data.topic_names import SHARE_GROUP_STATE_TOPIC, TRANSACTION_STATE_TOPIC
 from .data.topics import INTERNAL_TOPICS, OFFSETS_TOPIC, PartitionLimits, TopicStore
@@ -45,6 +44,7 @@ from .groups.consumer_api import ConsumerGroupApi
 from .groups.deleted_topics import DeletedTopicOffsets
 from .groups.group_configs import CONFIGS_FILE as GROUP_CONFIGS_FILE
 from .groups.group_configs import GroupConfigs
+from .groups.join_sync import JoinSyncDirect
 from .groups.offset_api import OffsetApi
 from .groups.runtime import GroupRuntime
 from .groups.share_api import ShareGroupApi
@@ -105,25 +105,6 @@ def _read_cluster_id(documents: Documents, node_id: int) -> str:
         log.warning("could not write %s (%s): cluster id %s holds for this run only",
                     META_PROPERTIES, e.strerror, cluster_id)
     return cluster_id
-
-
-def open_engine(config: Config, fsync: bool) -> StorageEngine:
-    """The storage engine ``storage.url`` names."""
-    url = config.storage_url
-    if url is not None:
-        # Imported here: psycopg takes a quarter of a second to import, for brokers on files too.
-        from kcoord.storage.postgres.engine import PostgresEngine
-
-        return PostgresEngine(url, producer_expiration_ms=config["producer.id.expiration.ms"],
-                              recent_bytes=config["storage.recent.batches.bytes"])
-    return FileEngine(
-        config.data_dir,
-        fsync=fsync,
-        index_interval_bytes=config["log.index.interval.bytes"],
-        producer_expiration_ms=config["producer.id.expiration.ms"],
-        # Every segment and index file of this broker shares one bounded pool of descriptors.
-        pool=FilePool(config["log.max.open.files"]),
-    )
 
 
 def _partition_exists(topics: TopicStore, name: str, partition: int) -> bool:
@@ -343,6 +324,7 @@ class Broker:
         }
         if self.authorizer is None:
             self.direct_handlers[ApiKey.HEARTBEAT] = g.heartbeat_direct
+            self.direct_handlers.update(JoinSyncDirect(self.groups, config["socket.request.max.elements"]).handlers())
             self.direct_handlers[ApiKey.OFFSET_FETCH] = o.offset_fetch_direct
             self.direct_handlers[ApiKey.CONSUMER_GROUP_HEARTBEAT] = cg.heartbeat_direct
         limits = ConnectionLimits(config)

@@ -41,6 +41,7 @@ MODULES = (
     "protocol/framing.py",
     "protocol/headers.py",
     "protocol/heartbeat.py",
+    "protocol/group_codec.py",
     "protocol/consumer_heartbeat.py",
     "protocol/offset_fetch.py",
     "protocol/record_encoding.py",
@@ -89,6 +90,7 @@ MODULES = (
     "broker/groups/offset_api.py",
     "broker/groups/fetch_answers.py",
     "broker/groups/api.py",
+    "broker/groups/join_sync.py",
     "broker/groups/consumer_api.py",
 )
 GROUP = "kcoord.compiled.hot"  # the shared library: compiled/_build/kcoord/compiled/hot__mypyc.<suffix>

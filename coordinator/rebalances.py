@@ -329,6 +329,9 @@ def log_fields(event: RebalanceCompleted) -> str:
     they hold spaces or quotes."""
     parts = []
     for key, value in as_json(event).items():
+        if type(value) is int:  # a number never needs quotes: no pattern search for it
+            parts.append(f"{key}={value}")
+            continue
         text = "" if value is None else str(value)
         if not text or _NEEDS_QUOTES.search(text):
             text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -61,6 +61,25 @@ class BatchHeader:
         """Total bytes of the batch, header included."""
         return LOG_OVERHEAD + self.batch_length
 
+    def rebased(self, base_offset: int) -> BatchHeader:
+        """This header at ``base_offset`` (what ``dataclasses.replace`` makes, without its
+        generic field walk: every append to a log rebases its batches)."""
+        return BatchHeader(
+            base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        )
+
     @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta

@@ -40,7 +40,6 @@ import threading
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
@@ -276,7 +275,7 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
             assigned: list[tuple[int, BatchHeader]] = []
             for pos, h in headers:
                 set_base_offset(buf, pos, next_offset)
-                assigned.append((pos, replace(h, base_offset=next_offset)))
+                assigned.append((pos, h.rebased(next_offset)))
                 next_offset += h.last_offset_delta + 1
 
             n_segments = len(self._segments)

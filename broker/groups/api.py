@@ -25,6 +25,7 @@ from kcoord.protocol.apis import ApiKey
 from kcoord.protocol.codec import RawBody, encode_body, encode_response, response_type
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.framing import Frame
+from kcoord.protocol.group_codec import JoinGroupFields, SyncGroupFields
 from kcoord.protocol.heartbeat import decode_heartbeat
 from kcoord.protocol.responses import build, to_millis
 
@@ -32,6 +33,7 @@ from ..data.topic_names import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from ..net.connection import RequestContext
 from ..net.offload import SLICE, encoded_off_loop, gc_paused, is_big, pause
 from ..security.acl.model import CLUSTER_NAME, UNKNOWN_OPERATIONS, Operation, ResourceType
+from .join_sync import join_answer, join_request, sync_answer, sync_request
 from .runtime import GroupRuntime
 
 if TYPE_CHECKING:
@@ -224,75 +226,46 @@ class GroupApi:
         return dict(key=key, node_id=node.node_id, host=address[0], port=address[1], error_code=0,
                     error_message=None)
 
-    # JoinGroup ------------------------------------------------------------------------------------
+    # JoinGroup, SyncGroup (broker/groups/join_sync.py; without an authorizer their direct path) --
     def join_group(self, ctx: RequestContext, req: Any) -> Any:
+        version = ctx.version
         if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
-            return self._join_answer(ctx, m.JoinGroupResponse(_REFUSED, -1, None, None, "", ""))
+            return join_answer(version, m.JoinGroupResponse(_REFUSED, -1, None, None, "", ""))
         session_ms = to_millis(req.session_timeout)
-        rebalance_ms = to_millis(req.rebalance_timeout) if ctx.version >= 1 else session_ms
-        request = m.JoinGroupRequest(
-            group_id=req.group_id,
-            member_id=req.member_id,
-            group_instance_id=getattr(req, "group_instance_id", None),
-            session_timeout_ms=session_ms,
-            rebalance_timeout_ms=rebalance_ms,
-            protocol_type=req.protocol_type,
-            protocols=tuple((p.name, p.metadata) for p in req.protocols),
-            client_id=ctx.header.client_id or "",
-            client_host=self._client_host(ctx),
-            require_known_member_id=ctx.version >= 4,
-            reason=getattr(req, "reason", None),
-            supports_skip_assignment=ctx.version >= 9,
+        fields: JoinGroupFields = (
+            ctx.header.client_id or "",
+            req.group_id,
+            session_ms,
+            to_millis(req.rebalance_timeout) if version >= 1 else session_ms,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            req.protocol_type,
+            tuple((p.name, p.metadata) for p in req.protocols),
+            getattr(req, "reason", None),
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
+        request = join_request(fields, self._client_host(ctx), version)
         result = runtime.submit(p, runtime.shard(p).join_group, request)
-        return then(result, lambda r: self._join_answer(ctx, r))
+        return then(result, lambda r: join_answer(version, r))
 
-    @staticmethod
-    def _join_answer(ctx: RequestContext, r: m.JoinGroupResponse) -> Any:
-        return ctx.respond(
-            throttle_time=0,
-            error_code=r.error,
-            generation_id=r.generation_id,
-            protocol_type=r.protocol_type,
-            protocol_name=r.protocol_name if ctx.version >= 7 else (r.protocol_name or ""),
-            leader=r.leader,
-            skip_assignment=r.skip_assignment,
-            member_id=r.member_id,
-            members=[
-                dict(member_id=x.member_id, group_instance_id=x.group_instance_id, metadata=x.metadata)
-                for x in r.members
-            ],
-        )
-
-    # SyncGroup ------------------------------------------------------------------------------------
     def sync_group(self, ctx: RequestContext, req: Any) -> Any:
+        version = ctx.version
         if not ctx.allowed(Operation.READ, _GROUP, req.group_id):
-            return self._sync_answer(ctx, m.SyncGroupResponse(_REFUSED, None, None, b""))
-        request = m.SyncGroupRequest(
-            group_id=req.group_id,
-            generation_id=req.generation_id,
-            member_id=req.member_id,
-            group_instance_id=getattr(req, "group_instance_id", None),
-            protocol_type=getattr(req, "protocol_type", None),
-            protocol_name=getattr(req, "protocol_name", None),
-            assignments=tuple((a.member_id, a.assignment) for a in req.assignments),
+            return sync_answer(version, m.SyncGroupResponse(_REFUSED, None, None, b""))
+        fields: SyncGroupFields = (
+            req.group_id,
+            req.generation_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+            getattr(req, "protocol_type", None),
+            getattr(req, "protocol_name", None),
+            tuple((a.member_id, a.assignment) for a in req.assignments),
         )
         runtime = self.runtime
         p = runtime.partition_of(req.group_id)
-        result = runtime.submit(p, runtime.shard(p).sync_group, request)
-        return then(result, lambda r: self._sync_answer(ctx, r))
-
-    @staticmethod
-    def _sync_answer(ctx: RequestContext, r: m.SyncGroupResponse) -> Any:
-        return ctx.respond(
-            throttle_time=0,
-            error_code=r.error,
-            protocol_type=r.protocol_type,
-            protocol_name=r.protocol_name,
-            assignment=r.assignment,
-        )
+        result = runtime.submit(p, runtime.shard(p).sync_group, sync_request(fields))
+        return then(result, lambda r: sync_answer(version, r))
 
     # Heartbeat ------------------------------------------------------------------------------------
     def heartbeat(self, ctx: RequestContext, req: Any) -> Any:

@@ -3,9 +3,10 @@
 Requests on a connection are handled concurrently (a parked JoinGroup or a long-polling Fetch
 does not hold up the next request), but their responses are written in the order the requests
 arrived, as Kafka clients require. The hottest requests (Heartbeat, OffsetFetch v0-v7,
-ApiVersions) have a direct handler that decodes the frame itself and returns the whole response
-frame, skipping the header object, the kio entity and the response builder; it may decline
-(None), and then the generic path answers. Bad input (oversized or negative size prefix, an
+ApiVersions, and JoinGroup and SyncGroup, which create a group) have a direct handler that decodes
+the frame itself and returns the whole response frame, or the shard's future of the answer with
+what writes it, skipping the header object, the kio entity and the response builder; it may
+decline (None), and then the generic path answers. Bad input (oversized or negative size prefix, an
 unparseable header or body, an unknown API, a response that cannot be encoded) closes this
 connection with one log line; nothing else is affected.
 
@@ -85,10 +86,14 @@ class RequestContext:
 
 
 Handler = Callable[[RequestContext, Any], Any]
-DirectHandler = Callable[[Frame, int, int, str], "bytes | None"]
-"""``(frame, version, correlation_id, client_host)`` -> the whole response frame, or None to
-fall back to the generic path. For the hottest requests: decodes the frame itself, answers at
-once."""
+Deferred = tuple["asyncio.Future[Any]", Callable[[Any], bytes]]
+"""An answer still to come: the future of the coordinator's reply, and what turns that reply
+into the whole response frame."""
+DirectHandler = Callable[[Frame, int, int, str], "bytes | Deferred | None"]
+"""``(frame, version, correlation_id, client_host)`` -> the whole response frame, or the
+:data:`Deferred` one (a parked JoinGroup, a SyncGroup awaiting its fsync), or None to fall back
+to the generic path (only before acting on the request). For the hottest requests: decodes the
+frame itself, skips the header object, the kio entity and the response builder."""
 
 _HEAD = struct.Struct(">hhi")
 _BEFORE_AUTHENTICATION = frozenset(
@@ -361,9 +366,48 @@ class Connection(FrameLoop):
             return False
         if metered:
             self._on_request(api_key)
+        if isinstance(data, tuple):
+            slot = ResponseSlot()
+            self._slots.append(slot)
+            fut, encode = data
+            fut.add_done_callback(functools.partial(self._settle_direct, slot, encode, api_key, started))
+            return True
+        if metered:
             self._on_response(api_key, started)
         self._enqueue_ready(data)
         return True
+
+    def _settle_direct(
+        self,
+        slot: ResponseSlot,
+        encode: Callable[[Any], bytes],
+        api_key: int,
+        started: float,
+        fut: asyncio.Future[Any],
+    ) -> None:
+        """A deferred direct answer came: its frame into its slot, out in order."""
+        if self.closed:
+            return
+        if fut.cancelled():
+            self.abort("request cancelled")
+            return
+        error = fut.exception()
+        if error is not None:
+            log.error("request failed; closing %s", self.peer, exc_info=error)
+            self.abort("internal error")
+            return
+        try:
+            data = encode(fut.result())
+        except Exception:
+            log.exception("response to api %d cannot be encoded; closing %s", api_key, self.peer)
+            self.abort("internal error")
+            return
+        slot.data = data
+        self._held += len(data)
+        if self._metered:
+            self._on_response(api_key, started)
+        slot.done = True
+        self._flush()
 
     def _settle(
         self,

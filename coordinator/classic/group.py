@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from kcoord.coordinator.classic.one_member import OneMember
 from kcoord.coordinator.messages import JoinMember
 from kcoord.coordinator.offset_interface import OffsetExpiry
 from kcoord.coordinator.rebalances import NOTHING_SETTLED, Settled
@@ -147,7 +148,10 @@ class ClassicGroup:
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
+    members: Mapping[str, Member] = field(default_factory=lambda: _NONE)
+    """Member id -> member, in insertion order. Read-only here: written through :meth:`add`,
+    :meth:`remove` and :meth:`replace_static_member` (a shared empty mapping without members, a
+    :class:`OneMember` with one, a dict with more: most idle groups have one member)."""
     pending_members: Mapping[str, int] = field(default_factory=lambda: _NONE)
     """Pending member id -> token of its expiry timer (D3, G6). Read-only here: written through
     :meth:`add_pending` (a shared empty mapping until the first entry, to keep idle groups small)."""
@@ -243,7 +247,7 @@ class ClassicGroup:
             self.protocol_type = member.protocol_type
         if self.leader_id is None:
             self.leader_id = member.member_id
-        self.members[member.member_id] = member
+        self._put(member.member_id, member)
         self._inc_votes(member)
         member.awaiting_join = awaiting
         member.join_handle = join_handle if awaiting else None
@@ -254,7 +258,7 @@ class ClassicGroup:
     def remove(self, member_id: str) -> Member | None:
         """B5: drop the member (and its static mapping and pending entry). A removed leader
         is replaced by the first remaining member in insertion order."""
-        member = self.members.pop(member_id, None)
+        member = self._pop(member_id)
         if member is not None:
             self._dec_votes(member)
             if member.awaiting_join:
@@ -267,6 +271,31 @@ class ClassicGroup:
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         self.drop_pending(member_id)
+        return member
+
+    def _put(self, member_id: str, member: Member) -> None:
+        """Add the member to :attr:`members`, last."""
+        members = self.members
+        if not members:
+            self.members = OneMember(member_id, member)
+        elif type(members) is OneMember:
+            self.members = {members.key: members.value, member_id: member}
+        else:
+            members[member_id] = member  # type: ignore[index]
+
+    def _pop(self, member_id: str) -> Member | None:
+        """Take the member out of :attr:`members` (None if it is not there)."""
+        members = self.members
+        if member_id not in members:
+            return None
+        member = members[member_id]
+        if type(members) is OneMember:
+            self.members = _NONE
+        elif len(members) == 2:  # one left: back to the compact form
+            key, rest = next((k, m) for k, m in members.items() if k != member_id)
+            self.members = OneMember(key, rest)
+        else:
+            del members[member_id]  # type: ignore[attr-defined]
         return member
 
     def add_pending(self, member_id: str, token: int) -> None:
@@ -330,10 +359,11 @@ class ClassicGroup:
         insertion order). Leadership follows. The caller answers the old id's parked
         requests with FENCED_INSTANCE_ID *before* calling this, and arms the member's session
         timer *after*: the armed one was queued under the old id, so it is forgotten here."""
-        member = self.members.pop(old_member_id)
+        member = self.members[old_member_id]
+        self._pop(old_member_id)
         member.member_id = new_member_id
         member.heartbeat_token = 0
-        self.members[new_member_id] = member
+        self._put(new_member_id, member)
         if self.leader_id == old_member_id:
             self.leader_id = new_member_id
         self._statics()[instance_id] = new_member_id

@@ -14,6 +14,7 @@ from kcoord.coordinator.classic.group import (
     Member,
 )
 from kcoord.coordinator.classic.groups import default_member_id
+from kcoord.coordinator.classic.one_member import OneMember
 
 S = GroupState
 
@@ -111,6 +112,32 @@ def test_B4_one_member_groups_share_their_votes_until_they_change() -> None:
     g1.remove("a")
     g1.remove("c")
     assert g1.protocol_votes == {} and g2.protocol_votes == {"range": 1}
+
+
+def test_B4_B5_members_of_a_group_of_one_are_compact_and_read_as_a_dict() -> None:
+    g = ClassicGroup("g")
+    assert g.members == {} and not g.members
+    a, b, c = member("a", instance="i-a"), member("b"), member("c")
+    g.add(a)
+    assert type(g.members) is OneMember  # no dict for a group of one
+    assert g.members == {"a": a} and list(g.members) == ["a"] and len(g.members) == 1
+    assert g.members.get("a") is a and g.members.get("x") is None and "a" in g.members
+    assert list(g.members.values()) == [a] and list(g.members.items()) == [("a", a)]
+    with pytest.raises(KeyError):
+        g.members["x"]
+    g.add(b)
+    g.add(c)
+    assert type(g.members) is dict and list(g.members) == ["a", "b", "c"]
+    g.remove("b")
+    assert list(g.members) == ["a", "c"]
+    g.remove("a")  # one left: compact again, and it leads
+    assert type(g.members) is OneMember and g.members == {"c": c} and g.leader_id == "c"
+    g.add(a)
+    g.remove("c")
+    g.replace_static_member("i-a", "a", "a2")  # the only member takes its new id
+    assert g.members == {"a2": a} and a.member_id == "a2" and g.leader_id == "a2"
+    g.remove("a2")
+    assert g.members == {} and g.leader_id is None and g.static_members == {}
 
 
 def test_B4_add_registers_static_member_and_drops_pending() -> None:
