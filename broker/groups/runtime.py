@@ -158,6 +158,11 @@ class GroupRuntime:
             for sr in self.shards:
                 self._finish(sr, t)
 
+    async def wait_loaded(self) -> None:
+        """Until the start-up load of the offsets topic is over (at once if there was none)."""
+        if self._load_task is not None:
+            await asyncio.shield(self._load_task)
+
     def ensure_topic(self) -> bool:
         """Whether the offsets topic exists, else its creation is started (A5, off the loop):
         FindCoordinator answers COORDINATOR_NOT_AVAILABLE meanwhile, writes wait (:meth:`_defer`)."""
