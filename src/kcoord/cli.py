@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import json
 import logging
@@ -143,8 +142,7 @@ async def _freeze_when_loaded(broker: Broker) -> None:
     every few big requests). Only the young generations are collected first: a full
     collection here would cost that much once more, and the cycles already among the old
     objects, left uncollected, are few and made once."""
-    with contextlib.suppress(Exception):  # a failed load is the runtime's to report
-        await broker.groups.wait_loaded()
+    await broker.groups.loads_done()
     gc.collect(1)
     gc.freeze()
 
