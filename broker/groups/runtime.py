@@ -22,6 +22,7 @@ while the others load and serve.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -42,7 +43,7 @@ from kcoord.storage.offline import moved_away
 
 from ..data.internal_topic import InternalTopic
 from ..data.topics import OFFSETS_TOPIC, Topic
-from ..net.offload import SliceTimer, TurnBudget, pause
+from ..net.offload import SliceTimer, TurnBudget, is_big, pause
 from .assignment_offload import OffLoop
 from .cleaner import clean_offsets
 from .coordinator_config import coordinator_config
@@ -315,14 +316,12 @@ class GroupRuntime:
             "%s-%d not loaded: %s; its groups have no coordinator until it is online again",
             OFFSETS_TOPIC, sr.partition, why,
         )
-        out = sr.shard.unload(now_ms())
         sr.loaded = True
-        self._process(sr, out)
+        self._process(sr, sr.shard.unload(now_ms()))
 
     def _finish(self, sr: ShardRuntime, t: int) -> None:
-        out = sr.shard.finish_loading(t)
         sr.loaded = True
-        self._process(sr, out)
+        self._process(sr, sr.shard.finish_loading(t))
 
     @property
     def loaded(self) -> bool:
@@ -485,9 +484,16 @@ class GroupRuntime:
             self.ensure_topic()
             self._defer(sr, out)
             return
-        batches = output_batches(out, t, self.group_config.max_batch_bytes, sr.partition)
-        if batches is None:
-            # Nothing was appended or replied: the shard undoes the write and answers for it.
+        limit = self.group_config.max_batch_bytes
+        if out.marker is None and is_big(len(out.records)):  # encoded in the worker
+            sr.encode_held(out, t, limit, lambda one: self._process(sr, one),
+                           functools.partial(self._write, sr), sr.storage_failed)
+            return
+        self._write(sr, out, output_batches(out, t, limit, sr.partition), t)
+
+    def _write(self, sr: ShardRuntime, out: Output, batches: list[bytes] | None, t: int) -> None:
+        plog = sr.log  # not None: _append's caller made sure, or ShardRuntime.hold did
+        if plog is None or batches is None:  # nothing appended: the shard undoes and answers
             self._process(sr, sr.shard.append_failed(out, ErrorCode.message_too_large, t))
             return
         error: BaseException | None = None
@@ -508,8 +514,7 @@ class GroupRuntime:
         """``out`` and the shard's outputs after it wait for the offsets topic's creation
         (:meth:`ShardRuntime.hold`); if it fails (a full disk), the shard undoes the writes."""
         assert self.offsets_topic.creating is not None
-        sr.hold(out, self.offsets_topic.creating, lambda one: self._process(sr, one), lambda one: (
-            sr.shard.append_failed(one, ErrorCode.kafka_storage_error, now_ms())))
+        sr.hold(out, self.offsets_topic.creating, lambda one: self._process(sr, one), sr.storage_failed)
 
     def _complete_in_order(
         self,

@@ -2,8 +2,10 @@
 
 :class:`ShardRuntime` is what the runtime keeps per ``__consumer_offsets`` partition besides its
 shard: the partition's log, the chain of its outputs still on their way to their replies, its
-timer, and the outputs held while the offsets topic is being created. :func:`output_batches` is what one shard output is appended as (record batches of at
-most ``message.max.bytes``, or a transaction marker). :class:`OutputCompletion` carries one
+timer, and the outputs held while the offsets topic is being created or while a big output's
+batch is encoded in the worker thread (:meth:`ShardRuntime.encode_held`). :func:`output_batches`
+is what one shard output is appended as (record batches of at most ``message.max.bytes``, or a
+transaction marker). :class:`OutputCompletion` carries one
 appended output through its fsync and then the shard's previous output, in that order, to the
 runtime's ``finish`` callback, which delivers its replies (broker/groups/runtime.py).
 """
@@ -12,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from kcoord.coordinator.shard import GroupShard, Output
 from kcoord.protocol.control import encode_marker
+from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.record_encoding import encode_kv_batch, kv_batches
 from kcoord.storage.engine import Log
 
 from ..data.topics import OFFSETS_TOPIC
+from ..net.offload import off_loop
 
 log = logging.getLogger("kcoord.coordinator")
 
@@ -73,6 +78,40 @@ class ShardRuntime:
                 last.add_done_callback(lambda _: held.set_result(None))
 
         until.add_done_callback(resume)
+
+
+    def storage_failed(self, out: Output) -> Output:
+        """The shard's undoing of ``out``, which has no log to be written to."""
+        return self.shard.append_failed(out, ErrorCode.kafka_storage_error, int(time.time() * 1000))
+
+    def encode_held(
+        self,
+        out: Output,
+        t: int,
+        limit: int,
+        process: Callable[[Output], None],
+        write: Callable[[Output, list[bytes] | None, int], None],
+        failed: Callable[[Output], Output],
+    ) -> None:
+        """Encode ``out``'s batches (:func:`output_batches` at time ``t``) in the worker
+        thread, then ``write(out, batches, t)``: thousands of records (a commit or deletion
+        of that many offsets) take tens of milliseconds to encode. The shard's later outputs
+        are held behind it (:meth:`hold`, which also hands ``failed`` those that write once
+        the log is gone) and ``process``-ed in order after it, so the log keeps their order."""
+        encoding = off_loop(output_batches, out, t, limit, self.partition)
+
+        def resumed(one: Output) -> None:
+            if one is not out:
+                process(one)
+                return
+            batches: list[bytes] | None = None
+            try:
+                batches = encoding.result()
+            except Exception:  # not expected: the write is refused, as one too big would be
+                log.exception("encoding a write to %s-%d failed", OFFSETS_TOPIC, self.partition)
+            write(one, batches, t)
+
+        self.hold(out, encoding, resumed, failed)
 
 
 FinishOutput = Callable[[ShardRuntime, Output, asyncio.Future[None], BaseException | None], None]

@@ -3,7 +3,9 @@
 
 Served by ``kcoord serve --metrics-port N`` from the broker's own event loop (a tiny HTTP/1.1
 server, whose connections broker/metrics/http.py bounds). A scrape first reads the coordinator's state into a snapshot, in slices between which
-the loop serves its clients (broker/metrics/group_state.py), then renders the snapshot.
+the loop serves its clients (broker/metrics/group_state.py), then renders the snapshot in the
+worker thread (its series per group partition and per topic partition are most of a big
+response).
 
 Two kinds of metrics:
 
@@ -309,8 +311,9 @@ class BrokerMetrics:
 
     async def exposition(self) -> bytes:
         """The whole ``/metrics`` response: the coordinator's state is read first (in slices),
-        every collector then runs on the loop, and the text is written in the worker thread
-        from what they returned."""
+        the collectors of live state then run on the loop, and the families made from the
+        snapshots (the bulk of a big response) are built and the text written in the worker
+        thread."""
         collector = self._coordinator
         source = collector.source
         assert source is not None, "BrokerMetrics.observe() comes before the first scrape"
@@ -323,33 +326,52 @@ class BrokerMetrics:
         if source.view is not None:
             max_partitions = int(source.config["metrics.max.partitions"])
             topics = await read_topics(source.topics, source.view, max_partitions)
-        # collected right away: no other scrape can come between
-        collector.snapshot, collector.shares, collector.topics = snapshot, shares, topics
+        # Collected right away (no other scrape can come between): the families read from
+        # live state here, on the loop; those made from the snapshots (a series per group
+        # partition and per topic partition, tens of thousands of samples) in the worker.
+        collector.shares = shares
         try:
-            collected = _Collected(list(self.registry.collect()))
+            collected = _Collected(list(self.registry.collect()), snapshot, topics)
         finally:
-            collector.snapshot = collector.shares = collector.topics = None
+            collector.shares = None
         return await off_loop(generate_latest, collected)
 
 
 class _Collected(Collector):
-    """Metric families already collected, for ``generate_latest`` to write out."""
+    """Metric families to write out with ``generate_latest`` in the worker thread: those
+    already collected on the loop, and, in the place the coordinator's collector gives them
+    (:data:`_SNAPSHOT_FAMILIES`), those made from the snapshots, which nothing changes any
+    more."""
 
-    def __init__(self, metrics: list[Metric]) -> None:
+    def __init__(
+        self, metrics: list[Metric], groups: GroupsSnapshot, topics: TopicsSnapshot | None
+    ) -> None:
         self.metrics = metrics
+        self.groups = groups
+        self.topics = topics
 
     def collect(self) -> Iterator[Metric]:
-        return iter(self.metrics)
+        for metric in self.metrics:
+            if metric is _SNAPSHOT_FAMILIES:
+                yield from group_metrics(self.groups)
+                if self.topics is not None:
+                    yield from topic_metrics(self.topics)
+            else:
+                yield metric
+
+
+_SNAPSHOT_FAMILIES = GaugeMetricFamily("kcoord_snapshot_families", "(never written out)")
+"""Where the families made from a scrape's snapshots go among the others (:class:`_Collected`)."""
 
 
 class _CoordinatorCollector(Collector):
-    """State metrics, from the snapshot :meth:`BrokerMetrics.exposition` has just read."""
+    """State metrics read from live state (producers, share counters, transactions, the
+    cluster), and the place of those made from the snapshots :meth:`BrokerMetrics.exposition`
+    has just read (rendered by :class:`_Collected`)."""
 
     def __init__(self) -> None:
         self.source: CoordinatorState | None = None
-        self.snapshot: GroupsSnapshot | None = None
         self.shares: SharesSnapshot | None = None
-        self.topics: TopicsSnapshot | None = None
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; nothing to check at registration
@@ -358,10 +380,7 @@ class _CoordinatorCollector(Collector):
         source = self.source
         assert source is not None
         runtime = source.runtime
-        if self.snapshot is not None:
-            yield from group_metrics(self.snapshot)
-        if self.topics is not None:
-            yield from topic_metrics(self.topics)
+        yield _SNAPSHOT_FAMILIES  # the groups' and topics' series, made in the worker
         yield GaugeMetricFamily(
             "kcoord_producer_ids",
             "Idempotent producer states held for de-duplication (one per partition written).",

@@ -42,7 +42,7 @@ from .admission import SMALL_REQUEST, RequestMemory
 from .frame_loop import SEND_BUFFER_HIGH, FrameLoop, ResponseSlot
 from .limits import ConnectionLimits
 from .listeners import ANONYMOUS, Listener, principal_of
-from .offload import gc_paused
+from .offload import off_loop
 
 log = logging.getLogger("kcoord.connection")
 
@@ -252,18 +252,65 @@ class Connection(FrameLoop):
         if handler is None:
             self.abort(f"no handler for api {api_key}")
             return False
+        if len(frame) > SMALL_REQUEST:
+            # Tens of thousands of entries take tens of milliseconds to decode: done in the
+            # worker, this connection handling nothing more meanwhile (its requests reach
+            # their handlers in the order they came), its answer keeping its place.
+            slot = ResponseSlot()
+            self._slots.append(slot)
+            self.hold_frames()
+            decoding = off_loop(decode_request, api_key, version, frame, body_at, self._max_elements)
+            decoding.add_done_callback(
+                functools.partial(self._decoded, header, api_key, handler, flexible, slot)
+            )
+            return True
         try:
-            if len(frame) > SMALL_REQUEST:
-                # Many objects at once: see broker/net/offload.py on the collector.
-                with gc_paused():
-                    request = decode_request(api_key, version, frame, body_at, self._max_elements)
-            else:
-                request = decode_request(api_key, version, frame, body_at, self._max_elements)
+            request = decode_request(api_key, version, frame, body_at, self._max_elements)
         except DecodeError as bad_body:
             # Not `e` again: compiled, one name bound by two except clauses has the first one's
             # type, and the second binding raised TypeError (a traceback per bad request).
             self.abort(str(bad_body))
             return False
+        return self._handle(header, api_key, handler, flexible, request, None)
+
+    def _decoded(
+        self,
+        header: RequestHeader,
+        api_key: int,
+        handler: Handler,
+        flexible: bool,
+        slot: ResponseSlot,
+        decoding: asyncio.Future[Any],
+    ) -> None:
+        """A request decoded in the worker (:meth:`_on_frame`): handled, then the frames
+        after it."""
+        if self.closed:
+            return
+        if decoding.cancelled():
+            self.abort("request cancelled")
+            return
+        error = decoding.exception()
+        if error is not None:
+            if isinstance(error, DecodeError):
+                self.abort(str(error))
+            else:
+                log.error("decoding failed; closing %s", self.peer, exc_info=error)
+                self.abort("internal error")
+            return
+        self._handle(header, api_key, handler, flexible, decoding.result(), slot)
+        self.release_frames()
+
+    def _handle(
+        self,
+        header: RequestHeader,
+        api_key: int,
+        handler: Handler,
+        flexible: bool,
+        request: Any,
+        slot: ResponseSlot | None,
+    ) -> bool:
+        """Run ``request``'s handler and see its answer into ``slot`` (None: a slot is taken
+        if the answer comes later, else it goes out at once); True if a task was started."""
         ctx = RequestContext(header, self.client_host, self)
         # ApiVersions responses always use header v0 (KIP-511).
         flexible_response = flexible and api_key != ApiKey.API_VERSIONS
@@ -272,28 +319,32 @@ class Connection(FrameLoop):
         try:
             result = handler(ctx, request)
         except Exception:
-            log.exception("handler for api %d v%d failed; closing %s", api_key, version, self.peer)
+            log.exception("handler for api %d v%d failed; closing %s", api_key, ctx.version, self.peer)
             self.abort("internal error")
             return False
         if isinstance(result, asyncio.Future):
             # An answer still to come from the coordinator (GroupRuntime.submit, then()): a
             # callback, not a task, carries it to the slot.
-            slot = ResponseSlot()
-            self._slots.append(slot)
+            if slot is None:
+                slot = ResponseSlot()
+                self._slots.append(slot)
             result.add_done_callback(
                 functools.partial(
                     self._settle, slot, header.correlation_id, flexible_response, api_key, started
                 )
             )
         elif inspect.isawaitable(result):
-            slot = ResponseSlot()
-            self._slots.append(slot)
+            if slot is None:
+                slot = ResponseSlot()
+                self._slots.append(slot)
             task = asyncio.ensure_future(
                 self._await(result, slot, header.correlation_id, flexible_response, api_key, started)
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return True
+        elif slot is not None:
+            self._complete(slot, header.correlation_id, result, flexible_response, api_key, started)
         elif result is NO_RESPONSE:
             self._on_response(api_key, started)
         else:

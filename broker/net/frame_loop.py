@@ -19,7 +19,8 @@ What one client can hold is bounded (the hardening limits, docs/limits.md):
   answers ready to go out exceed :data:`_MAX_HELD_BYTES` or the socket's send buffer is full
   (``pause_writing``), the connection reads and handles nothing more until answers drain;
 * a request larger than 64 KiB reserves its size in the broker-wide ``queued.max.request.bytes``
-  budget (broker/net/admission.py) before the rest of it is read;
+  budget (broker/net/admission.py) before the rest of it is read, and is decoded in the worker
+  thread, the connection handing on no further frame until it is (:meth:`FrameLoop.hold_frames`);
 * a request must arrive within ``socket.request.receive.timeout.ms`` of its first byte (the
   broker's sweep closes connections that take longer), not counting time the broker itself
   spent not reading.
@@ -91,6 +92,7 @@ class FrameLoop(asyncio.Protocol):
         self._pass_scheduled = False
         self._reserved = 0  # bytes of the request memory budget held for the frame arriving
         self._closing = False  # close_when_answered() was called
+        self._frames_held = False  # hold_frames(): a request is decoded in the worker
         self._close_delay_s = 0.0  # how long after its last answer the connection closes
         self.partial_since: float | None = None
         """When the frame being received started arriving (monotonic), while we read."""
@@ -138,6 +140,7 @@ class FrameLoop(asyncio.Protocol):
             len(slots) < max_in_flight
             and self._held < _MAX_HELD_BYTES
             and not self._writing_paused
+            and not self._frames_held
             and not self.closed
         ):
             frame = next_frame()
@@ -173,6 +176,7 @@ class FrameLoop(asyncio.Protocol):
             len(self._slots) >= self._max_in_flight
             or self._writing_paused
             or self._held >= _MAX_HELD_BYTES
+            or self._frames_held
         )
 
     def _flow(self) -> None:
@@ -221,6 +225,15 @@ class FrameLoop(asyncio.Protocol):
         else:
             self.partial_since = None  # the time we do not read is not the client's
             self.transport.pause_reading()
+
+    def hold_frames(self) -> None:
+        """Hand on no further frame until :meth:`release_frames` (the request just handed on
+        is being decoded in the worker: the next ones must not overtake it)."""
+        self._frames_held = True
+
+    def release_frames(self) -> None:
+        self._frames_held = False
+        self._wake()
 
     def _wake(self) -> None:
         """Answers drained: carry on with frames held back by :meth:`_busy`."""
