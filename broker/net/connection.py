@@ -437,15 +437,7 @@ class Connection(FrameLoop):
         fut: asyncio.Future[Any],
     ) -> None:
         """A deferred direct answer came: its frame into its slot, out in order."""
-        if self.closed:
-            return
-        if fut.cancelled():
-            self.abort("request cancelled")
-            return
-        error = fut.exception()
-        if error is not None:
-            log.error("request failed; closing %s", self.peer, exc_info=error)
-            self.abort("internal error")
+        if self.closed or self._failed(fut):
             return
         try:
             data = encode(fut.result())
@@ -469,17 +461,21 @@ class Connection(FrameLoop):
         started: float,
         fut: asyncio.Future[Any],
     ) -> None:
-        if self.closed:
+        if self.closed or self._failed(fut):
             return
+        self._complete(slot, correlation_id, fut.result(), flexible, api_key, started)
+
+    def _failed(self, fut: asyncio.Future[Any]) -> bool:
+        """Whether a request's work was cancelled or failed; the connection is closed then."""
         if fut.cancelled():
             self.abort("request cancelled")
-            return
+            return True
         error = fut.exception()
         if error is not None:
             log.error("request failed; closing %s", self.peer, exc_info=error)
             self.abort("internal error")
-            return
-        self._complete(slot, correlation_id, fut.result(), flexible, api_key, started)
+            return True
+        return False
 
     async def _await(
         self,
