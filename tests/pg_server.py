@@ -146,14 +146,31 @@ class PostgresServer:
                 time.sleep(0.05)
 
     def kill9(self) -> None:
-        """Kill the server and its backends as a crash would (no shutdown checkpoint)."""
-        if self.process is not None:
+        """Kill the server and every process of it as a crash would (no shutdown checkpoint),
+        and return once all are dead. PostgreSQL's backends and auxiliary processes each start
+        a process group of their own (setsid), so the postmaster's group does not take them:
+        they are found as its children, with the postmaster stopped first so that it forks no
+        more, and killed one by one. Left alive for a moment, a backend would still answer a
+        pooled connection's query, and hold the shared memory beside which a restarted server
+        refuses to start ("pre-existing shared memory block is still in use")."""
+        if self.process is None:
+            return
+        pid = self.process.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+        children = _children_of(pid)
+        for target in (pid, *children):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            # Long on a loaded machine: a process killed in the middle of an fsync goes only
-            # once the disk has answered.
-            self.process.wait(120)
-            self.process = None
+                os.kill(target, signal.SIGKILL)
+        # Long on a loaded machine: a process killed in the middle of an fsync goes only
+        # once the disk has answered.
+        self.process.wait(120)
+        self.process = None
+        deadline = time.monotonic() + 120
+        while any(_running(child) for child in children):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL processes outlived SIGKILL: {children}")
+            time.sleep(0.01)
 
     def database(self) -> str:
         """A new, empty database; its URL."""
@@ -177,3 +194,26 @@ class PostgresServer:
                 self.process.wait(30)
             self.process = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie has released everything and does not)."""
+    try:
+        state = (Path(f"/proc/{pid}/stat")).read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")

@@ -157,8 +157,11 @@ class _Committer:
             self.consumer.close()
 
 
-def run(root: Path, seconds: float, seed: int, log: Callable[[str], None] = lambda _: None) -> Report:
-    """The run (module docstring); its figures and the anomalies found (none, we hope)."""
+def run(root: Path, seconds: float, seed: int, log: Callable[[str], None] = lambda _: None,
+        min_faults: int = 0) -> Report:
+    """The run (module docstring); its figures and the anomalies found (none, we hope).
+    Faults go on past ``seconds`` until ``min_faults`` were injected (a slow machine's restarts
+    take longer, and fewer fit in the time)."""
     report = Report(seconds, seed, dict.fromkeys(FAULTS, 0))
     rng = random.Random(seed)
     with running_server() as pg:
@@ -183,7 +186,7 @@ def run(root: Path, seconds: float, seed: int, log: Callable[[str], None] = lamb
             for t in threads:
                 t.start()
             try:
-                _inject(nodes, pg, rng, seconds, report, log)
+                _inject(nodes, pg, rng, seconds, min_faults, report, log)
             finally:
                 stop.set()
                 for t in threads:
@@ -229,10 +232,10 @@ def _consume(bootstrap: str, report: Report, lock: threading.Lock,
             c.close()
 
 
-def _inject(nodes: _Nodes, pg: Any, rng: random.Random, seconds: float, report: Report,
-            log: Callable[[str], None]) -> None:
+def _inject(nodes: _Nodes, pg: Any, rng: random.Random, seconds: float, min_faults: int,
+            report: Report, log: Callable[[str], None]) -> None:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or sum(report.faults.values()) < min_faults:
         time.sleep(rng.uniform(2.0, 5.0))
         fault = rng.choice(FAULTS)
         n = rng.choice(list(nodes.nodes))

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
 def test_faults_lose_nothing_acknowledged_and_leaderships_never_interleave(tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
-    report = nemesis.run(tmp_path, seconds=75, seed=seed, log=print)
+    report = nemesis.run(tmp_path, seconds=75, seed=seed, log=print, min_faults=8)
     print(report)
     assert sum(report.faults.values()) >= 8, report
     assert report.records_acknowledged > 1000 and report.commits_acknowledged > 100, report
