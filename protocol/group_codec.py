@@ -25,6 +25,7 @@ import struct
 from collections.abc import Sequence
 
 from .framing import Frame
+from .headers import write_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -218,32 +219,18 @@ def decode_sync_group(frame: Frame, version: int, max_elements: int) -> SyncGrou
 
 # ---- answers --------------------------------------------------------------------------------
 
-_SMALL = tuple(bytes((i,)) for i in range(128))
-
-
-def _compact_size(n: int) -> bytes:
-    """An unsigned varint of ``n`` (a compact length or count, already plus one)."""
-    if n < 0x80:
-        return _SMALL[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
 
 def _text(parts: list[bytes], value: str | None, flexible: bool) -> None:
     if value is None:
         parts.append(b"\x00" if flexible else b"\xff\xff")
         return
     raw = value.encode()
-    parts.append(_compact_size(len(raw) + 1) if flexible else _I16.pack(len(raw)))
+    parts.append(write_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw)))
     parts.append(raw)
 
 
 def _data(parts: list[bytes], value: bytes, flexible: bool) -> None:
-    parts.append(_compact_size(len(value) + 1) if flexible else _I32.pack(len(value)))
+    parts.append(write_uvarint(len(value) + 1) if flexible else _I32.pack(len(value)))
     parts.append(value)
 
 
@@ -275,7 +262,7 @@ def join_group_body(
     if version >= 9:
         parts.append(b"\x01" if skip_assignment else b"\x00")
     _text(parts, member_id, flexible)
-    parts.append(_compact_size(len(members) + 1) if flexible else _I32.pack(len(members)))
+    parts.append(write_uvarint(len(members) + 1) if flexible else _I32.pack(len(members)))
     for mid, instance_id, metadata in members:
         _text(parts, mid, flexible)
         if version >= 5:

@@ -36,6 +36,21 @@ def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     return _read_uvarint(buf, pos)
 
 
+_ONE_BYTE = tuple(bytes((i,)) for i in range(128))
+
+
+def write_uvarint(n: int) -> bytes:
+    """``n`` (at least 0) as an unsigned varint: a compact length or count, a tag."""
+    if n < 0x80:
+        return _ONE_BYTE[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def skip_tagged_fields(buf: Frame, pos: int) -> int:
     """The position after the tagged-field section at ``pos``; HeaderError if malformed."""
     count, pos = _read_uvarint(buf, pos)

@@ -20,6 +20,7 @@ import struct
 from collections.abc import Sequence
 
 from .framing import Frame
+from .headers import write_uvarint
 
 FetchedPartition = tuple[int, int, int, "str | None", int]
 """(partition, committed offset, committed leader epoch, metadata, error code)."""
@@ -42,15 +43,6 @@ _PART_V0 = struct.Struct(">iq")
 _PART_V5 = struct.Struct(">iqi")
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _partition(version: int, p: FetchedPartition) -> bytes:
     partition, offset, epoch, metadata, error = p
     if not metadata:  # "" (None too: the broker answers "" for no metadata, in every version)
@@ -62,7 +54,7 @@ def _partition(version: int, p: FetchedPartition) -> bytes:
     raw = metadata.encode("utf-8")
     if version >= 6:
         return b"".join(
-            (_PART_V5.pack(partition, offset, epoch), _uvarint(len(raw) + 1), raw, _I16.pack(error), b"\x00")
+            (_PART_V5.pack(partition, offset, epoch), write_uvarint(len(raw) + 1), raw, _I16.pack(error), b"\x00")
         )
     head = _PART_V5.pack(partition, offset, epoch) if version >= 5 else _PART_V0.pack(partition, offset)
     return b"".join((head, _I16.pack(len(raw)), raw, _I16.pack(error)))
@@ -86,13 +78,13 @@ def encode_offset_fetch_response(
         parts.append(b"\x00")  # response header v1: no tagged fields
     if version >= 3:
         parts.append(b"\x00\x00\x00\x00")  # throttle time 0
-    parts.append(_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics)))
+    parts.append(write_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics)))
     for name, partitions in topics:
         raw = name.encode("utf-8")
         if flexible:
-            parts.append(_uvarint(len(raw) + 1))
+            parts.append(write_uvarint(len(raw) + 1))
             parts.append(raw)
-            parts.append(_uvarint(len(partitions) + 1))
+            parts.append(write_uvarint(len(partitions) + 1))
         else:
             parts.append(_I16.pack(len(raw)))
             parts.append(raw)

@@ -40,7 +40,7 @@ from ..security.acl.model import Operation, ResourceType
 from ..txn.data import AllProducers, TxnVerifier, transactional_refusal
 from .appender import Appender, Outcome, refused
 from .fetch_reads import FetchReads
-from .list_offsets import ListOffsetsApi
+from .list_offsets import READ_COMMITTED, ListOffsetsApi
 from .log_read import TOPIC_REFUSED, high_watermark, refused_topics
 from .topics import storage_error_code
 
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from .topics import TopicStore
 
 log = logging.getLogger("kcoord.data")
-
-READ_COMMITTED = 1
 
 
 _Settled = tuple[int, Log | None, Outcome]
