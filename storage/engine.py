@@ -65,11 +65,14 @@ class LogClosed(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class LogSpec:
     """How one partition's log is kept: its segment size (a log rolls past it; also the
-    largest batch group one segment holds) and whether it is compacted (so offsets may be
-    missing between batches without that meaning lost data)."""
+    largest batch group one segment holds), whether it is compacted (so offsets may be
+    missing between batches without that meaning lost data) and whether it is journaled."""
 
     segment_bytes: int
     compacted: bool = False
+    journaled: bool = False
+    """Written by many small durable writes at once (``__consumer_offsets``): an engine may
+    make them durable together, in a journal shared by such logs (the files engine does)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,10 @@ one process owns the directory (the broker's ``node.lock``), so updates of a doc
 from losing each other by a lock of this engine's.
 The offset checkpoints are Kafka's two checkpoint files (``storage.file_checkpoints``), which
 also let start-up report offsets lost behind the broker's back.
+
+Journaled logs (``LogSpec.journaled``: ``__consumer_offsets``) are flushed together through one
+journal file (``storage.journal``), with fsync on; a journaled log opened at start-up first gets
+back, from the journal, what its files lost in a crash.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from kcoord.storage.creation import (
 from kcoord.storage.engine import DocumentChange, LeaderFence, Log, LogSpec, StoredTopic
 from kcoord.storage.file_checkpoints import CheckpointSnapshot, OffsetCheckpoints, short_error
 from kcoord.storage.files import FilePool, describe_error, fsync_dir, write_file
+from kcoord.storage.journal import JOURNAL_FILE, SharedJournal, replay
 from kcoord.storage.log import DEFAULT_PRODUCER_EXPIRATION_MS, PartitionLog
 from kcoord.storage.offline import report_unopenable
 from kcoord.storage.partition_metadata import read_partition_metadata, write_partition_metadata
@@ -102,6 +107,7 @@ class FileEngine:
         self._checkpoints = OffsetCheckpoints(self.data_dir, fsync=fsync)
         self._doomed: list[Path] = []  # directories of deleted partitions, to remove
         self._updating = threading.Lock()  # one document update at a time (update_document)
+        self._journal: SharedJournal | None = None  # opened by start() when fsync is on
 
     @property
     def description(self) -> str:
@@ -116,6 +122,10 @@ class FileEngine:
                 shutil.rmtree(entry, ignore_errors=True)
         self._checkpoints.read()
         self._checkpoints.report_missing(set(self._partition_dirs()))
+        if self.fsync:
+            self._journal = SharedJournal.open(
+                self.data_dir / JOURNAL_FILE, exists=lambda name: (self.data_dir / name).is_dir()
+            )
 
     # documents ----------------------------------------------------------------------------------
     def read_document(self, name: str) -> bytes | None:
@@ -197,9 +207,35 @@ class FileEngine:
             pool=self.pool,
             producer_expiration_ms=self.producer_expiration_ms,
         )
+        journal = self._journal
+        if spec.journaled and journal is not None and plog.offline is None:
+            batches = journal.replay_of(path.name)  # (an offline log's wait in the journal)
+            if batches:
+                self._replay(journal, plog, batches)
+            plog.use_journal(journal)
         self._checkpoints.restore_start(topic, partition, plog)
         self._checkpoints.check_lost(topic, partition, plog)
         return plog
+
+    @staticmethod
+    def _replay(journal: SharedJournal, plog: PartitionLog, batches: list[memoryview]) -> None:
+        """Give ``plog`` back, from the journal, the batches its files lost, and fsync it."""
+        end = plog.log_end_offset
+        try:
+            count = replay(plog, batches)
+            plog.flush()
+        except OSError as e:
+            log.error("%s: replaying the journal failed: %s", plog.name, describe_error(e))
+            journal.keep(plog.name, batches)  # the journal is not emptied before a restart
+            return
+        if count:
+            log.info(
+                "%s: %d batches (offsets %d to %d) replayed from the journal",
+                plog.name,
+                count,
+                end,
+                plog.log_end_offset - 1,
+            )
 
     def create_logs(
         self, topic: str, topic_id: uuid.UUID, partitions: range, spec: LogSpec
@@ -232,7 +268,7 @@ class FileEngine:
         return logs
 
     def _fresh(self, path: Path, spec: LogSpec) -> PartitionLog:
-        return PartitionLog.fresh(
+        plog = PartitionLog.fresh(
             path,
             segment_bytes=spec.segment_bytes,
             index_interval_bytes=self.index_interval_bytes,
@@ -240,6 +276,9 @@ class FileEngine:
             pool=self.pool,
             producer_expiration_ms=self.producer_expiration_ms,
         )
+        if spec.journaled and self._journal is not None:
+            plog.use_journal(self._journal)
+        return plog
 
     def offline_log(self, topic: str, partition: int, cause: BaseException | str) -> Log:
         return PartitionLog.offline_log(self.data_dir / f"{topic}-{partition}", cause)
@@ -278,3 +317,5 @@ class FileEngine:
 
     def close(self) -> None:
         self.remove_deleted()
+        if self._journal is not None:
+            self._journal.close()

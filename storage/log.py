@@ -56,6 +56,7 @@ from kcoord.storage.compaction_rules import PreparedCompaction
 from kcoord.storage.engine import LogClosed, OffsetOutOfRange
 from kcoord.storage.files import DEFAULT_POOL, FilePool, describe_error, fsync_dir
 from kcoord.storage.index import INT32_MAX
+from kcoord.storage.journal import JournaledLog
 from kcoord.storage.offline import LogOffline, report_went_offline
 from kcoord.storage.recovery import recover_segments
 from kcoord.storage.retention import RetentionMixin
@@ -63,7 +64,7 @@ from kcoord.storage.segment import Segment
 from kcoord.storage.txn_log import DEFAULT_PRODUCER_EXPIRATION_MS, TxnLogMixin
 
 
-class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
+class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin, JournaledLog):
     """The segments of one partition. Create with :meth:`open` (or :meth:`fresh` for a
     directory :meth:`initialize` just made, or :meth:`offline_log`)."""
 
@@ -321,6 +322,7 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
                         e, f"offsets {active.base_offset} to {old_next - 1} are lost"
                     ) from e
                 raise
+            self._journal_appended(buf)
         self._txn_appended(buf, assigned)
         return first, next_offset - 1
 
@@ -332,6 +334,10 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         return used == 0 or used + h.size <= self._segment_bytes
 
     def _roll(self, base_offset: int) -> Segment:
+        if self._journal_pending is not None and self._fsync:
+            # Journaled (storage.journal): what is sealed must be on disk before anything
+            # is written after it, so that only the active segment's tail may lag the journal.
+            self._segments[-1].sync(index=False)
         seg = Segment.create(self._path, base_offset, self._index_interval_bytes, self._pool)
         self._segments[-1].seal()  # sealed: its indexes are complete on disk
         self._sealed_pending.append(self._segments[-1])  # storage.txn_log: _txn_after_roll
@@ -342,7 +348,7 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin):
         return seg
 
     compaction_commits_anywhere = False  # segment files are swapped under the appends
-    shared_flush = None  # each file is fsynced alone, in parallel
+    shared_flush = None  # each file is fsynced alone, in parallel (or the journal's: use_journal)
 
     def flush(self) -> None:
         """Make everything appended so far durable (fsync), then advance flushed_offset.

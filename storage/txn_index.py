@@ -105,6 +105,11 @@ class TxnIndex:
         if len(kept) != len(self.entries()):
             self.reset(kept)
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether the file was written (or must be rewritten) since the last sync."""
+        return self._dirty or self._stale
+
     def sync(self) -> None:
         if self._stale:
             self.reset(self.entries())

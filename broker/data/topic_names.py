@@ -1,6 +1,7 @@
 """Topic names: Kafka's rules for a legal name, how a name from a request is shown in messages,
 and the internal topics (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``),
-which the registry holds but only the coordinators write to, with the cleanup policy each keeps."""
+which the registry holds but only the coordinators write to, with the cleanup policy each keeps,
+and which topics' logs are journaled."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ INTERNAL_CLEANUP_POLICY = {
 }
 """The cleanup.policy of each internal topic, which an alteration may not change."""
 INTERNAL_TOPICS = frozenset(INTERNAL_CLEANUP_POLICY)
+JOURNALED_TOPICS = frozenset({OFFSETS_TOPIC})
+"""Topics whose logs share their fsyncs through a journal (``LogSpec.journaled``): the group
+coordinator's fifty shards each write small durable batches all the time."""
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 _QUOTED_NAME_LENGTH = 64

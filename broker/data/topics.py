@@ -43,6 +43,7 @@ from .topic_model import PartitionLimits, Reservation, Topic, TopicError
 from .topic_names import (
     INTERNAL_CLEANUP_POLICY,
     INTERNAL_TOPICS,
+    JOURNALED_TOPICS,
     OFFSETS_TOPIC,
     quoted,
     topic_name_problem,
@@ -149,17 +150,16 @@ class TopicStore:
 
     def _spec(self, topic_id: uuid.UUID, name: str) -> LogSpec:
         topic = self.configs.settings(topic_id, name)
-        return LogSpec(topic.segment_bytes, topic.compact)
+        return LogSpec(topic.segment_bytes, topic.compact, journaled=name in JOURNALED_TOPICS)
 
     def _recreate(
         self, name: str, partition: int, topic_id: uuid.UUID, segment_bytes: int | None = None
     ) -> Log:
         """Create a missing partition of a loaded topic (offline if that fails)."""
         segment_bytes = segment_bytes or self.configs.settings(topic_id, name).segment_bytes
+        spec = LogSpec(segment_bytes, journaled=name in JOURNALED_TOPICS)
         try:
-            return self.engine.create_logs(
-                name, topic_id, range(partition, partition + 1), LogSpec(segment_bytes)
-            )[0]
+            return self.engine.create_logs(name, topic_id, range(partition, partition + 1), spec)[0]
         except OSError as e:
             log.error(
                 "partition %s-%d is offline: it is missing and could not be created: %s",
@@ -352,7 +352,7 @@ class TopicStore:
                 res.name,
                 res.topic_id,
                 range(res.first, res.first + res.count),
-                LogSpec(res.segment_bytes or self.segment_bytes),
+                LogSpec(res.segment_bytes or self.segment_bytes, False, res.name in JOURNALED_TOPICS),
             )
         except OSError as e:
             raise TopicError(

@@ -4,13 +4,15 @@ commit whose fsync fails is answered with an error and undone (the shard's appen
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from kcoord.broker.app import Broker
 from kcoord.broker.config import Config
 from kcoord.protocol.errors import ErrorCode
-from kcoord.protocol.javahash import partition_for
 from tests.integration.rawclient import RawClient
 
 GROUP = "completion"
@@ -31,7 +33,9 @@ def _fetch(client: RawClient) -> list[int]:
     return [int(p.committed_offset) for t in r.topics for p in t.partitions]
 
 
-async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(tmp_path: Path) -> None:
+async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = Config.load(port=0, data_dir=tmp_path / "data", environ={},
                          overrides=["group.initial.rebalance.delay.ms=0"])
     broker = Broker(config)
@@ -43,19 +47,20 @@ async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(tmp_path:
         assert await asyncio.to_thread(_commit, client, 100) == [0, 0]
         assert await asyncio.to_thread(_fetch, client) == [100, 101]
 
-        plog = broker.groups.shards[partition_for(GROUP, 50)].log
-        assert plog is not None
-        flush = plog.flush
+        # Every fsync fails: the shared journal's (storage/journal.py), then the log's own
+        # that the journal falls back to.
         failures = []
 
-        def failing_flush() -> None:
-            failures.append(1)
+        def failing_sync(fd: int) -> None:
+            failures.append(fd)
             raise OSError(5, "simulated I/O error")
 
-        plog.flush = failing_flush  # type: ignore[method-assign]
-        errors = await asyncio.to_thread(_commit, client, 200)
-        assert failures and errors == [ErrorCode.not_coordinator] * 2  # KAFKA_STORAGE_ERROR, mapped
-        plog.flush = flush  # type: ignore[method-assign]
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "fsync", failing_sync)
+            patched.setattr(os, "fdatasync", failing_sync)
+            errors = await asyncio.to_thread(_commit, client, 200)
+        assert len(failures) >= 2
+        assert errors == [ErrorCode.not_coordinator] * 2  # KAFKA_STORAGE_ERROR, mapped
         assert await asyncio.to_thread(_fetch, client) == [100, 101]  # the failed commit undone
         assert await asyncio.to_thread(_commit, client, 300) == [0, 0]
         assert await asyncio.to_thread(_fetch, client) == [300, 301]
@@ -63,3 +68,4 @@ async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(tmp_path:
         if client is not None:
             client.close()
         await broker.stop()
+
