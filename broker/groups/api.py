@@ -76,10 +76,25 @@ def then(result: Any, finish: Callable[[Any], Any]) -> Any:
     off the loop): the answer is then its result."""
     if not isinstance(result, asyncio.Future):
         return finish(result)
-    answer: asyncio.Future[Any] = result.get_loop().create_future()
+    chained = _Then(result.get_loop().create_future(), finish)
+    result.add_done_callback(chained.settle)
+    return chained.answer
 
-    def failed(fut: asyncio.Future[Any]) -> bool:
+
+class _Then:
+    """:func:`then`'s callbacks. An object rather than closures: compiled, closures that name
+    each other keep their environment in a reference cycle, so every request they saw (its
+    context, its decoded body) would wait for the cyclic garbage collector to be freed."""
+
+    __slots__ = ("answer", "finish")
+
+    def __init__(self, answer: asyncio.Future[Any], finish: Callable[[Any], Any]) -> None:
+        self.answer = answer
+        self.finish = finish
+
+    def failed(self, fut: asyncio.Future[Any]) -> bool:
         """Pass on a cancellation or an exception of ``fut``; True if there was one."""
+        answer = self.answer
         if answer.done():
             return True
         if fut.cancelled():
@@ -91,25 +106,22 @@ def then(result: Any, finish: Callable[[Any], Any]) -> Any:
             return True
         return False
 
-    def built(body: asyncio.Future[Any]) -> None:
-        if not failed(body):
-            answer.set_result(body.result())
+    def built(self, body: asyncio.Future[Any]) -> None:
+        if not self.failed(body):
+            self.answer.set_result(body.result())
 
-    def settle(reply: asyncio.Future[Any]) -> None:
-        if failed(reply):
+    def settle(self, reply: asyncio.Future[Any]) -> None:
+        if self.failed(reply):
             return
         try:
-            value = finish(reply.result())
+            value = self.finish(reply.result())
         except Exception as e:
-            answer.set_exception(e)
+            self.answer.set_exception(e)
             return
         if isinstance(value, asyncio.Future):
-            value.add_done_callback(built)
+            value.add_done_callback(self.built)
         else:
-            answer.set_result(value)
-
-    result.add_done_callback(settle)
-    return answer
+            self.answer.set_result(value)
 
 
 class GroupApi:

@@ -4,6 +4,7 @@ commit whose fsync fails is answered with an error and undone (the shard's appen
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,35 @@ async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(
             client.close()
         await broker.stop()
 
+
+async def test_requests_leave_no_garbage_in_reference_cycles(tmp_path: Path) -> None:
+    """What a commit allocated is freed by reference counting as soon as it is answered: a
+    reference cycle would keep its request and answer alive until a collection of the cyclic
+    garbage collector, which then costs more the more commits are in flight (compiled, closures
+    that name each other make one)."""
+    config = Config.load(port=0, data_dir=tmp_path / "data", environ={},
+                         overrides=["group.initial.rebalance.delay.ms=0"])
+    broker = Broker(config)
+    await broker.start()
+    client: Any = None
+    try:
+        broker.topics.create("t", 2)
+        client = await asyncio.to_thread(RawClient, broker.bound_port)
+        for offset in range(5):  # warm: the offsets topic, the group, the answers kept
+            assert await asyncio.to_thread(_commit, client, offset) == [0, 0]
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for offset in range(5, 25):
+                assert await asyncio.to_thread(_commit, client, offset) == [0, 0]
+                assert await asyncio.to_thread(_fetch, client) == [offset, offset + 1]
+            gc.collect()
+            cyclic = sorted({type(o).__qualname__ for o in gc.garbage})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+        assert cyclic == []
+    finally:
+        if client is not None:
+            client.close()
+        await broker.stop()
