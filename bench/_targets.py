@@ -1,7 +1,7 @@
 """The goals bench/compare.py checks its figures against: issue 20's (throughput against
 librdkafka's mock, durable commits, group creation, memory per member, start-up load, KIP-848
-against classic heartbeats) and the rebalance ones before them. Each is met, missed, or None
-when a figure it needs was not measured."""
+against classic heartbeats), the rebalance ones before them, and issue 33's, stricter (names
+starting "issue 33:"). Each is met, missed, or None when a figure it needs was not measured."""
 
 from __future__ import annotations
 
@@ -86,4 +86,42 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                                None if mine is None or any(p is None for p in peers.values())
                                else mine <= limit and all(_beaten(mine, p) for p in peers.values()),
                                **peers))
+    out += _issue_33(results, rows("raw"), rows("commit"), rows("scale"))
+    return out
+
+
+def _issue_33(results: dict[str, Any], raw: list[dict[str, Any]], commit: list[dict[str, Any]],
+              scale: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 33's goals (the JVM coordinator's own benchmarks as the bar)."""
+    out: list[dict[str, Any]] = []
+    for row in raw:
+        if row["case"].get("api") == "OffsetFetch" and row["case"].get("connections") == 8:
+            k, mock = row.get("kcoord") or {}, row.get("mock") or {}
+            a, b = _num(k.get("requests_per_s")), _num(mock.get("requests_per_s"))
+            cpu = _num(k.get("broker_cpu_us_per_op"))
+            out.append(_target("issue 33: OffsetFetch at 8 connections >= 2x mock at <= 4 us broker CPU", a,
+                               None if not (a and b and cpu) else a >= 2 * b and cpu <= 4, mock=b, cpu_us=cpu))
+    for row in commit:
+        if row["case"].get("committers") == 16:
+            k = row.get("kcoord") or {}
+            a, p99 = _num(k.get("offsets_per_s")), _num((k.get("latency_ms") or {}).get("p99"))
+            cpu = _num(k.get("broker_cpu_us_per_offset"))
+            out.append(_target("issue 33: durable commits (16 committers) >= 500,000 offsets/s, p99 < 10 ms, "
+                               "<= 1.5 us broker CPU per offset", a,
+                               None if a is None or p99 is None or cpu is None
+                               else a >= 500_000 and p99 < 10 and cpu <= 1.5,
+                               p99_ms=p99, cpu_us=cpu))
+    if scale:
+        row = max(scale, key=lambda r: r["case"].get("groups") or 0)
+        k = row.get("kcoord") or {}
+        create, per = _num(k.get("broker_cpu_us_per_group_create")), _num(k.get("rss_per_member_bytes"))
+        out.append(_target("issue 33: <= 150 us broker CPU to create a one-member group", create,
+                           None if create is None else create <= 150, groups=row["case"].get("groups")))
+        out.append(_target("issue 33: <= 700 bytes broker RSS per idle member", per,
+                           None if per is None else per <= 700, groups=row["case"].get("groups")))
+    restart_kcoord = (results.get("restart") or {}).get("kcoord")
+    if isinstance(restart_kcoord, dict):
+        rate = _num(restart_kcoord.get("records_per_s"))
+        out.append(_target("issue 33: offsets load at start-up >= 5,000,000 records/s", rate,
+                           None if rate is None else rate >= 5_000_000))
     return out
