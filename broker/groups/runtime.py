@@ -43,7 +43,7 @@ from kcoord.storage.offline import moved_away
 
 from ..data.internal_topic import InternalTopic
 from ..data.topics import OFFSETS_TOPIC, Topic
-from ..net.offload import SliceTimer, TurnBudget, is_big, pause
+from ..net.offload import SliceTimer, TurnBudget, gc_paused, is_big, pause
 from .assignment_offload import OffLoop
 from .cleaner import clean_offsets
 from .coordinator_config import coordinator_config
@@ -175,10 +175,10 @@ class GroupRuntime:
             sr.log = topic.partitions[sr.partition]
 
     async def _load_all(self) -> None:
-        started = time.perf_counter()
-        records = 0
-        for sr in self.shards:
-            records += await self._load_shard(sr)
+        started, records = time.perf_counter(), 0
+        with gc_paused():  # (what it builds lives on: collections would only walk it, often)
+            for sr in self.shards:
+                records += await self._load_shard(sr)
         self.load_seconds = time.perf_counter() - started
         self._log_loaded(f"{self.num_partitions} partitions", records, self.load_seconds)
 
