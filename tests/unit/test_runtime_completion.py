@@ -1,11 +1,14 @@
-"""GroupRuntime's completion chain, in process: a commit is answered only after its fsync, and a
-commit whose fsync fails is answered with an error and undone (the shard's append_failed)."""
+"""GroupRuntime's completion chain, in process: a commit is answered only after its fsync, a
+commit whose fsync fails is answered with an error and undone (the shard's append_failed), and
+what a commit allocated is not left in reference cycles."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +37,9 @@ def _fetch(client: RawClient) -> list[int]:
     return [int(p.committed_offset) for t in r.topics for p in t.partitions]
 
 
-async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextlib.asynccontextmanager
+async def _client_of_a_broker(tmp_path: Path) -> AsyncIterator[Any]:
+    """A raw client of an in-process broker with a topic ``t`` of 2 partitions."""
     config = Config.load(port=0, data_dir=tmp_path / "data", environ={},
                          overrides=["group.initial.rebalance.delay.ms=0"])
     broker = Broker(config)
@@ -45,6 +48,17 @@ async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(
     try:
         broker.topics.create("t", 2)
         client = await asyncio.to_thread(RawClient, broker.bound_port)
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+        await broker.stop()
+
+
+async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with _client_of_a_broker(tmp_path) as client:
         assert await asyncio.to_thread(_commit, client, 100) == [0, 0]
         assert await asyncio.to_thread(_fetch, client) == [100, 101]
 
@@ -65,10 +79,6 @@ async def test_commit_answered_after_fsync_and_undone_when_fsync_fails(
         assert await asyncio.to_thread(_fetch, client) == [100, 101]  # the failed commit undone
         assert await asyncio.to_thread(_commit, client, 300) == [0, 0]
         assert await asyncio.to_thread(_fetch, client) == [300, 301]
-    finally:
-        if client is not None:
-            client.close()
-        await broker.stop()
 
 
 async def test_requests_leave_no_garbage_in_reference_cycles(tmp_path: Path) -> None:
@@ -76,14 +86,7 @@ async def test_requests_leave_no_garbage_in_reference_cycles(tmp_path: Path) -> 
     reference cycle would keep its request and answer alive until a collection of the cyclic
     garbage collector, which then costs more the more commits are in flight (compiled, closures
     that name each other make one)."""
-    config = Config.load(port=0, data_dir=tmp_path / "data", environ={},
-                         overrides=["group.initial.rebalance.delay.ms=0"])
-    broker = Broker(config)
-    await broker.start()
-    client: Any = None
-    try:
-        broker.topics.create("t", 2)
-        client = await asyncio.to_thread(RawClient, broker.bound_port)
+    async with _client_of_a_broker(tmp_path) as client:
         for offset in range(5):  # warm: the offsets topic, the group, the answers kept
             assert await asyncio.to_thread(_commit, client, offset) == [0, 0]
         gc.collect()
@@ -98,7 +101,3 @@ async def test_requests_leave_no_garbage_in_reference_cycles(tmp_path: Path) -> 
             gc.set_debug(0)
             gc.garbage.clear()
         assert cyclic == []
-    finally:
-        if client is not None:
-            client.close()
-        await broker.stop()
