@@ -17,7 +17,7 @@ Why an acknowledged write survives a crash:
 * A log's ``flushed_offset`` (what its waiters are told is durable) moves past a batch only
   after the journal record holding it was fsynced, or after the log's own files were.
 * Only the active segment's tail may lag its journal records: a journaled log fsyncs the
-  segment it seals before it creates the next (``PartitionLog._roll``; one fsync per segment,
+  segment it seals before it creates the next (``_sync_before_roll``; one fsync per segment,
   on the event loop), and a log with a segment sealed, a directory entry or a transaction
   index written since its last fsync is flushed whole in a round
   (:meth:`JournaledLog.journal_take` refuses). Recovery scans the active segment batch by
@@ -70,6 +70,7 @@ class JournaledLog:
     _dir_dirty: bool
     _flushed_offset: int
     _truncations: int
+    _fsync: bool
     _journal_pending: list[bytes | bytearray] | None = None  # None: not journaled
     shared_flush: Any
 
@@ -93,6 +94,12 @@ class JournaledLog:
         self._journal_pending = []
         self.shared_flush = journal
         journal.add(self)
+
+    def _sync_before_roll(self) -> None:
+        """Called by ``_roll`` before it seals the active segment: a journaled log fsyncs it
+        first, so that only the active segment's tail may lag the journal (module docstring)."""
+        if self._journal_pending is not None and self._fsync:
+            self._segments[-1].sync(index=False)
 
     def _journal_appended(self, batches: bytes | bytearray) -> None:
         """Called by ``append`` under the log's lock with the batches as written."""

@@ -334,10 +334,7 @@ class PartitionLog(CleaningMixin, TxnLogMixin, RetentionMixin, JournaledLog):
         return used == 0 or used + h.size <= self._segment_bytes
 
     def _roll(self, base_offset: int) -> Segment:
-        if self._journal_pending is not None and self._fsync:
-            # Journaled (storage.journal): what is sealed must be on disk before anything
-            # is written after it, so that only the active segment's tail may lag the journal.
-            self._segments[-1].sync(index=False)
+        self._sync_before_roll()  # journaled (storage.journal)
         seg = Segment.create(self._path, base_offset, self._index_interval_bytes, self._pool)
         self._segments[-1].seal()  # sealed: its indexes are complete on disk
         self._sealed_pending.append(self._segments[-1])  # storage.txn_log: _txn_after_roll
