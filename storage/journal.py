@@ -264,10 +264,8 @@ class SharedJournal:
         for plog in list(self._logs):
             try:
                 plog.flush()
-            except LogClosed:  # flushed when it closed
-                self._logs.discard(plog)
-            except LogOffline:  # its files are gone: what the journal holds for it cannot help
-                self._logs.discard(plog)
+            except (LogClosed, LogOffline):  # flushed when it closed; or its files are gone,
+                self._logs.discard(plog)  # and what the journal holds for it cannot help
             except OSError as e:
                 log.error("%s: checkpoint put off: %s", self.path.name, describe_error(e))
                 return False
