@@ -20,7 +20,8 @@ from kcoord.protocol.record_encoding import build_batch
 from kcoord.protocol.records import decode_batch
 from kcoord.storage.engine import Log, LogSpec
 from kcoord.storage.file_engine import FileEngine
-from kcoord.storage.journal import JOURNAL_FILE, SharedJournal
+from kcoord.storage.journal import JOURNAL_FILE, SharedJournal, replay
+from kcoord.storage.log import PartitionLog
 
 TOPIC_ID = uuid.UUID("00000000-0000-4000-8000-00000000000a")
 SPEC = LogSpec(segment_bytes=1 << 20, journaled=True)
@@ -237,3 +238,68 @@ def test_without_fsync_nothing_is_journaled(data: Path) -> None:
     engine.start()
     (plog,) = engine.create_logs("__consumer_offsets", TOPIC_ID, range(1), SPEC)
     assert plog.shared_flush is None and not (data / JOURNAL_FILE).exists()
+
+
+def test_a_journal_that_cannot_be_cut_back_is_given_up(
+    data: Path, monkeypatch: pytest.MonkeyPatch, syncs: dict[str, int]
+) -> None:
+    engine = started(data)
+    (plog,) = engine.create_logs("__consumer_offsets", TOPIC_ID, range(1), SPEC)
+    journal = journal_of(plog)
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    with monkeypatch.context() as patched:
+        # the journal's fdatasync fails, then the fsync of its cut: it is not used again
+        patched.setattr(os, "fdatasync", failing)
+        patched.setattr(os, "fsync", failing)
+        plog.append(batch(b"1"))
+        assert isinstance(journal.flush_all([plog])[plog], OSError)  # the log's own fsync too
+    plog.append(batch(b"2"))
+    syncs.update(fsync=0, fdatasync=0)
+    assert journal.flush_all([plog]) == {}
+    assert syncs["fdatasync"] == 0 and syncs["fsync"] >= 1  # the log's files, no journal
+    assert plog.flushed_offset == 2
+
+
+def test_a_replay_that_fails_keeps_the_journal_for_the_next_start(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = started(data)
+    (plog,) = engine.create_logs("__consumer_offsets", TOPIC_ID, range(1), SPEC)
+    plog.append(batch(b"1"))
+    journal_of(plog).flush_all([plog])
+    os.truncate(active_segment(data, plog.name), 0)
+
+    engine = started(data)
+    with monkeypatch.context() as patched:
+        def failing(self: object, batches: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        patched.setattr(PartitionLog, "append", failing)
+        plog = engine.open_log("__consumer_offsets", 0, TOPIC_ID, SPEC)
+    assert values(plog) == []
+    plog.close()
+    engine.close()
+    assert (data / JOURNAL_FILE).stat().st_size > 0  # not emptied: the replay is owed
+    engine = started(data)
+    assert values(engine.open_log("__consumer_offsets", 0, TOPIC_ID, SPEC)) == [b"1"]
+
+
+def test_a_journaled_batch_past_the_log_end_stops_the_replay(
+    data: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = started(data)
+    (plog,) = engine.create_logs("__consumer_offsets", TOPIC_ID, range(1), SPEC)
+    plog.append(batch(b"1"))
+    plog.flush()
+    plog.append(batch(b"2"))
+    journal_of(plog).flush_all([plog])  # journals both batches
+    # the log lost offsets 0 and 1 with a journal that holds only offset 1 (never expected)
+    os.truncate(active_segment(data, plog.name), 0)
+    journal = SharedJournal.open(data / JOURNAL_FILE)
+    (chunk,) = journal.replay_of(plog.name)
+    second = bytes(chunk[len(batch(b"1")) :])
+    assert replay(PartitionLog.open(data / plog.name, fsync=False), [memoryview(second)]) == 0
+    assert "does not follow the log's end, 0" in caplog.text
